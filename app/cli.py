@@ -1,0 +1,138 @@
+"""``taskhub``: serve, migrate, users, tokens (and, with the worker SDK, worker)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from app.domain.errors import DomainError
+from app.domain.services import users
+from app.persistence import migrations
+from app.persistence.database import Database
+from app.settings import Settings
+
+
+def _run_with_db(settings: Settings, work: Callable[[Database], Awaitable[Any]]) -> Any:
+    async def main() -> Any:
+        db = Database(settings)
+        try:
+            return await work(db)
+        finally:
+            await db.dispose()
+
+    return asyncio.run(main())
+
+
+def cmd_migrate(settings: Settings, _args: argparse.Namespace) -> int:
+    migrations.upgrade(settings.database_url)
+    print(f"Database is at revision {migrations.head_revision()}.")
+    return 0
+
+
+def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from app.main import create_app
+
+    settings = settings.model_copy(update={"host": args.host, "port": args.port})
+    if settings.is_sqlite:
+        migrations.upgrade(settings.database_url)  # the embedded default looks after itself
+    else:
+        try:
+            _run_with_db(settings, migrations.check_schema_current)
+        except migrations.SchemaOutdated as exc:
+            print(f"taskhub: {exc}", file=sys.stderr)
+            return 2
+    new_token = _run_with_db(settings, _bootstrap_admin(settings))
+    print(f"Taskhub listening on http://{settings.host}:{settings.port}/", flush=True)
+    print(f"  database: {settings.database_url}", flush=True)
+    if new_token:
+        print(f"  admin token (shown once): {new_token}", flush=True)
+    uvicorn.run(
+        create_app(settings),
+        host=settings.host,
+        port=settings.port,
+        log_level=settings.log_level,
+        timeout_graceful_shutdown=10,
+    )
+    return 0
+
+
+def _bootstrap_admin(settings: Settings) -> Callable[[Database], Awaitable[str | None]]:
+    """On the very first start (no users yet, no TASKHUB_ADMIN_TOKEN) create ``admin``."""
+
+    async def work(db: Database) -> str | None:
+        if settings.admin_token:
+            await users.ensure_admin_token(db, settings.admin_token)
+            return None
+        if await users.count_users(db):
+            return None
+        _user_id, token = await users.create_user(db, "admin", superuser=True)
+        return token
+
+    return work
+
+
+def cmd_users_create(settings: Settings, args: argparse.Namespace) -> int:
+    _user_id, token = _run_with_db(
+        settings, lambda db: users.create_user(db, args.name, superuser=args.superuser)
+    )
+    kind = "superuser" if args.superuser else "user"
+    print(f"Created {kind} {args.name!r}. Token:")
+    print(token)
+    return 0
+
+
+def cmd_tokens_create(settings: Settings, args: argparse.Namespace) -> int:
+    token = _run_with_db(settings, lambda db: users.create_token(db, args.name))
+    print(f"New token for {args.name!r}:")
+    print(token)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="taskhub", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    serve = commands.add_parser("serve", help="run the hub (HTTP + Socket.IO)")
+    serve.add_argument("--host", default=None)
+    serve.add_argument("--port", type=int, default=None)
+    serve.set_defaults(func=cmd_serve)
+
+    migrate = commands.add_parser("migrate", help="upgrade the database schema to this version")
+    migrate.set_defaults(func=cmd_migrate)
+
+    users_cmd = commands.add_parser("users", help="manage users")
+    users_sub = users_cmd.add_subparsers(dest="action", required=True)
+    create = users_sub.add_parser("create", help="create a user and print its first token")
+    create.add_argument("name")
+    create.add_argument("--superuser", action="store_true")
+    create.set_defaults(func=cmd_users_create)
+
+    tokens_cmd = commands.add_parser("tokens", help="manage tokens")
+    tokens_sub = tokens_cmd.add_subparsers(dest="action", required=True)
+    token_create = tokens_sub.add_parser("create", help="issue another token for a user")
+    token_create.add_argument("name")
+    token_create.set_defaults(func=cmd_tokens_create)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    settings = Settings()
+    if getattr(args, "host", None) is None and args.command == "serve":
+        args.host = settings.host
+    if getattr(args, "port", None) is None and args.command == "serve":
+        args.port = settings.port
+    try:
+        return args.func(settings, args)
+    except DomainError as exc:
+        print(f"taskhub: {exc.detail}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""``@internal`` dispatch: which internal jobs have an executor in this deployment."""

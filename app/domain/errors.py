@@ -1,0 +1,86 @@
+"""Domain errors. Each maps to one RFC 9457 problem type (``/v1/problems/<slug>``)."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+
+class DomainError(Exception):
+    """An expected refusal: the request is wrong or conflicts with the current state."""
+
+    slug: ClassVar[str] = "internal-error"
+    title: ClassVar[str] = "Internal Server Error"
+    status: ClassVar[int] = 500
+
+    def __init__(self, detail: str, *, errors: list[dict[str, Any]] | None = None) -> None:
+        super().__init__(detail)
+        self.detail = detail
+        self.errors = errors
+
+
+class InvalidRoomId(DomainError):
+    slug, title, status = "invalid-room-id", "Invalid room id", 400
+
+
+class InvalidCategory(DomainError):
+    slug, title, status = "invalid-category", "Invalid category", 400
+
+
+class Unauthorized(DomainError):
+    slug, title, status = "unauthorized", "Unauthorized", 401
+
+
+class Forbidden(DomainError):
+    slug, title, status = "forbidden", "Forbidden", 403
+
+
+class NotFound(DomainError):
+    slug, title, status = "not-found", "Not Found", 404
+
+
+class WorkerNotFound(DomainError):
+    slug, title, status = "worker-not-found", "Worker not found", 404
+
+
+class JobNotFound(DomainError):
+    slug, title, status = "job-not-found", "Job not found", 404
+
+
+class TaskNotFound(DomainError):
+    slug, title, status = "task-not-found", "Task not found", 404
+
+
+class MethodNotAllowed(DomainError):
+    slug, title, status = "method-not-allowed", "Method Not Allowed", 405
+
+
+class SchemaConflict(DomainError):
+    slug, title, status = "schema-conflict", "Schema conflict", 409
+
+
+class InvalidTaskTransition(DomainError):
+    slug, title, status = "invalid-task-transition", "Invalid task transition", 409
+
+
+class StaleClaim(DomainError):
+    slug, title, status = "stale-claim", "Stale claim", 409
+
+
+class PayloadTooLarge(DomainError):
+    slug, title, status = "payload-too-large", "Payload Too Large", 413
+
+
+class UnsupportedMediaType(DomainError):
+    slug, title, status = "unsupported-media-type", "Unsupported Media Type", 415
+
+
+class ValidationFailed(DomainError):
+    slug, title, status = "validation-error", "Validation error", 422
+
+
+class InternalJobNotConfigured(DomainError):
+    slug, title, status = "internal-job-not-configured", "Internal job not configured", 503
+
+
+class ServiceUnavailable(DomainError):
+    slug, title, status = "service-unavailable", "Service Unavailable", 503

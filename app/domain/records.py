@@ -1,0 +1,72 @@
+"""Plain snapshots of stored rows that services hand to transport and to events."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Generic, TypeVar
+from uuid import UUID
+
+from app.domain.states import TaskStatus
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    """The authenticated caller."""
+
+    id: UUID
+    name: str
+    is_superuser: bool
+
+
+@dataclass(slots=True)
+class TaskRecord:
+    id: UUID
+    job_id: UUID
+    job_name: str
+    room_id: str
+    status: TaskStatus
+    payload: dict[str, Any]
+    created_at: datetime
+    started_at: datetime | None
+    completed_at: datetime | None
+    worker_id: UUID | None
+    error: str | None
+    submitted_by: UUID | None
+    claim_token: UUID | None
+    attempt: int
+    queue_position: int | None = None
+
+
+@dataclass(slots=True)
+class WorkerRecord:
+    id: UUID
+    user_id: UUID
+    last_heartbeat: datetime
+    job_count: int = 0
+
+
+@dataclass(slots=True)
+class JobRecord:
+    id: UUID
+    room_id: str
+    category: str
+    name: str
+    schema: dict[str, Any]
+    deleted: bool
+    workers: list[UUID] = field(default_factory=list)
+
+    @property
+    def full_name(self) -> str:
+        return f"{self.room_id}:{self.category}:{self.name}"
+
+
+T = TypeVar("T")
+
+
+@dataclass(slots=True)
+class Page(Generic[T]):
+    items: list[T]
+    total: int
+    limit: int
+    offset: int

@@ -1,0 +1,249 @@
+"""Job registration, listing and soft deletion."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+from uuid import UUID
+
+from sqlalchemy import and_, exists, func, insert, select, update
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from app.domain.errors import Forbidden, JobNotFound, SchemaConflict
+from app.domain.events import EventBatch, JobsInvalidate
+from app.domain.naming import (
+    INTERNAL_ROOM,
+    JobName,
+    is_reserved,
+    validate_category,
+    validate_job_name,
+    validate_room_id,
+    visible_job_rooms,
+)
+from app.domain.records import JobRecord, Page, Principal
+from app.domain.services.ownership import owned_worker
+from app.domain.states import TaskStatus
+from app.persistence.database import Database
+from app.persistence.dialects import insert_ignoring_duplicates
+from app.persistence.models import job_table, link_table, task_table, worker_table
+from app.persistence.types import new_id, utcnow
+
+job = job_table
+
+
+class JobNames:
+    """``job_id -> full name``. Names of a job id never change, so this cache never goes
+    stale; it spares the hot paths (claim, update) a join."""
+
+    _names: dict[UUID, str] = {}
+
+    @classmethod
+    async def resolve(cls, conn: AsyncConnection, job_ids: set[UUID]) -> dict[UUID, str]:
+        missing = [job_id for job_id in job_ids if job_id not in cls._names]
+        if missing:
+            rows = await conn.execute(
+                select(job.c.id, job.c.room_id, job.c.category, job.c.name).where(
+                    job.c.id.in_(missing)
+                )
+            )
+            for row in rows:
+                cls._names[row.id] = f"{row.room_id}:{row.category}:{row.name}"
+        return {job_id: cls._names[job_id] for job_id in job_ids}
+
+    @classmethod
+    async def one(cls, conn: AsyncConnection, job_id: UUID) -> str:
+        return (await cls.resolve(conn, {job_id}))[job_id]
+
+
+@dataclass(slots=True)
+class Registration:
+    job: JobRecord
+    worker_id: UUID
+    created: bool
+
+
+async def register_job(
+    db: Database,
+    principal: Principal,
+    room_id: str,
+    *,
+    category: str,
+    name: str,
+    schema: dict[str, Any],
+    worker_id: UUID | None,
+    allowed_categories: list[str],
+) -> tuple[Registration, EventBatch]:
+    """Register (or revive, or idempotently re-register) a job and link a worker to it."""
+    validate_room_id(room_id)
+    if is_reserved(room_id) and not principal.is_superuser:
+        raise Forbidden(f"Only superusers may register jobs in {room_id!r}.")
+    validate_category(category, allowed_categories)
+    validate_job_name(name)
+    events = EventBatch()
+    async with db.write() as conn:
+        if worker_id is None:
+            worker_id = new_id()
+            now = utcnow()
+            await conn.execute(
+                insert(worker_table).values(
+                    id=worker_id, user_id=principal.id, last_heartbeat=now, created_at=now
+                )
+            )
+        else:
+            await owned_worker(conn, principal, worker_id)
+
+        key = and_(job.c.room_id == room_id, job.c.category == category, job.c.name == name)
+        row = (await conn.execute(select(job).where(key))).first()
+        created = False
+        if row is None:
+            new_job_id = new_id()
+            now = utcnow()
+            await conn.execute(
+                insert_ignoring_duplicates(
+                    db.dialect,
+                    job,
+                    dict(
+                        id=new_job_id,
+                        room_id=room_id,
+                        category=category,
+                        name=name,
+                        schema=schema,
+                        deleted=False,
+                        created_at=now,
+                        updated_at=now,
+                    ),
+                )
+            )
+            row = (await conn.execute(select(job).where(key))).one()
+            created = row.id == new_job_id
+        elif row.deleted:
+            await conn.execute(
+                update(job)
+                .where(job.c.id == row.id)
+                .values(deleted=False, schema=schema, updated_at=utcnow())
+            )
+            created = True
+        if not created and row.schema != schema:
+            raise SchemaConflict(
+                f"Job {room_id}:{category}:{name} is already registered with another schema."
+            )
+        linked = await conn.execute(
+            insert_ignoring_duplicates(
+                db.dialect, link_table, {"worker_id": worker_id, "job_id": row.id}
+            )
+        )
+        if created or linked.rowcount:
+            events.add(JobsInvalidate(room_id))
+        workers = await _job_workers(conn, row.id)
+    record = JobRecord(
+        id=row.id,
+        room_id=room_id,
+        category=category,
+        name=name,
+        schema=schema,
+        deleted=False,
+        workers=workers,
+    )
+    return Registration(job=record, worker_id=worker_id, created=created), events
+
+
+async def _job_workers(conn: AsyncConnection, job_id: UUID) -> list[UUID]:
+    rows = await conn.execute(
+        select(link_table.c.worker_id)
+        .where(link_table.c.job_id == job_id)
+        .order_by(link_table.c.worker_id)
+    )
+    return list(rows.scalars())
+
+
+def _visible_jobs(room_id: str):  # type: ignore[no-untyped-def]
+    return and_(job.c.room_id.in_(visible_job_rooms(room_id)), job.c.deleted.is_(False))
+
+
+async def list_jobs(db: Database, room_id: str, limit: int, offset: int) -> Page[JobRecord]:
+    """The room's live jobs plus ``@global`` and ``@internal`` ones, newest first."""
+    validate_room_id(room_id)
+    where = _visible_jobs(room_id)
+    async with db.read() as conn:
+        total = await conn.scalar(select(func.count()).select_from(job).where(where))
+        rows = (
+            await conn.execute(
+                select(job)
+                .where(where)
+                .order_by(job.c.created_at.desc(), job.c.id.desc())
+                .limit(limit)
+                .offset(offset)
+            )
+        ).all()
+        links: dict[UUID, list[UUID]] = {row.id: [] for row in rows}
+        if rows:
+            for link in await conn.execute(
+                select(link_table.c.job_id, link_table.c.worker_id)
+                .where(link_table.c.job_id.in_(list(links)))
+                .order_by(link_table.c.worker_id)
+            ):
+                links[link.job_id].append(link.worker_id)
+    items = [_record(row, links[row.id]) for row in rows]
+    return Page(items=items, total=int(total or 0), limit=limit, offset=offset)
+
+
+async def get_job(db: Database, room_id: str, full_name: str) -> JobRecord:
+    validate_room_id(room_id)
+    async with db.read() as conn:
+        row = await find_visible_job(conn, room_id, full_name)
+        workers = await _job_workers(conn, row.id)
+    return _record(row, workers)
+
+
+async def find_visible_job(conn: AsyncConnection, room_id: str, full_name: str) -> Any:
+    """The live job called ``full_name`` if ``room_id`` may see it, else ``JobNotFound``."""
+    parsed = JobName.parse(full_name)
+    if parsed.room_id not in visible_job_rooms(room_id):
+        raise JobNotFound(f"Job {full_name!r} is not visible from room {room_id!r}.")
+    row = (
+        await conn.execute(
+            select(job).where(
+                job.c.room_id == parsed.room_id,
+                job.c.category == parsed.category,
+                job.c.name == parsed.name,
+                job.c.deleted.is_(False),
+            )
+        )
+    ).first()
+    if row is None:
+        raise JobNotFound(f"Job {full_name!r} not found.")
+    return row
+
+
+def _record(row: Any, workers: list[UUID]) -> JobRecord:
+    return JobRecord(
+        id=row.id,
+        room_id=row.room_id,
+        category=row.category,
+        name=row.name,
+        schema=row.schema,
+        deleted=row.deleted,
+        workers=workers,
+    )
+
+
+async def soft_delete_if_orphaned(conn: AsyncConnection, job_id: UUID) -> str | None:
+    """Soft-delete the job if it has no worker and no pending task; ``@internal`` jobs are
+    exempt. One guarded statement, so a registration or submit that lands concurrently is
+    never overridden. Returns the job's room when it was deleted."""
+    result = await conn.execute(
+        update(job)
+        .where(
+            job.c.id == job_id,
+            job.c.deleted.is_(False),
+            job.c.room_id != INTERNAL_ROOM,
+            ~exists().where(link_table.c.job_id == job_id),
+            ~exists().where(
+                task_table.c.job_id == job_id,
+                task_table.c.status == TaskStatus.PENDING.value,
+            ),
+        )
+        .values(deleted=True, updated_at=utcnow())
+        .returning(job.c.room_id)
+    )
+    return result.scalar()

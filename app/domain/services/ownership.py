@@ -1,0 +1,27 @@
+"""Who may act for a worker: its owner, or a superuser."""
+
+from __future__ import annotations
+
+from typing import Any
+from uuid import UUID
+
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from app.domain.errors import Forbidden, WorkerNotFound
+from app.domain.records import Principal
+from app.persistence.models import worker_table
+
+
+def check_owner(principal: Principal, owner_id: UUID) -> None:
+    if owner_id != principal.id and not principal.is_superuser:
+        raise Forbidden("This worker belongs to another user.")
+
+
+async def owned_worker(conn: AsyncConnection, principal: Principal, worker_id: UUID) -> Any:
+    """The worker row, if it exists (404) and ``principal`` may act for it (403)."""
+    row = (await conn.execute(select(worker_table).where(worker_table.c.id == worker_id))).first()
+    if row is None:
+        raise WorkerNotFound(f"Worker {worker_id} not found.")
+    check_owner(principal, row.user_id)
+    return row

@@ -1,0 +1,86 @@
+"""Reading task rows: the select with job names and queue positions, and row -> record."""
+
+from __future__ import annotations
+
+from typing import Any
+from uuid import UUID
+
+from sqlalchemy import Select, case, func, select, tuple_
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from app.domain.records import TaskRecord
+from app.domain.states import TaskStatus
+from app.persistence.models import job_table, task_table
+
+task = task_table
+PENDING = TaskStatus.PENDING.value
+
+
+def _ahead_of(row_task: Any) -> Any:
+    """Number of pending tasks of the same job queued at or before this one (its 1-based
+    position), counted on the partial pending-queue index."""
+    ahead = task_table.alias("ahead")
+    return (
+        select(func.count())
+        .select_from(ahead)
+        .where(
+            ahead.c.job_id == row_task.c.job_id,
+            ahead.c.status == PENDING,
+            tuple_(ahead.c.created_at, ahead.c.id) <= tuple_(row_task.c.created_at, row_task.c.id),
+        )
+        .scalar_subquery()
+    )
+
+
+def select_tasks() -> Select[Any]:
+    """Tasks with their job's full name parts and queue position."""
+    position = case((task.c.status == PENDING, _ahead_of(task)), else_=None)
+    return select(
+        task,
+        job_table.c.room_id.label("job_room_id"),
+        job_table.c.category.label("job_category"),
+        job_table.c.name.label("job_name_part"),
+        position.label("queue_position"),
+    ).join(job_table, job_table.c.id == task.c.job_id)
+
+
+def joined_record(row: Any) -> TaskRecord:
+    name = f"{row.job_room_id}:{row.job_category}:{row.job_name_part}"
+    return task_record(row, name, row.queue_position)
+
+
+def task_record(row: Any, job_name: str, queue_position: int | None = None) -> TaskRecord:
+    return TaskRecord(
+        id=row.id,
+        job_id=row.job_id,
+        job_name=job_name,
+        room_id=row.room_id,
+        status=TaskStatus(row.status),
+        payload=row.payload,
+        created_at=row.created_at,
+        started_at=row.started_at,
+        completed_at=row.completed_at,
+        worker_id=row.worker_id,
+        error=row.error,
+        submitted_by=row.submitted_by,
+        claim_token=row.claim_token,
+        attempt=row.attempt,
+        queue_position=queue_position,
+    )
+
+
+async def queue_position(conn: AsyncConnection, record: TaskRecord) -> int | None:
+    if record.status != TaskStatus.PENDING:
+        return None
+    return await conn.scalar(
+        select(func.count()).where(
+            task.c.job_id == record.job_id,
+            task.c.status == PENDING,
+            tuple_(task.c.created_at, task.c.id) <= tuple_(record.created_at, record.id),
+        )
+    )
+
+
+async def load_task(conn: AsyncConnection, task_id: UUID) -> TaskRecord | None:
+    row = (await conn.execute(select_tasks().where(task.c.id == task_id))).first()
+    return joined_record(row) if row is not None else None

@@ -1,0 +1,241 @@
+"""Task submission, claiming, transitions and reads."""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+from uuid import UUID, uuid4
+
+from sqlalchemy import func, insert, select, update
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from app.domain.errors import (
+    Forbidden,
+    InternalJobNotConfigured,
+    InvalidTaskTransition,
+    StaleClaim,
+    TaskNotFound,
+)
+from app.domain.events import EventBatch, JobsInvalidate, TaskAvailable, TaskStatusChanged
+from app.domain.naming import INTERNAL_ROOM, validate_room_id
+from app.domain.records import Page, Principal, TaskRecord
+from app.domain.services.jobs import JobNames, find_visible_job, soft_delete_if_orphaned
+from app.domain.services.ownership import owned_worker
+from app.domain.services.task_rows import (
+    joined_record,
+    load_task,
+    queue_position,
+    select_tasks,
+    task_record,
+)
+from app.domain.states import TaskStatus, check_transition, is_terminal
+from app.persistence.database import Database
+from app.persistence.dialects import claim_statement
+from app.persistence.models import task_table, worker_table
+from app.persistence.types import new_id, utcnow
+
+task = task_table
+
+
+class InternalExecutors(Protocol):
+    """What submit needs to know about ``@internal`` execution."""
+
+    def has_executor(self, full_name: str) -> bool: ...
+
+
+async def submit_task(
+    db: Database,
+    principal: Principal,
+    room_id: str,
+    full_name: str,
+    payload: dict[str, Any],
+    internal: InternalExecutors,
+) -> tuple[TaskRecord, EventBatch]:
+    """Queue a task of a job visible from ``room_id``."""
+    validate_room_id(room_id)
+    events = EventBatch()
+    async with db.write() as conn:
+        job = await find_visible_job(conn, room_id, full_name)
+        job_name = f"{job.room_id}:{job.category}:{job.name}"
+        if job.room_id == INTERNAL_ROOM and not internal.has_executor(job_name):
+            raise InternalJobNotConfigured(
+                f"Internal job {job_name!r} is registered but no executor is available."
+            )
+        record = TaskRecord(
+            id=new_id(),
+            job_id=job.id,
+            job_name=job_name,
+            room_id=room_id,
+            status=TaskStatus.PENDING,
+            payload=payload,
+            created_at=utcnow(),
+            started_at=None,
+            completed_at=None,
+            worker_id=None,
+            error=None,
+            submitted_by=principal.id,
+            claim_token=None,
+            attempt=0,
+        )
+        await conn.execute(
+            insert(task).values(
+                id=record.id,
+                job_id=record.job_id,
+                room_id=room_id,
+                status=record.status.value,
+                payload=payload,
+                created_at=record.created_at,
+                submitted_by=principal.id,
+                attempt=0,
+            )
+        )
+        record.queue_position = await queue_position(conn, record)
+    events.add(TaskStatusChanged(record))
+    if job.room_id != INTERNAL_ROOM:
+        events.add(TaskAvailable(job_name=job_name, room_id=room_id, task_id=str(record.id)))
+    return record, events
+
+
+async def claim_tasks(
+    db: Database, principal: Principal, worker_id: UUID, max_tasks: int = 1
+) -> tuple[list[TaskRecord], EventBatch]:
+    """Hand the worker up to ``max_tasks`` of the oldest pending tasks of its jobs, each
+    with a fresh claim token, in one atomic statement."""
+    events = EventBatch()
+    async with db.write() as conn:
+        await owned_worker(conn, principal, worker_id)
+        rows = (
+            await conn.execute(
+                claim_statement(
+                    db.dialect, worker_id=worker_id, claim_token=uuid4(), limit=max_tasks
+                )
+            )
+        ).all()
+        names = await JobNames.resolve(conn, {row.job_id for row in rows})
+    records = sorted(
+        (task_record(row, names[row.job_id]) for row in rows),
+        key=lambda r: (r.created_at, r.id),
+    )
+    for record in records:
+        events.add(TaskStatusChanged(record))
+    return records, events
+
+
+async def update_task(
+    db: Database,
+    principal: Principal,
+    task_id: UUID,
+    *,
+    status: TaskStatus,
+    error: str | None = None,
+    claim_token: UUID | None = None,
+) -> tuple[TaskRecord, EventBatch]:
+    """Apply a PATCH: check who may, check the transition and the claim token, then write
+    with a guarded ``UPDATE … WHERE status = current [AND claim_token = token]``."""
+    events = EventBatch()
+    async with db.write() as conn:
+        row = (
+            await conn.execute(
+                select(task, worker_table.c.user_id.label("worker_owner"))
+                .outerjoin(worker_table, worker_table.c.id == task.c.worker_id)
+                .where(task.c.id == task_id)
+            )
+        ).first()
+        if row is None:
+            raise TaskNotFound(f"Task {task_id} not found.")
+        _authorise_update(principal, row, status)
+        current = TaskStatus(row.status)
+        if claim_token is not None and claim_token != row.claim_token:
+            raise StaleClaim(f"Claim token is no longer current for task {task_id}.")
+        check_transition(current, status)
+
+        now = utcnow()
+        values: dict[str, Any] = {"status": status.value}
+        if status == TaskStatus.RUNNING:
+            values["started_at"] = now
+        if is_terminal(status):
+            values["completed_at"] = now
+            if error is not None:
+                values["error"] = error
+        guard = [task.c.id == task_id, task.c.status == current.value]
+        if claim_token is not None:
+            guard.append(task.c.claim_token == claim_token)
+        updated = (
+            await conn.execute(update(task).where(*guard).values(**values).returning(*task.c))
+        ).first()
+        if updated is None:
+            raise InvalidTaskTransition(f"Task {task_id} changed concurrently; retry.")
+        record = task_record(updated, await JobNames.one(conn, updated.job_id))
+        events.add(TaskStatusChanged(record))
+        if is_terminal(status):
+            await _soft_delete_job(conn, record.job_id, events)
+    return record, events
+
+
+def _authorise_update(principal: Principal, row: Any, target: TaskStatus) -> None:
+    """Superusers may update any task; a worker's owner the tasks that worker claimed; the
+    submitter may cancel their own task."""
+    if principal.is_superuser:
+        return
+    if target == TaskStatus.CANCELLED and row.submitted_by == principal.id:
+        return
+    if row.worker_id is not None and row.worker_owner == principal.id:
+        return
+    raise Forbidden("Only the claiming worker's owner, the submitter (to cancel) or a superuser.")
+
+
+async def _soft_delete_job(conn: AsyncConnection, job_id: UUID, events: EventBatch) -> None:
+    room = await soft_delete_if_orphaned(conn, job_id)
+    if room is not None:
+        events.add(JobsInvalidate(room))
+
+
+async def get_task(db: Database, task_id: UUID) -> TaskRecord:
+    async with db.read() as conn:
+        record = await load_task(conn, task_id)
+    if record is None:
+        raise TaskNotFound(f"Task {task_id} not found.")
+    return record
+
+
+async def list_room_tasks(
+    db: Database, room_id: str, status: TaskStatus | None, limit: int, offset: int
+) -> Page[TaskRecord]:
+    validate_room_id(room_id)
+    async with db.read() as conn:
+        return await _page(conn, [task.c.room_id == room_id], status, limit, offset)
+
+
+async def list_job_tasks(
+    db: Database,
+    room_id: str,
+    full_name: str,
+    status: TaskStatus | None,
+    limit: int,
+    offset: int,
+) -> Page[TaskRecord]:
+    validate_room_id(room_id)
+    async with db.read() as conn:
+        job = await find_visible_job(conn, room_id, full_name)
+        where = [task.c.job_id == job.id, task.c.room_id == room_id]
+        return await _page(conn, where, status, limit, offset)
+
+
+async def _page(
+    conn: AsyncConnection, where: list[Any], status: TaskStatus | None, limit: int, offset: int
+) -> Page[TaskRecord]:
+    if status is not None:
+        where = [*where, task.c.status == status.value]
+    total = await conn.scalar(select(func.count()).select_from(task).where(*where))
+    rows = await conn.execute(
+        select_tasks()
+        .where(*where)
+        .order_by(task.c.created_at.desc(), task.c.id.desc())
+        .limit(limit)
+        .offset(offset)
+    )
+    return Page(
+        items=[joined_record(row) for row in rows],
+        total=int(total or 0),
+        limit=limit,
+        offset=offset,
+    )

@@ -1,0 +1,127 @@
+"""Users and bearer tokens. Tokens are 256-bit random secrets stored as SHA-256 hashes."""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+import time
+from uuid import UUID
+
+from sqlalchemy import func, insert, select, update
+from sqlalchemy.exc import IntegrityError
+
+from app.domain.errors import NotFound, ValidationFailed
+from app.domain.records import Principal
+from app.persistence.database import Database
+from app.persistence.models import token_table, user_table
+from app.persistence.types import new_id, utcnow
+
+TOKEN_PREFIX = "th_"
+
+
+def hash_token(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def generate_token() -> str:
+    return TOKEN_PREFIX + secrets.token_urlsafe(32)
+
+
+async def create_user(db: Database, name: str, *, superuser: bool = False) -> tuple[UUID, str]:
+    """Create a user and a first token; returns ``(user_id, token)``."""
+    if not name or len(name) > 128:
+        raise ValidationFailed("User name must be 1..128 characters.")
+    user_id, token = new_id(), generate_token()
+    try:
+        async with db.write() as conn:
+            await conn.execute(
+                insert(user_table).values(
+                    id=user_id, name=name, is_superuser=superuser, created_at=utcnow()
+                )
+            )
+            await _insert_token(conn, user_id, token)
+    except IntegrityError:
+        raise ValidationFailed(f"A user named {name!r} already exists.") from None
+    return user_id, token
+
+
+async def create_token(db: Database, name: str) -> str:
+    """Issue another token for the user called ``name``."""
+    token = generate_token()
+    async with db.write() as conn:
+        user_id = await conn.scalar(select(user_table.c.id).where(user_table.c.name == name))
+        if user_id is None:
+            raise NotFound(f"No user named {name!r}.")
+        await _insert_token(conn, user_id, token)
+    return token
+
+
+async def ensure_admin_token(db: Database, token: str) -> None:
+    """Make sure ``token`` authenticates a superuser (creating user ``admin`` if needed)."""
+    digest = hash_token(token)
+    async with db.write() as conn:
+        user_id = await conn.scalar(
+            select(token_table.c.user_id).where(token_table.c.token_hash == digest)
+        )
+        if user_id is not None:
+            await conn.execute(
+                update(user_table).where(user_table.c.id == user_id).values(is_superuser=True)
+            )
+            return
+        name = "admin"
+        taken = await conn.scalar(select(func.count()).where(user_table.c.name == name))
+        if taken:
+            name = f"admin-{secrets.token_hex(3)}"
+        user_id = new_id()
+        await conn.execute(
+            insert(user_table).values(id=user_id, name=name, is_superuser=True, created_at=utcnow())
+        )
+        await _insert_token(conn, user_id, token)
+
+
+async def count_users(db: Database) -> int:
+    async with db.read() as conn:
+        return int(await conn.scalar(select(func.count()).select_from(user_table)) or 0)
+
+
+async def _insert_token(conn, user_id: UUID, token: str) -> None:  # type: ignore[no-untyped-def]
+    await conn.execute(
+        insert(token_table).values(
+            id=new_id(), user_id=user_id, token_hash=hash_token(token), created_at=utcnow()
+        )
+    )
+
+
+class Authenticator:
+    """Resolves bearer tokens to principals, with a short in-process cache so that the hot
+    path does not pay a query per request (a revoked token stops working within
+    ``ttl`` seconds)."""
+
+    def __init__(self, db: Database, ttl: float) -> None:
+        self._db = db
+        self._ttl = ttl
+        self._cache: dict[str, tuple[Principal, float]] = {}
+
+    async def authenticate(self, token: str) -> Principal | None:
+        digest = hash_token(token)
+        now = time.monotonic()
+        hit = self._cache.get(digest)
+        if hit is not None and hit[1] > now:
+            return hit[0]
+        async with self._db.read() as conn:
+            row = (
+                await conn.execute(
+                    select(user_table.c.id, user_table.c.name, user_table.c.is_superuser)
+                    .join(token_table, token_table.c.user_id == user_table.c.id)
+                    .where(token_table.c.token_hash == digest)
+                )
+            ).first()
+        if row is None:
+            self._cache.pop(digest, None)
+            return None
+        principal = Principal(id=row.id, name=row.name, is_superuser=row.is_superuser)
+        if self._ttl > 0:
+            if len(self._cache) > 10_000:
+                self._cache.clear()
+            self._cache[digest] = (principal, now + self._ttl)
+        return principal

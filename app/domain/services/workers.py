@@ -1,0 +1,174 @@
+"""Worker lifecycle: creation, heartbeats, listing, and the cleanup shared by
+``DELETE /workers/{id}``, the sweeper and socket disconnects."""
+
+from __future__ import annotations
+
+from typing import Any
+from uuid import UUID
+
+from sqlalchemy import delete, func, insert, or_, select, update
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from app.domain.errors import WorkerNotFound
+from app.domain.events import EventBatch, JobsInvalidate, TaskStatusChanged
+from app.domain.naming import validate_room_id, visible_job_rooms
+from app.domain.records import Page, Principal, WorkerRecord
+from app.domain.services.jobs import JobNames, soft_delete_if_orphaned
+from app.domain.services.ownership import check_owner, owned_worker
+from app.domain.services.task_rows import task_record
+from app.domain.states import ACTIVE_STATUSES, TaskStatus
+from app.persistence.database import Database
+from app.persistence.models import job_table, link_table, task_table, worker_table
+from app.persistence.types import new_id, utcnow
+
+worker = worker_table
+WORKER_DISCONNECTED = "Worker disconnected"
+
+
+async def create_worker(db: Database, principal: Principal) -> WorkerRecord:
+    record = WorkerRecord(id=new_id(), user_id=principal.id, last_heartbeat=utcnow())
+    async with db.write() as conn:
+        await conn.execute(
+            insert(worker).values(
+                id=record.id,
+                user_id=record.user_id,
+                last_heartbeat=record.last_heartbeat,
+                created_at=record.last_heartbeat,
+            )
+        )
+    return record
+
+
+async def heartbeat(db: Database, principal: Principal, worker_id: UUID) -> WorkerRecord:
+    """Record that the worker is alive (one guarded statement on the common path)."""
+    now = utcnow()
+    async with db.write() as conn:
+        may_act = or_(worker.c.user_id == principal.id, principal.is_superuser)
+        row = (
+            await conn.execute(
+                update(worker)
+                .where(worker.c.id == worker_id, may_act)
+                .values(last_heartbeat=now)
+                .returning(worker.c.id, worker.c.user_id, worker.c.last_heartbeat)
+            )
+        ).first()
+        if row is None:
+            await owned_worker(conn, principal, worker_id)  # raises 404 or 403
+            raise WorkerNotFound(f"Worker {worker_id} not found.")  # pragma: no cover
+    return WorkerRecord(id=row.id, user_id=row.user_id, last_heartbeat=row.last_heartbeat)
+
+
+async def delete_worker(
+    db: Database,
+    principal: Principal | None,
+    worker_id: UUID,
+    *,
+    reason: str = WORKER_DISCONNECTED,
+) -> EventBatch:
+    """Remove a worker: its claimed/running tasks fail with ``reason``, its links go, and
+    jobs left without workers and pending tasks are soft-deleted. ``principal=None`` is
+    the system (sweeper, disconnect)."""
+    async with db.write() as conn:
+        if principal is None:
+            row = (await conn.execute(select(worker).where(worker.c.id == worker_id))).first()
+            if row is None:
+                raise WorkerNotFound(f"Worker {worker_id} not found.")
+        else:
+            await owned_worker(conn, principal, worker_id)
+        return await remove_worker(conn, worker_id, reason)
+
+
+async def remove_worker(conn: AsyncConnection, worker_id: UUID, reason: str) -> EventBatch:
+    """The cleanup itself, inside the caller's transaction."""
+    events = EventBatch()
+    now = utcnow()
+    failed = (
+        await conn.execute(
+            update(task_table)
+            .where(
+                task_table.c.worker_id == worker_id,
+                task_table.c.status.in_([s.value for s in ACTIVE_STATUSES]),
+            )
+            .values(status=TaskStatus.FAILED.value, error=reason, completed_at=now)
+            .returning(*task_table.c)
+        )
+    ).all()
+    job_rows = (
+        await conn.execute(
+            select(job_table.c.id, job_table.c.room_id)
+            .join(link_table, link_table.c.job_id == job_table.c.id)
+            .where(link_table.c.worker_id == worker_id)
+        )
+    ).all()
+    await conn.execute(delete(link_table).where(link_table.c.worker_id == worker_id))
+    await conn.execute(delete(worker).where(worker.c.id == worker_id))
+    names = await JobNames.resolve(conn, {row.job_id for row in failed})
+    for row in failed:
+        events.add(TaskStatusChanged(task_record(row, names[row.job_id])))
+    for job_row in job_rows:
+        events.add(JobsInvalidate(job_row.room_id))
+    for job_id in {row.id for row in job_rows} | set(names):
+        await soft_delete_if_orphaned(conn, job_id)
+    return events
+
+
+def _summary_query(where: Any):  # type: ignore[no-untyped-def]
+    job_count = (
+        select(func.count())
+        .where(link_table.c.worker_id == worker.c.id)
+        .scalar_subquery()
+        .label("job_count")
+    )
+    return select(worker.c.id, worker.c.user_id, worker.c.last_heartbeat, job_count).where(where)
+
+
+async def _page(db: Database, where: Any, limit: int, offset: int) -> Page[WorkerRecord]:
+    async with db.read() as conn:
+        total = await conn.scalar(select(func.count()).select_from(worker).where(where))
+        rows = await conn.execute(
+            _summary_query(where)
+            .order_by(worker.c.created_at.desc(), worker.c.id.desc())
+            .limit(limit)
+            .offset(offset)
+        )
+        items = [
+            WorkerRecord(
+                id=row.id,
+                user_id=row.user_id,
+                last_heartbeat=row.last_heartbeat,
+                job_count=row.job_count,
+            )
+            for row in rows
+        ]
+    return Page(items=items, total=int(total or 0), limit=limit, offset=offset)
+
+
+async def list_workers(db: Database, limit: int, offset: int) -> Page[WorkerRecord]:
+    return await _page(db, worker.c.id.is_not(None), limit, offset)
+
+
+async def list_room_workers(
+    db: Database, room_id: str, limit: int, offset: int
+) -> Page[WorkerRecord]:
+    """Workers serving at least one live job visible from ``room_id``."""
+    validate_room_id(room_id)
+    serving = (
+        select(link_table.c.worker_id)
+        .join(job_table, job_table.c.id == link_table.c.job_id)
+        .where(
+            job_table.c.room_id.in_(visible_job_rooms(room_id)),
+            job_table.c.deleted.is_(False),
+        )
+    )
+    return await _page(db, worker.c.id.in_(serving), limit, offset)
+
+
+__all__ = [
+    "check_owner",
+    "create_worker",
+    "delete_worker",
+    "heartbeat",
+    "list_room_workers",
+    "list_workers",
+    "remove_worker",
+]

@@ -1,0 +1,1 @@
+"""Storage: table models, engines and transactions, and the few dialect-specific statements."""

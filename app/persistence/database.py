@@ -1,0 +1,94 @@
+"""Engines and transactions.
+
+SQLite (embedded default): one writer connection whose transactions start with
+``BEGIN IMMEDIATE`` (writes queue in-process on the pool, never on ``database is locked``),
+plus a small pool of readers that run concurrently under WAL. PostgreSQL: one pool;
+writes rely on row locks and guarded ``UPDATE … WHERE`` statements.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from sqlalchemy import event
+from sqlalchemy.engine import make_url
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+
+from app.settings import Settings
+
+
+def _sqlite_engine(url: str, settings: Settings, *, writer: bool) -> AsyncEngine:
+    engine = create_async_engine(
+        url,
+        pool_size=1 if writer else max(2, settings.db_pool_size // 2),
+        max_overflow=0,
+        pool_timeout=60,
+    )
+    begin_sql = "BEGIN IMMEDIATE" if writer else "BEGIN"
+
+    @event.listens_for(engine.sync_engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        # Take over transaction control from the sqlite3 module (SQLAlchemy's recipe).
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute(f"PRAGMA synchronous={settings.sqlite_synchronous}")
+        cursor.execute(f"PRAGMA busy_timeout={settings.sqlite_busy_timeout_ms}")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.close()
+
+    @event.listens_for(engine.sync_engine, "begin")
+    def _on_begin(connection: Any) -> None:
+        connection.exec_driver_sql(begin_sql)
+
+    return engine
+
+
+class Database:
+    """Hands out short transactions; nothing holds a connection across an ``await`` on
+    anything but the database itself."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.url = settings.database_url
+        self.dialect = make_url(self.url).get_backend_name()
+        if self.dialect == "sqlite":
+            self._writer = _sqlite_engine(self.url, settings, writer=True)
+            self._reader = _sqlite_engine(self.url, settings, writer=False)
+        elif self.dialect == "postgresql":
+            engine = create_async_engine(
+                self.url,
+                pool_size=settings.db_pool_size,
+                max_overflow=settings.db_pool_size,
+                pool_pre_ping=False,
+            )
+            self._writer = self._reader = engine
+        else:
+            raise ValueError(f"unsupported database {self.dialect!r}: use sqlite or postgresql")
+
+    @property
+    def is_sqlite(self) -> bool:
+        return self.dialect == "sqlite"
+
+    @property
+    def engine(self) -> AsyncEngine:
+        """The engine that may write (for migrations and DDL)."""
+        return self._writer
+
+    @asynccontextmanager
+    async def write(self) -> AsyncIterator[AsyncConnection]:
+        """A transaction that may write; commits on success, rolls back on error."""
+        async with self._writer.begin() as conn:
+            yield conn
+
+    @asynccontextmanager
+    async def read(self) -> AsyncIterator[AsyncConnection]:
+        async with self._reader.connect() as conn:
+            yield conn
+
+    async def dispose(self) -> None:
+        await self._writer.dispose()
+        if self._reader is not self._writer:
+            await self._reader.dispose()

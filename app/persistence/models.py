@@ -1,0 +1,132 @@
+"""Table models. Alembic owns the schema; ``tests/persistence/test_migrations.py`` proves
+these models and the migrations never drift."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+from sqlalchemy import Column, ForeignKey, Index, String, Text, UniqueConstraint, text
+from sqlmodel import Field, SQLModel
+
+from app.persistence.types import JSONDocument, UTCDateTime, new_id, utcnow
+
+metadata = SQLModel.metadata
+metadata.naming_convention = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+}
+
+
+class User(SQLModel, table=True):
+    __tablename__ = "app_user"
+
+    id: UUID = Field(default_factory=new_id, primary_key=True)
+    name: str = Field(sa_type=String(128), unique=True)
+    is_superuser: bool = Field(default=False)
+    created_at: datetime = Field(default_factory=utcnow, sa_type=UTCDateTime)
+
+
+class ApiToken(SQLModel, table=True):
+    """A bearer token, stored as the SHA-256 of the secret (tokens are 256-bit random)."""
+
+    __tablename__ = "api_token"
+
+    id: UUID = Field(default_factory=new_id, primary_key=True)
+    user_id: UUID = Field(
+        sa_column=Column(ForeignKey("app_user.id", ondelete="CASCADE"), nullable=False, index=True)
+    )
+    token_hash: str = Field(sa_type=String(64), unique=True)
+    created_at: datetime = Field(default_factory=utcnow, sa_type=UTCDateTime)
+
+
+class Worker(SQLModel, table=True):
+    __tablename__ = "worker"
+
+    id: UUID = Field(default_factory=new_id, primary_key=True)
+    user_id: UUID = Field(
+        sa_column=Column(ForeignKey("app_user.id", ondelete="CASCADE"), nullable=False, index=True)
+    )
+    last_heartbeat: datetime = Field(default_factory=utcnow, sa_type=UTCDateTime, index=True)
+    created_at: datetime = Field(default_factory=utcnow, sa_type=UTCDateTime)
+
+
+class Job(SQLModel, table=True):
+    """A runnable job. Never hard-deleted: ``deleted`` marks an orphan; history stays."""
+
+    __tablename__ = "job"
+    __table_args__ = (UniqueConstraint("room_id", "category", "name"),)
+
+    id: UUID = Field(default_factory=new_id, primary_key=True)
+    room_id: str = Field(sa_type=String(128))
+    category: str = Field(sa_type=String(64))
+    name: str = Field(sa_type=String(128))
+    schema_: dict[str, Any] = Field(
+        default_factory=dict, sa_column=Column("schema", JSONDocument, nullable=False)
+    )
+    deleted: bool = Field(default=False)
+    created_at: datetime = Field(default_factory=utcnow, sa_type=UTCDateTime)
+    updated_at: datetime = Field(default_factory=utcnow, sa_type=UTCDateTime)
+
+
+class WorkerJobLink(SQLModel, table=True):
+    __tablename__ = "worker_job_link"
+
+    worker_id: UUID = Field(
+        sa_column=Column(ForeignKey("worker.id", ondelete="CASCADE"), primary_key=True)
+    )
+    job_id: UUID = Field(
+        sa_column=Column(ForeignKey("job.id", ondelete="CASCADE"), primary_key=True, index=True)
+    )
+
+
+class Task(SQLModel, table=True):
+    """One invocation of a job. ``worker_id`` has no foreign key on purpose: the task keeps
+    the id of the worker that ran it after that worker is gone."""
+
+    __tablename__ = "task"
+    __table_args__ = (
+        # The claim queue: only pending rows, in FIFO order per job.
+        Index(
+            "ix_task_pending_queue",
+            "job_id",
+            "created_at",
+            "id",
+            sqlite_where=text("status = 'pending'"),
+            postgresql_where=text("status = 'pending'"),
+        ),
+        Index("ix_task_room_created", "room_id", "created_at"),
+        Index("ix_task_job_room_created", "job_id", "room_id", "created_at"),
+        Index("ix_task_worker_status", "worker_id", "status"),
+    )
+
+    id: UUID = Field(default_factory=new_id, primary_key=True)
+    job_id: UUID = Field(sa_column=Column(ForeignKey("job.id"), nullable=False))
+    room_id: str = Field(sa_type=String(128))
+    status: str = Field(sa_type=String(16))
+    payload: dict[str, Any] = Field(
+        default_factory=dict, sa_column=Column(JSONDocument, nullable=False)
+    )
+    created_at: datetime = Field(default_factory=utcnow, sa_type=UTCDateTime)
+    started_at: datetime | None = Field(default=None, sa_type=UTCDateTime)
+    completed_at: datetime | None = Field(default=None, sa_type=UTCDateTime)
+    worker_id: UUID | None = Field(default=None)
+    error: str | None = Field(default=None, sa_type=Text)
+    submitted_by: UUID | None = Field(
+        default=None,
+        sa_column=Column(ForeignKey("app_user.id", ondelete="SET NULL"), nullable=True),
+    )
+    claim_token: UUID | None = Field(default=None)
+    attempt: int = Field(default=0)
+
+
+user_table = User.__table__
+token_table = ApiToken.__table__
+worker_table = Worker.__table__
+job_table = Job.__table__
+link_table = WorkerJobLink.__table__
+task_table = Task.__table__

@@ -1,0 +1,61 @@
+"""Runtime configuration, read from ``TASKHUB_*`` environment variables."""
+
+from __future__ import annotations
+
+from functools import cached_property
+from typing import Annotated
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+DEFAULT_SQLITE_URL = "sqlite+aiosqlite:///taskhub.db"
+
+
+class Settings(BaseSettings):
+    """Every knob of the hub; see the configuration table in the README."""
+
+    model_config = SettingsConfigDict(env_prefix="TASKHUB_", extra="ignore")
+
+    database_url: str = DEFAULT_SQLITE_URL
+    redis_url: str | None = None
+    admin_token: str | None = Field(default=None, repr=False)
+    allowed_categories: Annotated[list[str], NoDecode] = ["modifiers", "selections", "analysis"]
+
+    worker_timeout_seconds: float = Field(default=60, gt=0)
+    sweeper_interval_seconds: float = Field(default=30, gt=0)
+    internal_task_timeout_seconds: float = Field(default=3600, gt=0)
+    long_poll_max_wait_seconds: int = Field(default=60, ge=0)
+
+    max_body_bytes: int = Field(default=1_048_576, gt=0)
+    db_pool_size: int = Field(default=10, gt=0)
+    sqlite_synchronous: str = "FULL"
+    sqlite_busy_timeout_ms: int = Field(default=5000, ge=0)
+    auth_cache_seconds: float = Field(default=5.0, ge=0)
+
+    host: str = "127.0.0.1"
+    port: int = 8000
+    log_level: str = "info"
+
+    @field_validator("allowed_categories", mode="before")
+    @classmethod
+    def _split_categories(cls, value: object) -> object:
+        if isinstance(value, str):
+            stripped = value.strip()
+            if stripped.startswith("["):
+                import json
+
+                return json.loads(stripped)
+            return [part.strip() for part in stripped.split(",") if part.strip()]
+        return value
+
+    @field_validator("sqlite_synchronous")
+    @classmethod
+    def _check_synchronous(cls, value: str) -> str:
+        value = value.upper()
+        if value not in {"OFF", "NORMAL", "FULL", "EXTRA"}:
+            raise ValueError("must be one of OFF, NORMAL, FULL, EXTRA")
+        return value
+
+    @cached_property
+    def is_sqlite(self) -> bool:
+        return self.database_url.startswith("sqlite")

@@ -1,0 +1,169 @@
+"""A thin layer over Starlette routes: authentication, typed parsing of path, query and
+body (with size limits), and a record of each endpoint's models for the OpenAPI document."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+from uuid import UUID
+
+import orjson
+from pydantic import BaseModel, ValidationError
+from starlette.requests import Request
+from starlette.responses import Response
+
+from app.domain.errors import PayloadTooLarge, Unauthorized, ValidationFailed
+from app.domain.records import Principal
+from app.runtime import Hub
+
+M = TypeVar("M", bound=BaseModel)
+JSON_MEDIA_TYPE = "application/json"
+_BEARER = re.compile(r"^\s*Bearer\s+(\S+)\s*$", re.IGNORECASE)
+
+
+def json_response(
+    content: BaseModel | dict[str, Any],
+    status: int = 200,
+    headers: dict[str, str] | None = None,
+) -> Response:
+    body = (
+        content.model_dump_json().encode()
+        if isinstance(content, BaseModel)
+        else orjson.dumps(content)
+    )
+    return Response(body, status_code=status, media_type=JSON_MEDIA_TYPE, headers=headers)
+
+
+def _errors(exc: ValidationError, where: str) -> list[dict[str, Any]]:
+    return [
+        {"loc": [where, *(str(part) for part in error["loc"])], "msg": error["msg"]}
+        for error in exc.errors(include_url=False, include_input=False)
+    ]
+
+
+class ApiRequest:
+    """What a handler sees: the hub, the caller, and typed accessors for its input."""
+
+    __slots__ = ("hub", "principal", "request")
+
+    def __init__(self, request: Request, hub: Hub, principal: Principal) -> None:
+        self.request = request
+        self.hub = hub
+        self.principal = principal
+
+    def path(self, name: str) -> str:
+        return self.request.path_params[name]
+
+    def uuid(self, name: str) -> UUID:
+        raw = self.request.path_params[name]
+        try:
+            return UUID(raw)
+        except (ValueError, TypeError):
+            raise ValidationFailed(
+                f"{name} must be a UUID.",
+                errors=[{"loc": ["path", name], "msg": "Input should be a valid UUID"}],
+            ) from None
+
+    def query(self, model: type[M]) -> M:
+        try:
+            return model.model_validate(dict(self.request.query_params))
+        except ValidationError as exc:
+            raise ValidationFailed(
+                "Invalid query parameters.", errors=_errors(exc, "query")
+            ) from None
+
+    def header(self, name: str) -> str | None:
+        return self.request.headers.get(name)
+
+    async def body(self, model: type[M]) -> M:
+        raw = await self._read_limited(self.hub.settings.max_body_bytes)
+        try:
+            data = orjson.loads(raw) if raw else None
+        except orjson.JSONDecodeError as exc:
+            raise ValidationFailed(
+                "Request body is not valid JSON.",
+                errors=[{"loc": ["body"], "msg": f"Invalid JSON: {exc}"}],
+            ) from None
+        if not isinstance(data, dict):
+            raise ValidationFailed(
+                "Request body must be a JSON object.",
+                errors=[{"loc": ["body"], "msg": "Input should be a JSON object"}],
+            )
+        try:
+            return model.model_validate(data)
+        except ValidationError as exc:
+            raise ValidationFailed("Invalid request body.", errors=_errors(exc, "body")) from None
+
+    async def _read_limited(self, limit: int) -> bytes:
+        declared = self.request.headers.get("content-length")
+        if declared is not None and declared.isdigit() and int(declared) > limit:
+            raise PayloadTooLarge(f"Request bodies are limited to {limit} bytes.")
+        chunks: list[bytes] = []
+        size = 0
+        async for chunk in self.request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise PayloadTooLarge(f"Request bodies are limited to {limit} bytes.")
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+
+Handler = Callable[[ApiRequest], Awaitable[Response]]
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """One REST operation and the models that describe it."""
+
+    method: str
+    path: str
+    handler: Handler
+    summary: str
+    status: int = 200
+    body: type[BaseModel] | None = None
+    query: type[BaseModel] | None = None
+    response: Any = None
+    errors: tuple[int, ...] = ()
+    headers: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def handler_endpoint(self) -> Callable[[Request], Awaitable[Response]]:
+        """The Starlette endpoint: authenticate, then call the handler."""
+        return _authenticated(self.handler)
+
+
+async def authenticate(request: Request, hub: Hub) -> Principal:
+    match = _BEARER.match(request.headers.get("authorization", ""))
+    if match is None:
+        raise Unauthorized("Missing bearer token (Authorization: Bearer <token>).")
+    principal = await hub.auth.authenticate(match.group(1))
+    if principal is None:
+        raise Unauthorized("Invalid or revoked token.")
+    return principal
+
+
+class Api:
+    """Collects a module's endpoints."""
+
+    def __init__(self) -> None:
+        self.endpoints: list[Endpoint] = []
+
+    def route(self, method: str, path: str, **meta: Any) -> Callable[[Handler], Handler]:
+        def register(handler: Handler) -> Handler:
+            summary = (handler.__doc__ or handler.__name__).strip().splitlines()[0]
+            self.endpoints.append(Endpoint(method, path, handler, summary, **meta))
+            return handler
+
+        return register
+
+
+def _authenticated(handler: Handler) -> Callable[[Request], Awaitable[Response]]:
+    async def endpoint(request: Request) -> Response:
+        hub: Hub = request.app.state.hub
+        principal = await authenticate(request, hub)
+        return await handler(ApiRequest(request, hub, principal))
+
+    endpoint.__name__ = handler.__name__
+    return endpoint

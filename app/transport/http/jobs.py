@@ -1,0 +1,81 @@
+"""``/v1/joblib/rooms/{room_id}/jobs`` and the room's worker list."""
+
+from __future__ import annotations
+
+from starlette.responses import Response
+
+from app.domain.services import jobs as service
+from app.domain.services import workers as worker_service
+from app.transport.http.api import Api, ApiRequest, json_response
+from app.transport.http.schemas import (
+    JobOut,
+    JobRegisterIn,
+    JobSummaryOut,
+    PageOut,
+    PageQuery,
+    WorkerSummaryOut,
+    page_of,
+)
+
+api = Api()
+
+
+@api.route(
+    "PUT",
+    "/rooms/{room_id}/jobs",
+    status=201,
+    body=JobRegisterIn,
+    response=JobOut,
+    errors=(400, 403, 404, 409, 413, 422),
+)
+async def register_job(req: ApiRequest) -> Response:
+    """Register a job in a room (201 new or revived, 200 identical re-registration)."""
+    body = await req.body(JobRegisterIn)
+    registration, events = await service.register_job(
+        req.hub.db,
+        req.principal,
+        req.path("room_id"),
+        category=body.category,
+        name=body.name,
+        schema=body.schema_,
+        worker_id=body.worker_id,
+        allowed_categories=req.hub.settings.allowed_categories,
+    )
+    await req.hub.publisher.publish(events)
+    return json_response(
+        JobOut.of(registration.job, registration.worker_id),
+        201 if registration.created else 200,
+    )
+
+
+@api.route(
+    "GET", "/rooms/{room_id}/jobs", query=PageQuery, response=PageOut[JobSummaryOut], errors=(400,)
+)
+async def list_jobs(req: ApiRequest) -> Response:
+    """The room's live jobs plus @global and @internal ones."""
+    page = req.query(PageQuery)
+    result = await service.list_jobs(req.hub.db, req.path("room_id"), page.limit, page.offset)
+    return json_response(page_of(JobSummaryOut, result))
+
+
+@api.route("GET", "/rooms/{room_id}/jobs/{full_name:path}", response=JobOut, errors=(400, 404))
+async def get_job(req: ApiRequest) -> Response:
+    """One job, by full name, as seen from the room."""
+    record = await service.get_job(req.hub.db, req.path("room_id"), req.path("full_name"))
+    return json_response(JobOut.of(record))
+
+
+@api.route(
+    "GET",
+    "/rooms/{room_id}/workers",
+    query=PageQuery,
+    response=PageOut[WorkerSummaryOut],
+    errors=(400,),
+)
+async def list_room_workers(req: ApiRequest) -> Response:
+    """Workers serving jobs visible from the room."""
+    page = req.query(PageQuery)
+    result = await worker_service.list_room_workers(
+        req.hub.db, req.path("room_id"), page.limit, page.offset
+    )
+    return json_response(page_of(WorkerSummaryOut, result))

@@ -1,0 +1,89 @@
+"""RFC 9457 problem details for every error, including the framework's own 404/405 and
+unexpected 500s (which never leak a stack trace)."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import orjson
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+
+from app.domain.errors import DomainError
+
+log = logging.getLogger(__name__)
+
+PROBLEM_MEDIA_TYPE = "application/problem+json"
+_STATUS_SLUGS = {
+    400: ("bad-request", "Bad Request"),
+    401: ("unauthorized", "Unauthorized"),
+    403: ("forbidden", "Forbidden"),
+    404: ("not-found", "Not Found"),
+    405: ("method-not-allowed", "Method Not Allowed"),
+    413: ("payload-too-large", "Payload Too Large"),
+    500: ("internal-error", "Internal Server Error"),
+}
+
+
+def problem_body(
+    status: int, slug: str, title: str, detail: str, errors: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "type": f"/v1/problems/{slug}",
+        "title": title,
+        "status": status,
+        "detail": detail,
+    }
+    if errors is not None:
+        body["errors"] = errors
+    return body
+
+
+def problem_response(
+    status: int,
+    slug: str,
+    title: str,
+    detail: str,
+    *,
+    errors: list[dict[str, Any]] | None = None,
+    headers: dict[str, str] | None = None,
+) -> Response:
+    return Response(
+        orjson.dumps(problem_body(status, slug, title, detail, errors)),
+        status_code=status,
+        media_type=PROBLEM_MEDIA_TYPE,
+        headers=headers,
+    )
+
+
+async def domain_error_handler(_request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, DomainError)
+    headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
+    return problem_response(
+        exc.status, exc.slug, exc.title, exc.detail, errors=exc.errors, headers=headers
+    )
+
+
+async def http_error_handler(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    slug, title = _STATUS_SLUGS.get(exc.status_code, ("http-error", "HTTP error"))
+    detail = exc.detail if exc.status_code != 404 else f"No route for {request.url.path}."
+    if exc.status_code == 405:
+        detail = f"{request.method} is not allowed on {request.url.path}."
+    return problem_response(exc.status_code, slug, title, str(detail), headers=exc.headers)
+
+
+async def unexpected_error_handler(request: Request, exc: Exception) -> Response:
+    log.error("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
+    return problem_response(
+        500, "internal-error", "Internal Server Error", "The server failed to handle the request."
+    )
+
+
+EXCEPTION_HANDLERS = {
+    DomainError: domain_error_handler,
+    HTTPException: http_error_handler,
+    Exception: unexpected_error_handler,
+}

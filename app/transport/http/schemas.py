@@ -1,0 +1,176 @@
+"""Wire models of the REST API (PROTOCOL.md, "Objects"). The OpenAPI document is built from
+these same models."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Generic, TypeVar
+from uuid import UUID
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from app.domain.records import JobRecord, Page, TaskRecord, WorkerRecord
+from app.domain.states import TaskStatus
+
+T = TypeVar("T")
+
+
+class WorkerOut(BaseModel):
+    id: UUID
+    last_heartbeat: datetime
+
+    @classmethod
+    def of(cls, record: WorkerRecord) -> WorkerOut:
+        return cls(id=record.id, last_heartbeat=record.last_heartbeat)
+
+
+class WorkerSummaryOut(WorkerOut):
+    job_count: int
+
+    @classmethod
+    def of(cls, record: WorkerRecord) -> WorkerSummaryOut:
+        return cls(id=record.id, last_heartbeat=record.last_heartbeat, job_count=record.job_count)
+
+
+class JobRegisterIn(BaseModel):
+    category: str = Field(max_length=64)
+    name: str = Field(max_length=128)
+    schema_: dict[str, Any] = Field(default_factory=dict, alias="schema")
+    worker_id: UUID | None = None
+
+
+class JobOut(BaseModel):
+    model_config = ConfigDict(populate_by_name=True, serialize_by_alias=True)
+
+    id: UUID
+    room_id: str
+    category: str
+    name: str
+    full_name: str
+    schema_: dict[str, Any] = Field(alias="schema")
+    workers: list[UUID]
+    worker_id: UUID | None = None
+
+    @classmethod
+    def of(cls, record: JobRecord, worker_id: UUID | None = None) -> JobOut:
+        return cls(
+            id=record.id,
+            room_id=record.room_id,
+            category=record.category,
+            name=record.name,
+            full_name=record.full_name,
+            schema_=record.schema,
+            workers=record.workers,
+            worker_id=worker_id,
+        )
+
+
+class JobSummaryOut(BaseModel):
+    full_name: str
+    category: str
+    name: str
+    workers: list[UUID]
+
+    @classmethod
+    def of(cls, record: JobRecord) -> JobSummaryOut:
+        return cls(
+            full_name=record.full_name,
+            category=record.category,
+            name=record.name,
+            workers=record.workers,
+        )
+
+
+class TaskSubmitIn(BaseModel):
+    payload: dict[str, Any] = Field(default_factory=dict)
+
+
+class TaskOut(BaseModel):
+    id: UUID
+    job_name: str
+    room_id: str
+    status: TaskStatus
+    created_at: datetime
+    started_at: datetime | None
+    completed_at: datetime | None
+    worker_id: UUID | None
+    error: str | None
+    payload: dict[str, Any]
+    queue_position: int | None
+    attempt: int
+
+    @classmethod
+    def of(cls, record: TaskRecord) -> TaskOut:
+        return cls(
+            id=record.id,
+            job_name=record.job_name,
+            room_id=record.room_id,
+            status=record.status,
+            created_at=record.created_at,
+            started_at=record.started_at,
+            completed_at=record.completed_at,
+            worker_id=record.worker_id,
+            error=record.error,
+            payload=record.payload,
+            queue_position=record.queue_position,
+            attempt=record.attempt,
+        )
+
+
+class ClaimedTaskOut(TaskOut):
+    claim_token: UUID | None
+
+    @classmethod
+    def of(cls, record: TaskRecord) -> ClaimedTaskOut:
+        base = TaskOut.of(record).model_dump()
+        return cls(**base, claim_token=record.claim_token)
+
+
+class TaskClaimIn(BaseModel):
+    worker_id: UUID
+    max_tasks: int | None = Field(default=None, ge=1, le=100)
+
+
+class TaskClaimOut(BaseModel):
+    task: ClaimedTaskOut | None
+    tasks: list[ClaimedTaskOut] | None = None
+
+
+class TaskUpdateIn(BaseModel):
+    status: TaskStatus
+    error: str | None = Field(default=None, max_length=65_536)
+    claim_token: UUID | None = None
+
+
+class PageQuery(BaseModel):
+    limit: int = Field(default=50, ge=0, le=500)
+    offset: int = Field(default=0, ge=0)
+
+
+class TaskPageQuery(PageQuery):
+    status: TaskStatus | None = None
+
+
+class PageOut(BaseModel, Generic[T]):
+    items: list[T]
+    total: int
+    limit: int
+    offset: int
+
+
+class ProblemOut(BaseModel):
+    type: str
+    title: str
+    status: int
+    detail: str
+    errors: list[dict[str, Any]] | None = None
+
+
+def page_of(model: Any, page: Page[Any]) -> PageOut[Any]:
+    """Serialise a service ``Page`` of records with ``model.of``."""
+    return PageOut[model](  # type: ignore[valid-type]
+        items=[model.of(item) for item in page.items],
+        total=page.total,
+        limit=page.limit,
+        offset=page.offset,
+    )

@@ -1,0 +1,176 @@
+"""Task endpoints: submit, claim, update, read (with long-poll), list."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+
+from starlette.responses import Response
+
+from app.domain.records import TaskRecord
+from app.domain.services import tasks as service
+from app.domain.states import is_terminal
+from app.transport.http.api import Api, ApiRequest, json_response
+from app.transport.http.schemas import (
+    ClaimedTaskOut,
+    PageOut,
+    TaskClaimIn,
+    TaskClaimOut,
+    TaskOut,
+    TaskPageQuery,
+    TaskSubmitIn,
+    TaskUpdateIn,
+    page_of,
+)
+
+api = Api()
+_PREFER_WAIT = re.compile(r"(?:^|[;,\s])wait=(\d+)\b")
+# Long-polls wake on events; this slow re-read only covers a wake-up that never arrives.
+SAFETY_RECHECK_SECONDS = 5.0
+
+
+@api.route(
+    "POST",
+    "/rooms/{room_id}/tasks/{full_name:path}",
+    status=202,
+    body=TaskSubmitIn,
+    response=TaskOut,
+    errors=(400, 404, 413, 422, 503),
+    headers={"Location": "URL of the task", "Retry-After": "seconds before polling"},
+)
+async def submit_task(req: ApiRequest) -> Response:
+    """Submit a task of a job visible from the room."""
+    body = await req.body(TaskSubmitIn)
+    record, events = await service.submit_task(
+        req.hub.db,
+        req.principal,
+        req.path("room_id"),
+        req.path("full_name"),
+        body.payload,
+        req.hub.internal,
+    )
+    await req.hub.publisher.publish(events)
+    return json_response(
+        TaskOut.of(record),
+        202,
+        headers={"Location": f"/v1/joblib/tasks/{record.id}", "Retry-After": "1"},
+    )
+
+
+@api.route("POST", "/tasks/claim", body=TaskClaimIn, response=TaskClaimOut, errors=(403, 404, 422))
+async def claim_task(req: ApiRequest) -> Response:
+    """Claim the oldest pending task(s) of the worker's jobs."""
+    body = await req.body(TaskClaimIn)
+    records, events = await service.claim_tasks(
+        req.hub.db, req.principal, body.worker_id, body.max_tasks or 1
+    )
+    await req.hub.publisher.publish(events)
+    claimed = [ClaimedTaskOut.of(record) for record in records]
+    reply = TaskClaimOut(task=claimed[0] if claimed else None, tasks=claimed).model_dump(
+        mode="json"
+    )
+    if body.max_tasks is None:  # the batch list is an opt-in extension of the protocol
+        del reply["tasks"]
+    return json_response(reply)
+
+
+@api.route("GET", "/tasks/{task_id}", response=TaskOut, errors=(404, 422))
+async def get_task(req: ApiRequest) -> Response:
+    """Read a task; with ``Prefer: wait=N`` wait until it ends (or N seconds pass)."""
+    task_id = req.uuid("task_id")
+    wait = _requested_wait(req.header("prefer"), req.hub.settings.long_poll_max_wait_seconds)
+    if wait <= 0:
+        return json_response(TaskOut.of(await service.get_task(req.hub.db, task_id)))
+    with req.hub.waiters.watch(task_id) as wake:
+        record = await service.get_task(req.hub.db, task_id)
+        if is_terminal(record.status):
+            return json_response(TaskOut.of(record))
+        record = await _wait_for_end(req, record, wake, wait)
+    return json_response(TaskOut.of(record), headers={"Preference-Applied": f"wait={wait}"})
+
+
+async def _wait_for_end(
+    req: ApiRequest, record: TaskRecord, wake: asyncio.Event, wait: float
+) -> TaskRecord:
+    """Wait holding no database connection; re-read when woken or, rarely, as a fallback."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + wait
+    while not is_terminal(record.status):
+        remaining = deadline - loop.time()
+        if remaining <= 0:
+            break
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(wake.wait(), min(remaining, SAFETY_RECHECK_SECONDS))
+        wake.clear()
+        record = await service.get_task(req.hub.db, record.id)
+    return record
+
+
+def _requested_wait(prefer: str | None, cap: int) -> int:
+    if not prefer:
+        return 0
+    match = _PREFER_WAIT.search(prefer)
+    if match is None:
+        return 0
+    return min(int(match.group(1)), cap)
+
+
+@api.route(
+    "PATCH",
+    "/tasks/{task_id}",
+    body=TaskUpdateIn,
+    response=TaskOut,
+    errors=(403, 404, 409, 413, 422),
+)
+async def update_task(req: ApiRequest) -> Response:
+    """Move a task through its state machine."""
+    task_id = req.uuid("task_id")
+    body = await req.body(TaskUpdateIn)
+    record, events = await service.update_task(
+        req.hub.db,
+        req.principal,
+        task_id,
+        status=body.status,
+        error=body.error,
+        claim_token=body.claim_token,
+    )
+    await req.hub.publisher.publish(events)
+    return json_response(TaskOut.of(record))
+
+
+@api.route(
+    "GET",
+    "/rooms/{room_id}/tasks",
+    query=TaskPageQuery,
+    response=PageOut[TaskOut],
+    errors=(400, 422),
+)
+async def list_room_tasks(req: ApiRequest) -> Response:
+    """Tasks submitted into the room, newest first."""
+    query = req.query(TaskPageQuery)
+    page = await service.list_room_tasks(
+        req.hub.db, req.path("room_id"), query.status, query.limit, query.offset
+    )
+    return json_response(page_of(TaskOut, page))
+
+
+@api.route(
+    "GET",
+    "/rooms/{room_id}/jobs/{full_name:path}/tasks",
+    query=TaskPageQuery,
+    response=PageOut[TaskOut],
+    errors=(400, 404, 422),
+)
+async def list_job_tasks(req: ApiRequest) -> Response:
+    """Tasks of one job submitted into the room, newest first."""
+    query = req.query(TaskPageQuery)
+    page = await service.list_job_tasks(
+        req.hub.db,
+        req.path("room_id"),
+        req.path("full_name"),
+        query.status,
+        query.limit,
+        query.offset,
+    )
+    return json_response(page_of(TaskOut, page))

@@ -1,0 +1,41 @@
+"""``/v1/joblib/workers``: create, heartbeat, list, delete."""
+
+from __future__ import annotations
+
+from starlette.responses import Response
+
+from app.domain.services import workers as service
+from app.transport.http.api import Api, ApiRequest, json_response
+from app.transport.http.schemas import PageOut, PageQuery, WorkerOut, WorkerSummaryOut, page_of
+
+api = Api()
+
+
+@api.route("POST", "/workers", status=201, response=WorkerOut)
+async def create_worker(req: ApiRequest) -> Response:
+    """Create a worker owned by the caller."""
+    record = await service.create_worker(req.hub.db, req.principal)
+    return json_response(WorkerOut.of(record), 201)
+
+
+@api.route("GET", "/workers", query=PageQuery, response=PageOut[WorkerSummaryOut])
+async def list_workers(req: ApiRequest) -> Response:
+    """List all workers, newest first."""
+    page = req.query(PageQuery)
+    result = await service.list_workers(req.hub.db, page.limit, page.offset)
+    return json_response(page_of(WorkerSummaryOut, result))
+
+
+@api.route("PATCH", "/workers/{worker_id}", response=WorkerOut, errors=(403, 404, 422))
+async def heartbeat(req: ApiRequest) -> Response:
+    """Heartbeat: record that the worker is alive."""
+    record = await service.heartbeat(req.hub.db, req.principal, req.uuid("worker_id"))
+    return json_response(WorkerOut.of(record))
+
+
+@api.route("DELETE", "/workers/{worker_id}", status=204, errors=(403, 404, 422))
+async def delete_worker(req: ApiRequest) -> Response:
+    """Remove a worker: its running tasks fail, orphaned jobs are soft-deleted."""
+    events = await service.delete_worker(req.hub.db, req.principal, req.uuid("worker_id"))
+    await req.hub.publisher.publish(events)
+    return Response(status_code=204)

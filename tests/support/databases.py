@@ -1,0 +1,65 @@
+"""Real databases for tests: a SQLite file per test, a PostgreSQL database per session.
+
+PostgreSQL must be reachable (``TASKHUB_TEST_POSTGRES_URL``); if it is not, the tests that
+need it fail: they are never skipped."""
+
+from __future__ import annotations
+
+import os
+import uuid
+
+import asyncpg
+from sqlalchemy import text
+from sqlalchemy.engine import make_url
+
+from app.persistence.database import Database
+from app.persistence.migrations import head_revision
+from app.persistence.models import metadata
+
+POSTGRES_URL = os.environ.get(
+    "TASKHUB_TEST_POSTGRES_URL", "postgresql+asyncpg://postgres@127.0.0.1:5432/test"
+)
+REDIS_URL = os.environ.get("TASKHUB_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+TABLES = ("task", "worker_job_link", "worker", "job", "api_token", "app_user")
+
+
+def _asyncpg_dsn(url: str) -> str:
+    return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+
+
+async def create_postgres_database(prefix: str = "taskhub_test") -> str:
+    """Create an empty database; returns its SQLAlchemy URL."""
+    name = f"{prefix}_{uuid.uuid4().hex[:12]}"
+    conn = await asyncpg.connect(_asyncpg_dsn(POSTGRES_URL))
+    try:
+        await conn.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        await conn.close()
+    return make_url(POSTGRES_URL).set(database=name).render_as_string(hide_password=False)
+
+
+async def drop_postgres_database(url: str) -> None:
+    name = make_url(url).database
+    conn = await asyncpg.connect(_asyncpg_dsn(POSTGRES_URL))
+    try:
+        await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    finally:
+        await conn.close()
+
+
+async def create_schema_from_models(db: Database) -> None:
+    """Build the schema from the models and mark it current (the migrations test proves the
+    two are the same schema)."""
+    async with db.engine.begin() as conn:
+        await conn.run_sync(metadata.create_all)
+        await conn.execute(
+            text("CREATE TABLE alembic_version (version_num VARCHAR(32) PRIMARY KEY)")
+        )
+        await conn.execute(
+            text("INSERT INTO alembic_version VALUES (:v)"), {"v": head_revision()}
+        )
+
+
+async def truncate_all(db: Database) -> None:
+    async with db.engine.begin() as conn:
+        await conn.execute(text(f"TRUNCATE {', '.join(TABLES)} CASCADE"))
