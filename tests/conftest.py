@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Coroutine, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 import httpx
 import pytest
@@ -22,7 +22,6 @@ from tests.support.databases import (
     drop_postgres_database,
     truncate_all,
 )
-
 
 T = TypeVar("T")
 

@@ -16,13 +16,15 @@ from app.persistence.models import link_table, task_table
 def claim_statement(dialect: str, *, worker_id: UUID, claim_token: UUID, limit: int) -> Executable:
     """Claim up to ``limit`` of the oldest pending tasks of the worker's jobs, atomically.
 
-    PostgreSQL: ``UPDATE … WHERE id IN (SELECT … FOR UPDATE SKIP LOCKED LIMIT n)
-    RETURNING`` — concurrent claimers skip each other's rows instead of waiting or
-    retrying, so no claimer comes back empty while a claimable task exists.
+    PostgreSQL: ``WITH picked AS (SELECT … ORDER BY … LIMIT n FOR UPDATE SKIP LOCKED)
+    UPDATE task … FROM picked RETURNING``. Concurrent claimers skip each other's rows
+    instead of waiting or retrying, so no claimer comes back empty while a claimable task
+    exists. The locking select must sit in a CTE: as ``WHERE id IN (subquery)`` the planner
+    may re-scan it and lock (and claim) more than ``n`` rows.
 
-    SQLite: the same single ``UPDATE … RETURNING``; it runs inside a ``BEGIN IMMEDIATE``
-    transaction (see ``Database.write``), which serialises writers, so ``SKIP LOCKED``
-    is neither needed nor available.
+    SQLite: the same single ``UPDATE … RETURNING`` with ``id IN (subquery)``; it runs inside
+    a ``BEGIN IMMEDIATE`` transaction (see ``Database.write``), which serialises writers, so
+    ``SKIP LOCKED`` is neither needed nor available.
     """
     task = task_table
     candidates = (
@@ -37,11 +39,13 @@ def claim_statement(dialect: str, *, worker_id: UUID, claim_token: UUID, limit: 
         .limit(limit)
     )
     if dialect == "postgresql":
-        candidates = candidates.with_for_update(skip_locked=True)
+        picked = candidates.with_for_update(skip_locked=True).cte("picked")
+        chosen = task.c.id == picked.c.id
+    else:
+        chosen = task.c.id.in_(candidates.scalar_subquery())
     return (
         update(task)
-        .where(task.c.id.in_(candidates.scalar_subquery()))
-        .where(task.c.status == TaskStatus.PENDING.value)
+        .where(chosen, task.c.status == TaskStatus.PENDING.value)
         .values(
             status=TaskStatus.CLAIMED.value,
             worker_id=worker_id,
@@ -49,7 +53,6 @@ def claim_statement(dialect: str, *, worker_id: UUID, claim_token: UUID, limit: 
             attempt=task.c.attempt + 1,
         )
         .returning(*task.c)
-        .execution_options(synchronize_session=False)
     )
 
 

@@ -55,9 +55,7 @@ async def create_schema_from_models(db: Database) -> None:
         await conn.execute(
             text("CREATE TABLE alembic_version (version_num VARCHAR(32) PRIMARY KEY)")
         )
-        await conn.execute(
-            text("INSERT INTO alembic_version VALUES (:v)"), {"v": head_revision()}
-        )
+        await conn.execute(text("INSERT INTO alembic_version VALUES (:v)"), {"v": head_revision()})
 
 
 async def truncate_all(db: Database) -> None:

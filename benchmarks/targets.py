@@ -1,0 +1,229 @@
+"""The servers the throughput benchmark runs against, each started in a subprocess on a free
+127.0.0.1 port and always stopped (SIGTERM, then SIGKILL) when its context exits."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import secrets
+import socket
+import sys
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+import asyncpg
+import httpx
+
+LOCALHOST = "127.0.0.1"
+REPO_ROOT = Path(__file__).resolve().parent.parent
+START_TIMEOUT_SECONDS = 60.0
+STOP_TIMEOUT_SECONDS = 15.0
+MIGRATE_TIMEOUT_SECONDS = 120.0
+
+
+class TargetError(RuntimeError):
+    """A target server could not be prepared or started."""
+
+
+@dataclass(frozen=True)
+class Target:
+    """A running server the benchmark talks to."""
+
+    name: str
+    base_url: str
+    token: str
+
+
+@dataclass(frozen=True)
+class TargetOptions:
+    """What the target factories need to know."""
+
+    workdir: Path
+    log_level: str
+    pg_admin_url: str
+
+
+TargetFactory = Callable[[TargetOptions], AbstractAsyncContextManager[Target]]
+
+
+def require_local(url: str) -> None:
+    """Refuse any URL that does not point at 127.0.0.1."""
+    if urlsplit(url).hostname != LOCALHOST:
+        raise TargetError(f"only {LOCALHOST} is allowed, not {url!r}")
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((LOCALHOST, 0))
+        return int(sock.getsockname()[1])
+
+
+def taskhub_command() -> list[str]:
+    """The ``taskhub`` console script next to this interpreter (else ``python -m app.cli``)."""
+    script = Path(sys.executable).with_name("taskhub")
+    return [str(script)] if script.exists() else [sys.executable, "-m", "app.cli"]
+
+
+def _log_tail(path: Path, lines: int = 20) -> str:
+    if not path.exists():
+        return ""
+    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+
+
+async def _stop(proc: asyncio.subprocess.Process) -> None:
+    if proc.returncode is not None:
+        return
+    proc.terminate()
+    try:
+        await asyncio.wait_for(proc.wait(), STOP_TIMEOUT_SECONDS)
+    except TimeoutError:
+        proc.kill()
+        await proc.wait()
+
+
+async def _wait_healthy(proc: asyncio.subprocess.Process, base_url: str, log: Path) -> None:
+    """Poll ``GET /healthz`` until it answers 200; fail if the process exits or time runs out."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + START_TIMEOUT_SECONDS
+    async with httpx.AsyncClient(base_url=base_url, timeout=2.0, trust_env=False) as client:
+        while loop.time() < deadline:
+            if proc.returncode is not None:
+                raise TargetError(f"server exited with {proc.returncode}:\n{_log_tail(log)}")
+            try:
+                if (await client.get("/healthz")).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            await asyncio.sleep(0.1)
+    raise TargetError(f"server not healthy after {START_TIMEOUT_SECONDS}s:\n{_log_tail(log)}")
+
+
+async def _run_to_end(argv: list[str], env: dict[str, str], log: Path) -> None:
+    """Run a one-shot command (e.g. ``taskhub migrate``) and fail unless it exits with 0."""
+    with log.open("ab") as out:
+        proc = await asyncio.create_subprocess_exec(
+            *argv, env=env, cwd=REPO_ROOT, stdout=out, stderr=asyncio.subprocess.STDOUT
+        )
+    try:
+        async with asyncio.timeout(MIGRATE_TIMEOUT_SECONDS):
+            code = await proc.wait()
+    finally:
+        await _stop(proc)
+    if code != 0:
+        raise TargetError(f"{' '.join(argv)} exited with {code}:\n{_log_tail(log)}")
+
+
+@asynccontextmanager
+async def served(
+    name: str, argv: list[str], env: dict[str, str], port: int, token: str, log: Path
+) -> AsyncIterator[Target]:
+    """Start a server subprocess, wait until it is healthy, yield it, and always stop it."""
+    with log.open("ab") as out:
+        proc = await asyncio.create_subprocess_exec(
+            *argv, env=env, cwd=REPO_ROOT, stdout=out, stderr=asyncio.subprocess.STDOUT
+        )
+    base_url = f"http://{LOCALHOST}:{port}"
+    try:
+        await _wait_healthy(proc, base_url, log)
+        yield Target(name=name, base_url=base_url, token=token)
+    finally:
+        await _stop(proc)
+
+
+def _hub_env(database_url: str, token: str, log_level: str) -> dict[str, str]:
+    """The caller's environment (other ``TASKHUB_*`` knobs pass through) plus ours."""
+    env = dict(os.environ)
+    env.update(
+        TASKHUB_DATABASE_URL=database_url,
+        TASKHUB_ADMIN_TOKEN=token,
+        TASKHUB_LOG_LEVEL=log_level,
+    )
+    env.pop("TASKHUB_REDIS_URL", None)  # in-memory broker: the hub is a single process here
+    return env
+
+
+def _serve_argv(port: int) -> list[str]:
+    return [*taskhub_command(), "serve", "--host", LOCALHOST, "--port", str(port)]
+
+
+@asynccontextmanager
+async def ceiling_target(options: TargetOptions) -> AsyncIterator[Target]:
+    """The trivial in-memory app of ``benchmarks/ceiling_app.py`` under uvicorn."""
+    port, token = free_port(), secrets.token_urlsafe(16)
+    argv = [
+        sys.executable,
+        "-m",
+        "uvicorn",
+        "benchmarks.ceiling_app:app",
+        "--host",
+        LOCALHOST,
+        "--port",
+        str(port),
+        "--log-level",
+        options.log_level,
+        "--app-dir",
+        str(REPO_ROOT),
+    ]
+    env = {**os.environ, "BENCH_CEILING_TOKEN": token}
+    log = options.workdir / "ceiling.log"
+    async with served("ceiling", argv, env, port, token, log) as target:
+        yield target
+
+
+@asynccontextmanager
+async def sqlite_target(options: TargetOptions) -> AsyncIterator[Target]:
+    """``taskhub serve`` on a fresh SQLite file (serve migrates SQLite itself)."""
+    port, token = free_port(), secrets.token_urlsafe(24)
+    url = f"sqlite+aiosqlite:///{options.workdir / 'bench.db'}"
+    env = _hub_env(url, token, options.log_level)
+    log = options.workdir / "sqlite.log"
+    async with served("sqlite", _serve_argv(port), env, port, token, log) as target:
+        yield target
+
+
+async def _pg_admin(admin_url: str, sql: str) -> None:
+    conn = await asyncpg.connect(admin_url, timeout=10)
+    try:
+        await conn.execute(sql)
+    finally:
+        await conn.close()
+
+
+def _database_url(admin_url: str, database: str) -> str:
+    parts = urlsplit(admin_url)
+    return urlunsplit(("postgresql+asyncpg", parts.netloc, f"/{database}", "", ""))
+
+
+@asynccontextmanager
+async def postgres_target(options: TargetOptions) -> AsyncIterator[Target]:
+    """``taskhub migrate`` then ``taskhub serve`` on a fresh PostgreSQL database, dropped
+    afterwards."""
+    require_local(options.pg_admin_url)
+    port, token = free_port(), secrets.token_urlsafe(24)
+    database = f"bench_{secrets.token_hex(6)}"
+    env = _hub_env(_database_url(options.pg_admin_url, database), token, options.log_level)
+    log = options.workdir / "postgres.log"
+    await _pg_admin(options.pg_admin_url, f'CREATE DATABASE "{database}"')
+    try:
+        await _run_to_end([*taskhub_command(), "migrate"], env, log)
+        async with served("postgres", _serve_argv(port), env, port, token, log) as target:
+            yield target
+    finally:
+        await _pg_admin(options.pg_admin_url, f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
+
+
+@asynccontextmanager
+async def external_target(url: str, token: str) -> AsyncIterator[Target]:
+    """An already-running hub (only on 127.0.0.1)."""
+    require_local(url)
+    yield Target(name="url", base_url=url.rstrip("/"), token=token)
+
+
+FACTORIES: dict[str, TargetFactory] = {
+    "ceiling": ceiling_target,
+    "sqlite": sqlite_target,
+    "postgres": postgres_target,
+}

@@ -1,0 +1,378 @@
+"""End-to-end throughput: submitters and HTTP workers racing through one job's tasks.
+
+For each target and each worker count W: register one job with W workers, then run
+``--submitters`` coroutines that submit ``--tasks`` tasks between them while the W workers
+loop claim -> PATCH running -> PATCH completed (sleeping ``--backoff-ms`` after an empty
+claim) until every task is completed. One JSON line per (target, W) goes to stdout; progress
+and a markdown summary table go to stderr.
+
+Run: ``.venv/bin/python -m benchmarks.throughput --tasks 2000 --workers 1,4,16``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import math
+import os
+import sys
+import tempfile
+import time
+import uuid
+from collections import defaultdict
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):  # run as a file: make ``benchmarks`` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import httpx
+
+from benchmarks.targets import (
+    FACTORIES,
+    Target,
+    TargetError,
+    TargetOptions,
+    external_target,
+    require_local,
+)
+
+API = "/v1/joblib"
+JOB = {"category": "modifiers", "name": "Bench", "schema": {}}
+REQUEST_KINDS = ("submit", "claim", "claim_empty", "running", "completed")
+REQUEST_TIMEOUT_SECONDS = 30.0
+HEARTBEAT_SECONDS = 10.0
+DEFAULT_PG_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/test"
+
+
+class BenchError(RuntimeError):
+    """A request answered with an unexpected status."""
+
+
+@dataclass(frozen=True)
+class Scenario:
+    tasks: int
+    submitters: int
+    backoff: float
+    timeout: float
+
+
+@dataclass
+class RunState:
+    """What one run measures, keyed by task id; times are ``time.perf_counter()`` seconds."""
+
+    total: int
+    submitted_at: dict[str, float] = field(default_factory=dict)
+    completed_at: dict[str, float] = field(default_factory=dict)
+    timings: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
+
+    @property
+    def done(self) -> bool:
+        return len(self.completed_at) >= self.total
+
+
+async def call(
+    client: httpx.AsyncClient, method: str, path: str, body: dict[str, Any] | None = None
+) -> tuple[Any, float]:
+    """One request; returns the decoded JSON body (None if empty) and the seconds it took."""
+    start = time.perf_counter()
+    response = await client.request(method, path, json=body)
+    elapsed = time.perf_counter() - start
+    if response.is_error:
+        raise BenchError(f"{method} {path} -> {response.status_code}: {response.text[:300]}")
+    return (response.json() if response.content else None), elapsed
+
+
+async def register_workers(client: httpx.AsyncClient, room: str, count: int) -> list[str]:
+    """Register the job ``count`` times without a worker id: each call creates a worker."""
+    worker_ids = []
+    for _ in range(count):
+        job, _elapsed = await call(client, "PUT", f"{API}/rooms/{room}/jobs", JOB)
+        worker_ids.append(job["worker_id"])
+    return worker_ids
+
+
+async def remove_workers(client: httpx.AsyncClient, worker_ids: list[str]) -> None:
+    """Best effort: delete the run's workers (which also retires its job)."""
+    for worker_id in worker_ids:
+        with contextlib.suppress(BenchError, httpx.HTTPError):
+            await call(client, "DELETE", f"{API}/workers/{worker_id}")
+
+
+async def heartbeat(client: httpx.AsyncClient, worker_ids: list[str]) -> None:
+    """Keep the workers alive through long runs, as a real worker would."""
+    while True:
+        await asyncio.sleep(HEARTBEAT_SECONDS)
+        for worker_id in worker_ids:
+            with contextlib.suppress(BenchError, httpx.HTTPError):
+                await call(client, "PATCH", f"{API}/workers/{worker_id}")
+
+
+async def submitter(client: httpx.AsyncClient, state: RunState, path: str, count: int) -> None:
+    for _ in range(count):
+        task, elapsed = await call(client, "POST", path, {"payload": {}})
+        state.submitted_at[task["id"]] = time.perf_counter()
+        state.timings["submit"].append(elapsed)
+
+
+async def finish(client: httpx.AsyncClient, state: RunState, task_id: str) -> None:
+    """PATCH a claimed task to running, then to completed."""
+    for status in ("running", "completed"):
+        _task, elapsed = await call(client, "PATCH", f"{API}/tasks/{task_id}", {"status": status})
+        state.timings[status].append(elapsed)
+    state.completed_at[task_id] = time.perf_counter()
+
+
+async def worker(
+    client: httpx.AsyncClient, state: RunState, worker_id: str, backoff: float
+) -> None:
+    """Claim and finish tasks until all of the run's tasks are completed."""
+    while not state.done:
+        reply, elapsed = await call(client, "POST", f"{API}/tasks/claim", {"worker_id": worker_id})
+        if reply["task"] is None:
+            state.timings["claim_empty"].append(elapsed)
+            await asyncio.sleep(backoff)
+            continue
+        state.timings["claim"].append(elapsed)
+        await finish(client, state, reply["task"]["id"])
+
+
+def split(total: int, parts: int) -> list[int]:
+    """``total`` as ``parts`` near-equal counts."""
+    return [total // parts + (1 if i < total % parts else 0) for i in range(parts)]
+
+
+async def drive(
+    client: httpx.AsyncClient, state: RunState, scenario: Scenario, job: str, worker_ids: list[str]
+) -> None:
+    """Run submitters and workers concurrently until every task is completed."""
+    room = job.split(":", 1)[0]
+    path = f"{API}/rooms/{room}/tasks/{job}"
+    beat = asyncio.create_task(heartbeat(client, worker_ids))
+    try:
+        async with asyncio.TaskGroup() as group:
+            for count in split(scenario.tasks, scenario.submitters):
+                group.create_task(submitter(client, state, path, count))
+            for worker_id in worker_ids:
+                group.create_task(worker(client, state, worker_id, scenario.backoff))
+    finally:
+        beat.cancel()
+
+
+async def drive_bounded(
+    client: httpx.AsyncClient, state: RunState, scenario: Scenario, job: str, worker_ids: list[str]
+) -> str | None:
+    """``drive`` within the scenario's time limit; returns an error message or None."""
+    error: str | None = None
+    try:
+        async with asyncio.timeout(scenario.timeout):
+            await drive(client, state, scenario, job, worker_ids)
+    except* TimeoutError:
+        error = f"timeout after {scenario.timeout:g}s"
+    except* (BenchError, httpx.HTTPError) as group:
+        error = "; ".join(f"{type(e).__name__}: {e}" for e in group.exceptions[:3])
+    return error
+
+
+def new_client(target: Target, connections: int) -> httpx.AsyncClient:
+    """One client shared by all of a run's coroutines, with a keep-alive connection each."""
+    return httpx.AsyncClient(
+        base_url=target.base_url,
+        headers={"Authorization": f"Bearer {target.token}"},
+        limits=httpx.Limits(max_connections=connections, max_keepalive_connections=connections),
+        timeout=REQUEST_TIMEOUT_SECONDS,
+        trust_env=False,
+    )
+
+
+async def run_scenario(target: Target, workers: int, scenario: Scenario) -> dict[str, Any]:
+    """One (target, W) measurement, in a fresh room."""
+    room = f"bench-w{workers}-{uuid.uuid4().hex[:8]}"
+    job = f"{room}:{JOB['category']}:{JOB['name']}"
+    state = RunState(total=scenario.tasks)
+    async with new_client(target, workers + scenario.submitters + 1) as client:
+        worker_ids = await register_workers(client, room, workers)
+        start = time.perf_counter()
+        try:
+            error = await drive_bounded(client, state, scenario, job, worker_ids)
+            end = max(state.completed_at.values(), default=time.perf_counter())
+        finally:
+            await remove_workers(client, worker_ids)
+    return summarise(target.name, workers, state, end - start, error)
+
+
+def percentile(values: list[float], pct: float) -> float | None:
+    """Nearest-rank percentile."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(pct / 100 * len(ordered)) - 1)]
+
+
+def ms(seconds: float | None) -> float | None:
+    return None if seconds is None else round(seconds * 1000, 2)
+
+
+def summarise(
+    target: str, workers: int, state: RunState, seconds: float, error: str | None
+) -> dict[str, Any]:
+    latencies = [
+        max(0.0, done - state.submitted_at[task_id])
+        for task_id, done in state.completed_at.items()
+        if task_id in state.submitted_at
+    ]
+    completed = len(state.completed_at)
+    requests = {
+        kind: {
+            "count": len(state.timings[kind]),
+            "p50_ms": ms(percentile(state.timings[kind], 50)),
+            "p99_ms": ms(percentile(state.timings[kind], 99)),
+        }
+        for kind in REQUEST_KINDS
+    }
+    return {
+        "target": target,
+        "workers": workers,
+        "tasks": state.total,
+        "completed": completed,
+        "seconds": round(seconds, 3),
+        "tasks_per_s": round(completed / seconds, 1) if seconds > 0 else 0.0,
+        "p50_ms": ms(percentile(latencies, 50)),
+        "p99_ms": ms(percentile(latencies, 99)),
+        "requests": requests,
+        "error": error,
+    }
+
+
+def failed(target: str, workers: int, tasks: int, error: str) -> dict[str, Any]:
+    """The result line of a run that could not take place."""
+    return summarise(target, workers, RunState(total=tasks), 0.0, error)
+
+
+def log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def emit(result: dict[str, Any]) -> None:
+    print(json.dumps(result), flush=True)
+    log(
+        f"[{result['target']} W={result['workers']}] {result['completed']}/{result['tasks']} "
+        f"tasks, {result['tasks_per_s']} tasks/s, p50 {result['p50_ms']} ms, "
+        f"p99 {result['p99_ms']} ms" + (f", ERROR: {result['error']}" if result["error"] else "")
+    )
+
+
+async def bench_target(
+    name: str,
+    opened: AbstractAsyncContextManager[Target],
+    workers: list[int],
+    scenario: Scenario,
+) -> list[dict[str, Any]]:
+    """Start one target and measure it at every worker count."""
+    results: list[dict[str, Any]] = []
+    log(f"starting target {name} ...")
+    try:
+        async with opened as target:
+            for count in workers:
+                results.append(await run_scenario(target, count, scenario))
+                emit(results[-1])
+    except (TargetError, OSError, BenchError, httpx.HTTPError) as exc:
+        log(f"target {name} failed: {exc}")
+        for count in workers[len(results) :]:
+            results.append(failed(name, count, scenario.tasks, f"{type(exc).__name__}: {exc}"))
+            emit(results[-1])
+    return results
+
+
+def table(results: list[dict[str, Any]]) -> str:
+    """The markdown summary, each row also as a share of the ceiling at the same W."""
+    ceiling = {r["workers"]: r["tasks_per_s"] for r in results if r["target"] == "ceiling"}
+    rows = [
+        "| target | W | tasks/s | p50 ms | p99 ms | % of ceiling |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for r in results:
+        base = ceiling.get(r["workers"])
+        share = f"{100 * r['tasks_per_s'] / base:.0f}%" if base else "n/a"
+        rows.append(
+            f"| {r['target']} | {r['workers']} | {r['tasks_per_s']} | {r['p50_ms']} "
+            f"| {r['p99_ms']} | {share} |"
+        )
+    return "\n".join(rows)
+
+
+def csv_ints(text: str) -> list[int]:
+    values = [int(part) for part in text.split(",") if part.strip()]
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError("expected positive integers, e.g. 1,4,16")
+    return values
+
+
+def csv_targets(text: str) -> list[str]:
+    names = [part.strip() for part in text.split(",") if part.strip()]
+    unknown = sorted(set(names) - set(FACTORIES))
+    if unknown:
+        raise argparse.ArgumentTypeError(
+            f"unknown targets {unknown}; choose from {list(FACTORIES)}"
+        )
+    return names
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tasks", type=int, default=2000, help="tasks per run (N)")
+    parser.add_argument("--workers", type=csv_ints, default=[1, 4, 16], help="e.g. 1,4,16")
+    parser.add_argument("--submitters", type=int, default=4)
+    parser.add_argument("--targets", type=csv_targets, default=["ceiling", "sqlite", "postgres"])
+    parser.add_argument("--url", help="benchmark a running hub on 127.0.0.1 instead")
+    parser.add_argument("--token", default=os.environ.get("TASKHUB_TOKEN"), help="for --url")
+    parser.add_argument("--backoff-ms", type=float, default=5.0, help="sleep after empty claim")
+    parser.add_argument("--run-timeout", type=float, default=300.0, help="seconds per run")
+    parser.add_argument("--server-log-level", default="info", help="uvicorn/taskhub log level")
+    parser.add_argument("--pg-admin-url", default=DEFAULT_PG_ADMIN_URL)
+    args = parser.parse_args(argv)
+    if args.tasks < 1 or args.submitters < 1:
+        parser.error("--tasks and --submitters must be positive")
+    if args.url:
+        if not args.token:
+            parser.error("--url needs --token (or TASKHUB_TOKEN)")
+        try:
+            require_local(args.url)
+        except TargetError as exc:
+            parser.error(str(exc))
+    return args
+
+
+def planned_targets(
+    args: argparse.Namespace, workdir: Path
+) -> list[tuple[str, AbstractAsyncContextManager[Target]]]:
+    """``--targets`` started here; with ``--url``, the running hub replaces sqlite/postgres."""
+    options = TargetOptions(workdir, args.server_log_level, args.pg_admin_url)
+    names = [n for n in args.targets if n == "ceiling"] if args.url else args.targets
+    planned = [(name, FACTORIES[name](options)) for name in names]
+    if args.url:
+        planned.append(("url", external_target(args.url, args.token)))
+    return planned
+
+
+async def main_async(args: argparse.Namespace) -> list[dict[str, Any]]:
+    scenario = Scenario(args.tasks, args.submitters, args.backoff_ms / 1000, args.run_timeout)
+    results: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(prefix="taskhub-bench-") as workdir:
+        for name, opened in planned_targets(args, Path(workdir)):
+            results.extend(await bench_target(name, opened, args.workers, scenario))
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    results = asyncio.run(main_async(parse_args(argv)))
+    log("\n" + table(results))
+    return 1 if any(r["error"] for r in results) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,33 @@
+"""The task state machine: exactly the seed's transition matrix; terminal states are final."""
+
+import itertools
+
+import pytest
+
+from app.domain.errors import InvalidTaskTransition
+from app.domain.states import TERMINAL_STATUSES, TaskStatus, check_transition
+
+S = TaskStatus
+ALLOWED = {
+    (S.PENDING, S.CLAIMED),
+    (S.PENDING, S.CANCELLED),
+    (S.CLAIMED, S.RUNNING),
+    (S.CLAIMED, S.FAILED),
+    (S.CLAIMED, S.CANCELLED),
+    (S.RUNNING, S.COMPLETED),
+    (S.RUNNING, S.FAILED),
+    (S.RUNNING, S.CANCELLED),
+}
+
+
+@pytest.mark.parametrize(("current", "target"), list(itertools.product(S, S)))
+def test_transition_matrix(current, target):
+    if (current, target) in ALLOWED:
+        check_transition(current, target)
+    else:
+        with pytest.raises(InvalidTaskTransition):
+            check_transition(current, target)
+
+
+def test_terminal_states():
+    assert {S.COMPLETED, S.FAILED, S.CANCELLED} == TERMINAL_STATUSES

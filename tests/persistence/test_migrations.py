@@ -1,0 +1,285 @@
+"""Alembic owns the schema: the migrations build exactly the models' schema, on SQLite and
+PostgreSQL, and every migration goes up, down and up again.
+
+Each test gets an empty database of its own (a SQLite file, or a fresh PostgreSQL database
+that is dropped afterwards). ``migrations.upgrade``/``downgrade`` are blocking and run their
+own event loop, so async tests call them through ``asyncio.to_thread``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from alembic.autogenerate import compare_metadata
+from alembic.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import MetaData, String, insert, inspect, select, text
+from sqlalchemy.engine import Connection
+from sqlalchemy.sql.elements import ClauseElement
+
+from app.persistence import migrations
+from app.persistence.database import Database
+from app.persistence.models import (
+    job_table,
+    link_table,
+    metadata,
+    task_table,
+    token_table,
+    user_table,
+    worker_table,
+)
+from app.persistence.types import new_id, utcnow
+from app.settings import Settings
+from tests.support.databases import (
+    create_postgres_database,
+    create_schema_from_models,
+    drop_postgres_database,
+)
+
+APP_TABLES = {"app_user", "api_token", "worker", "job", "worker_job_link", "task"}
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+async def empty_url(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[str]:
+    """The URL of an empty database of its own for this test."""
+    if request.param == "sqlite":
+        yield f"sqlite+aiosqlite:///{tmp_path / 'm.db'}"
+        return
+    url = await create_postgres_database("taskhub_migrations")
+    try:
+        yield url
+    finally:
+        await drop_postgres_database(url)
+
+
+@pytest.fixture
+async def database(empty_url: str) -> AsyncIterator[Database]:
+    database = Database(Settings(database_url=empty_url))
+    yield database
+    await database.dispose()
+
+
+async def upgrade(url: str, revision: str = "head") -> None:
+    await asyncio.to_thread(migrations.upgrade, url, revision)
+
+
+async def downgrade(url: str, revision: str) -> None:
+    await asyncio.to_thread(migrations.downgrade, url, revision)
+
+
+def history() -> list[tuple[str, str]]:
+    """Every ``(revision, the revision below it or "base")``, oldest first; linear."""
+    script = ScriptDirectory.from_config(migrations.alembic_config("sqlite://"))
+    assert len(script.get_heads()) == 1, f"migration history has branches: {script.get_heads()}"
+    steps = [(rev.revision, rev.down_revision) for rev in reversed(list(script.walk_revisions()))]
+    for revision, below in steps:
+        assert below is None or isinstance(below, str), f"{revision} is a merge revision"
+    return [(revision, below or "base") for revision, below in steps]
+
+
+def schema_diff(conn: Connection, target: MetaData = metadata) -> list[Any]:
+    """What ``alembic check`` reports: the differences between the database and ``target``."""
+    context = MigrationContext.configure(
+        conn, opts={"compare_type": True, "compare_server_default": True}
+    )
+    return compare_metadata(context, target)
+
+
+def drifted_models() -> MetaData:
+    """A copy of the models in which ``task.status`` is wider than in the database."""
+    drifted = MetaData(naming_convention=metadata.naming_convention)
+    for table in metadata.sorted_tables:
+        table.to_metadata(drifted)
+    drifted.tables["task"].c.status.type = String(32)
+    return drifted
+
+
+def _plain(value: Any) -> Any:
+    """Reflection output with SQL expressions (e.g. a partial index's WHERE) as strings."""
+    if isinstance(value, dict):
+        return {key: _plain(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(item) for item in value]
+    if isinstance(value, ClauseElement):
+        return str(value)
+    return value
+
+
+def by_name(items: list[Any]) -> list[Any]:
+    return sorted(items, key=lambda item: item["name"])
+
+
+def schema_snapshot(conn: Connection) -> dict[str, Any]:
+    """Everything the inspector knows about the application's tables."""
+    inspector = inspect(conn)
+    snapshot: dict[str, Any] = {}
+    for table in sorted(set(inspector.get_table_names()) - {"alembic_version"}):
+        columns = [
+            {**column, "type": str(column["type"].compile(dialect=conn.dialect))}
+            for column in inspector.get_columns(table)
+        ]
+        snapshot[table] = _plain(
+            {
+                "columns": columns,
+                "primary_key": inspector.get_pk_constraint(table),
+                "indexes": by_name(inspector.get_indexes(table)),
+                "unique_constraints": by_name(inspector.get_unique_constraints(table)),
+                "foreign_keys": by_name(inspector.get_foreign_keys(table)),
+                "check_constraints": by_name(inspector.get_check_constraints(table)),
+            }
+        )
+    return snapshot
+
+
+async def table_names(db: Database) -> set[str]:
+    async with db.read() as conn:
+        return set(await conn.run_sync(lambda sync: inspect(sync).get_table_names()))
+
+
+async def insert_sample_rows(db: Database, tag: str) -> None:
+    """One row in every table: a user with a token and a worker serving a job with a task."""
+    now = utcnow()
+    user_id, worker_id, job_id = new_id(), new_id(), new_id()
+    async with db.write() as conn:
+        await conn.execute(
+            insert(user_table).values(
+                id=user_id, name=f"alice-{tag}", is_superuser=False, created_at=now
+            )
+        )
+        await conn.execute(
+            insert(token_table).values(
+                id=new_id(), user_id=user_id, token_hash=f"{tag:0>64}", created_at=now
+            )
+        )
+        await conn.execute(
+            insert(worker_table).values(
+                id=worker_id, user_id=user_id, last_heartbeat=now, created_at=now
+            )
+        )
+        await conn.execute(
+            insert(job_table).values(
+                id=job_id,
+                room_id="room1",
+                category="modifiers",
+                name=f"Rotate{tag}",
+                schema={"type": "object"},
+                deleted=False,
+                created_at=now,
+                updated_at=now,
+            )
+        )
+        await conn.execute(insert(link_table).values(worker_id=worker_id, job_id=job_id))
+        await conn.execute(
+            insert(task_table).values(
+                id=new_id(),
+                job_id=job_id,
+                room_id="room1",
+                status="pending",
+                payload={"angle": 90},
+                created_at=now,
+                submitted_by=user_id,
+                attempt=0,
+            )
+        )
+
+
+async def test_migrated_schema_matches_the_models(empty_url: str, database: Database) -> None:
+    """No drift: after ``upgrade head`` autogenerate finds nothing to do (``alembic check``)."""
+    await upgrade(empty_url)
+    async with database.read() as conn:
+        assert await conn.run_sync(schema_diff) == []
+        # The comparison is not vacuous: it sees missing tables and a changed column type.
+        removed = await conn.run_sync(schema_diff, MetaData())
+        modified = await conn.run_sync(schema_diff, drifted_models())
+    assert {op[1].name for op in removed if op[0] == "remove_table"} == APP_TABLES
+    assert [(op[0], op[2], op[3]) for ops in modified for op in ops] == [
+        ("modify_type", "task", "status")
+    ]
+
+
+async def test_create_all_builds_the_same_schema_as_the_migrations(
+    empty_url: str, database: Database, tmp_path: Path
+) -> None:
+    """The suite may build schemas with ``metadata.create_all``: it is the migrated schema,
+    down to index names, partial-index predicates, constraint names and ON DELETE rules."""
+    await upgrade(empty_url)
+    async with database.read() as conn:
+        migrated = await conn.run_sync(schema_snapshot)
+
+    if database.is_sqlite:
+        other_url = f"sqlite+aiosqlite:///{tmp_path / 'create_all.db'}"
+    else:
+        other_url = await create_postgres_database("taskhub_create_all")
+    other = Database(Settings(database_url=other_url))
+    try:
+        await create_schema_from_models(other)
+        async with other.read() as conn:
+            created = await conn.run_sync(schema_snapshot)
+        await migrations.check_schema_current(other)
+    finally:
+        await other.dispose()
+        if not database.is_sqlite:
+            await drop_postgres_database(other_url)
+
+    assert set(migrated) == APP_TABLES
+    pending_queue = next(
+        index for index in migrated["task"]["indexes"] if index["name"] == "ix_task_pending_queue"
+    )
+    where = pending_queue["dialect_options"][f"{database.dialect}_where"]
+    assert "status" in where and "pending" in where
+    for table in APP_TABLES:
+        assert created[table] == migrated[table], table
+
+
+async def test_every_migration_goes_up_down_and_up_again(
+    empty_url: str, database: Database
+) -> None:
+    """Walk the history one revision at a time, up to head, down to base with data in the
+    tables, and up again; the schema is current and usable at the end."""
+    steps = history()
+    assert steps[0][1] == "base"
+    assert steps[-1][0] == migrations.head_revision()
+
+    for revision, _below in steps:
+        await upgrade(empty_url, revision)
+        assert await migrations.current_revision(database) == revision
+    await insert_sample_rows(database, "first")
+
+    for revision, below in reversed(steps):
+        await downgrade(empty_url, below)
+        expected = None if below == "base" else below
+        assert await migrations.current_revision(database) == expected, f"downgrade of {revision}"
+    assert await table_names(database) <= {"alembic_version"}
+
+    for revision, _below in steps:
+        await upgrade(empty_url, revision)
+        assert await migrations.current_revision(database) == revision
+    await migrations.check_schema_current(database)
+    await insert_sample_rows(database, "second")
+    async with database.read() as conn:
+        assert await conn.run_sync(schema_diff) == []
+        names = (await conn.execute(select(user_table.c.name))).scalars().all()
+        pending = await conn.scalar(text("SELECT count(*) FROM task WHERE status = 'pending'"))
+    assert names == ["alice-second"]
+    assert pending == 1
+
+
+async def test_schema_check_refuses_an_unmigrated_database(
+    empty_url: str, database: Database
+) -> None:
+    """``check_schema_current`` tells the operator to run ``taskhub migrate`` until the
+    database is at head, and again once it has been downgraded."""
+    with pytest.raises(migrations.SchemaOutdated, match="taskhub migrate"):
+        await migrations.check_schema_current(database)
+
+    await upgrade(empty_url)
+    await migrations.check_schema_current(database)
+    assert await migrations.current_revision(database) == migrations.head_revision()
+
+    await downgrade(empty_url, "base")
+    with pytest.raises(migrations.SchemaOutdated, match="taskhub migrate"):
+        await migrations.check_schema_current(database)

@@ -1,0 +1,251 @@
+"""Real Taskhub server processes for system tests.
+
+``running_hub("sqlite" | "postgres", directory)`` provisions a fresh database (a SQLite file,
+or a new PostgreSQL database migrated with ``taskhub migrate``), starts ``taskhub serve`` on a
+free port of 127.0.0.1, waits for ``/healthz``, and on exit stops the server (SIGTERM, then
+SIGKILL) and drops the database. PostgreSQL that cannot be reached is an error, never a skip.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Coroutine, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from pathlib import Path
+from types import TracebackType
+from typing import IO, Any, Literal, TypeVar
+
+import httpx
+
+from tests.support.databases import create_postgres_database, drop_postgres_database
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+HOST = "127.0.0.1"
+Backend = Literal["sqlite", "postgres"]
+T = TypeVar("T")
+
+
+class ServerError(RuntimeError):
+    """The server (or its migration) failed to start; the message carries its output."""
+
+
+def _run_async(coroutine: Coroutine[Any, Any, T]) -> T:
+    """Run a coroutine on a fresh loop in a helper thread (safe inside a running loop)."""
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, coroutine).result()
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((HOST, 0))
+        return int(sock.getsockname()[1])
+
+
+def new_admin_token() -> str:
+    return "th_" + secrets.token_urlsafe(32)
+
+
+def server_env(
+    database_url: str, admin_token: str, extra: Mapping[str, str] | None
+) -> dict[str, str]:
+    """The process environment: ours without inherited ``TASKHUB_*`` settings, plus the hub's."""
+    env = {key: value for key, value in os.environ.items() if not key.startswith("TASKHUB_")}
+    env.update(
+        {
+            "PYTHONUNBUFFERED": "1",
+            "TASKHUB_DATABASE_URL": database_url,
+            "TASKHUB_ADMIN_TOKEN": admin_token,
+            "TASKHUB_LOG_LEVEL": "warning",
+        }
+    )
+    env.update(extra or {})
+    return env
+
+
+def taskhub_command(*args: str) -> list[str]:
+    return [sys.executable, "-m", "app.cli", *args]
+
+
+def migrate(database_url: str, timeout: float = 120.0) -> None:
+    """Run ``taskhub migrate`` against ``database_url`` in a subprocess."""
+    env = server_env(database_url, new_admin_token(), None)
+    try:
+        result = subprocess.run(
+            taskhub_command("migrate"),
+            cwd=REPO_ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+    except subprocess.TimeoutExpired as exc:
+        raise ServerError(f"taskhub migrate timed out after {timeout}s: {exc.output!r}") from exc
+    if result.returncode != 0:
+        raise ServerError(
+            f"taskhub migrate exited with {result.returncode}:\n{result.stdout}\n{result.stderr}"
+        )
+
+
+@contextmanager
+def provisioned_database(backend: Backend, directory: Path) -> Iterator[str]:
+    """A fresh, ready-to-serve database URL for ``backend``; PostgreSQL ones are dropped after."""
+    if backend == "sqlite":
+        yield f"sqlite+aiosqlite:///{directory / 'hub.db'}"
+        return
+    if backend != "postgres":
+        raise ValueError(f"unknown backend {backend!r}")
+    url = _run_async(create_postgres_database("taskhub_system"))
+    try:
+        migrate(url)
+        yield url
+    finally:
+        _run_async(drop_postgres_database(url))
+
+
+class HubServer:
+    """One ``taskhub serve`` process on 127.0.0.1; a context manager (start, then stop)."""
+
+    def __init__(
+        self,
+        database_url: str,
+        *,
+        admin_token: str | None = None,
+        log_dir: Path | None = None,
+        env: Mapping[str, str] | None = None,
+        startup_timeout: float = 60.0,
+    ) -> None:
+        self.database_url = database_url
+        self.admin_token = admin_token or new_admin_token()
+        self.log_dir = log_dir or Path(tempfile.mkdtemp(prefix="taskhub-server-"))
+        self.log_path = self.log_dir / "server.log"
+        self.extra_env = dict(env or {})
+        self.startup_timeout = startup_timeout
+        self.port = 0
+        self.process: subprocess.Popen[bytes] | None = None
+        self.returncode: int | None = None
+        self.killed = False
+        self._log: IO[bytes] | None = None
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{HOST}:{self.port}"
+
+    @property
+    def admin_headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.admin_token}"}
+
+    def output(self) -> str:
+        """Everything the server has written to stdout and stderr so far."""
+        try:
+            return self.log_path.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    def start(self, attempts: int = 3) -> HubServer:
+        """Spawn the server and wait until ``GET /healthz`` answers 200."""
+        if self.process is not None and self.process.poll() is None:
+            raise ServerError("server already running")
+        for attempt in range(attempts):
+            self.port = free_port()
+            self._spawn()
+            try:
+                self._wait_healthy()
+                return self
+            except ServerError as exc:
+                self.stop()
+                port_taken = "address already in use" in self.output().lower()
+                if not port_taken or attempt == attempts - 1:
+                    raise ServerError(f"{exc}\n--- server output ---\n{self.output()}") from None
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _spawn(self) -> None:
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        self._log = self.log_path.open("ab")
+        self.returncode = None
+        self.killed = False
+        self.process = subprocess.Popen(
+            taskhub_command("serve", "--host", HOST, "--port", str(self.port)),
+            cwd=REPO_ROOT,
+            env=server_env(self.database_url, self.admin_token, self.extra_env),
+            stdin=subprocess.DEVNULL,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+        )
+
+    def _wait_healthy(self) -> None:
+        assert self.process is not None
+        deadline = time.monotonic() + self.startup_timeout
+        with httpx.Client(base_url=self.base_url, timeout=2.0, trust_env=False) as client:
+            while True:
+                code = self.process.poll()
+                if code is not None:
+                    raise ServerError(f"taskhub serve exited with {code} during start-up")
+                try:
+                    if client.get("/healthz").status_code == 200:
+                        return
+                except httpx.TransportError:
+                    pass
+                if time.monotonic() > deadline:
+                    raise ServerError(
+                        f"taskhub serve did not answer /healthz within {self.startup_timeout}s"
+                    )
+                time.sleep(0.05)
+
+    def stop(self, timeout: float = 20.0) -> int | None:
+        """SIGTERM, then SIGKILL if it has not exited after ``timeout`` seconds."""
+        process = self.process
+        if process is not None:
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+                try:
+                    process.wait(timeout)
+                except subprocess.TimeoutExpired:
+                    self.killed = True
+                    process.kill()
+                    process.wait(10)
+            self.returncode = process.returncode
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+        return self.returncode
+
+    def kill(self) -> int | None:
+        """SIGKILL the server at once (crash simulation)."""
+        if self.process is not None and self.process.poll() is None:
+            self.killed = True
+            self.process.kill()
+            self.process.wait(10)
+        return self.stop()
+
+    def __enter__(self) -> HubServer:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+@contextmanager
+def running_hub(
+    backend: Backend, directory: Path, *, env: Mapping[str, str] | None = None
+) -> Iterator[HubServer]:
+    """A started server on a fresh database of ``backend``; everything is torn down after."""
+    with provisioned_database(backend, directory) as url:
+        server = HubServer(url, log_dir=directory, env=env)
+        with server:
+            yield server

@@ -1,0 +1,373 @@
+"""The operator contract of the ``taskhub`` command line (PROTOCOL.md, "Operator contract").
+
+Every command runs as a real subprocess (``python -m app.cli``) in a scratch directory, with
+``TASKHUB_DATABASE_URL`` pointing at a database of its own: a SQLite file, or a fresh
+PostgreSQL database that is dropped afterwards. Tokens printed by the CLI are checked against
+the application, either in-process (ASGI) or against a ``taskhub serve`` on 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import secrets
+import signal
+import socket
+import sys
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import pytest
+from sqlalchemy import inspect
+
+from app.main import create_app
+from app.persistence.database import Database
+from app.persistence.migrations import head_revision
+from app.settings import Settings
+from tests.support.api import ApiClient, assert_problem
+from tests.support.databases import create_postgres_database, drop_postgres_database
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+HOST = "127.0.0.1"
+COMMAND_TIMEOUT = 60.0
+STARTUP_TIMEOUT = 60.0
+SHUTDOWN_TIMEOUT = 20.0
+GLOBAL_JOB = {"category": "modifiers", "name": "X", "schema": {}}
+
+
+@dataclass
+class Result:
+    """A finished ``taskhub`` command."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+
+    @property
+    def last_line(self) -> str:
+        lines = self.stdout.strip().splitlines()
+        return lines[-1].strip() if lines else ""
+
+    def __str__(self) -> str:
+        return (
+            f"exit {self.returncode}\n--- stdout ---\n{self.stdout}\n--- stderr ---\n{self.stderr}"
+        )
+
+
+@dataclass
+class Server:
+    """A ``taskhub serve`` process; output and exit status are filled in once it stopped."""
+
+    process: asyncio.subprocess.Process
+    port: int
+    result: Result | None = field(default=None)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{HOST}:{self.port}"
+
+
+def cli_env(database_url: str, **settings: str) -> dict[str, str]:
+    """Our environment without inherited ``TASKHUB_*`` settings, plus the given ones."""
+    env = {key: value for key, value in os.environ.items() if not key.startswith("TASKHUB_")}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
+    env["PYTHONUNBUFFERED"] = "1"
+    env["TASKHUB_DATABASE_URL"] = database_url
+    env.update({f"TASKHUB_{name.upper()}": value for name, value in settings.items()})
+    return env
+
+
+async def taskhub(
+    database_url: str, cwd: Path, *args: str, time_limit: float = COMMAND_TIMEOUT, **settings: str
+) -> Result:
+    """Run ``taskhub ARGS…`` to completion (failing the test if it outlives ``time_limit``)."""
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "app.cli",
+        *args,
+        cwd=cwd,
+        env=cli_env(database_url, **settings),
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        stdout, stderr = await asyncio.wait_for(process.communicate(), time_limit)
+    except TimeoutError:
+        process.kill()
+        await process.wait()
+        pytest.fail(f"`taskhub {' '.join(args)}` did not finish within {time_limit}s")
+    assert process.returncode is not None
+    return Result(process.returncode, stdout.decode(), stderr.decode())
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((HOST, 0))
+        return int(sock.getsockname()[1])
+
+
+async def wait_until_healthy(server: Server) -> None:
+    deadline = time.monotonic() + STARTUP_TIMEOUT
+    async with httpx.AsyncClient(base_url=server.base_url, timeout=2, trust_env=False) as client:
+        while time.monotonic() < deadline:
+            if server.process.returncode is not None:
+                return  # exited during start-up; the caller reports its output
+            try:
+                if (await client.get("/healthz")).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            await asyncio.sleep(0.1)
+    pytest.fail(f"taskhub serve did not answer /healthz within {STARTUP_TIMEOUT}s")
+
+
+async def stop(server: Server) -> Result:
+    """SIGTERM, and insist that the server exits (SIGKILL and fail otherwise)."""
+    process = server.process
+    if process.returncode is None:
+        process.send_signal(signal.SIGTERM)
+    try:
+        stdout, stderr = await asyncio.wait_for(process.communicate(), SHUTDOWN_TIMEOUT)
+    except TimeoutError:
+        process.kill()
+        await process.wait()
+        pytest.fail(f"taskhub serve ignored SIGTERM for {SHUTDOWN_TIMEOUT}s")
+    assert process.returncode is not None
+    server.result = Result(process.returncode, stdout.decode(), stderr.decode())
+    return server.result
+
+
+@asynccontextmanager
+async def serving(database_url: str, cwd: Path, **settings: str) -> AsyncIterator[Server]:
+    """``taskhub serve`` on a free port, answering /healthz; stopped with SIGTERM on exit."""
+    port = free_port()
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "app.cli",
+        "serve",
+        "--host",
+        HOST,
+        "--port",
+        str(port),
+        cwd=cwd,
+        env=cli_env(database_url, **settings),
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    server = Server(process, port)
+    try:
+        await wait_until_healthy(server)
+        if process.returncode is not None:
+            pytest.fail(f"taskhub serve exited during start-up:\n{await stop(server)}")
+        yield server
+    finally:
+        if server.result is None:
+            await stop(server)
+    result = server.result
+    # uvicorn shuts down gracefully, then re-raises the SIGTERM it caught.
+    assert result.returncode in (0, -signal.SIGTERM), str(result)
+    assert "Application shutdown complete" in result.stderr, str(result)
+
+
+@asynccontextmanager
+async def in_process_hub(database_url: str, **settings: str) -> AsyncIterator[httpx.AsyncClient]:
+    """The application with its lifespan running, reached through ASGI."""
+    app = create_app(Settings(database_url=database_url, **settings))  # type: ignore[arg-type]
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://hub.test") as http:
+            yield http
+
+
+async def app_tables(database_url: str) -> set[str]:
+    db = Database(Settings(database_url=database_url))
+    try:
+        async with db.read() as conn:
+            return set(await conn.run_sync(lambda sync: inspect(sync).get_table_names()))
+    finally:
+        await db.dispose()
+
+
+def printed_token(result: Result) -> str:
+    """The token a command printed on its last line."""
+    assert result.returncode == 0, str(result)
+    token = result.last_line
+    assert token.startswith("th_") and " " not in token, str(result)
+    return token
+
+
+def assert_clean_failure(result: Result, *fragments: str) -> None:
+    """Non-zero exit with a one-line explanation on stderr, not a traceback."""
+    assert result.returncode != 0, str(result)
+    for fragment in fragments:
+        assert fragment in result.stderr, str(result)
+    assert "Traceback" not in result.stderr, str(result)
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+async def empty_url(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[str]:
+    """A database of its own for this test, with no schema yet."""
+    if request.param == "sqlite":
+        yield f"sqlite+aiosqlite:///{tmp_path / 'taskhub.db'}"
+        return
+    url = await create_postgres_database("taskhub_cli")
+    try:
+        yield url
+    finally:
+        await drop_postgres_database(url)
+
+
+@pytest.fixture
+async def migrated_url(empty_url: str, tmp_path: Path) -> str:
+    """The same database after ``taskhub migrate``."""
+    result = await taskhub(empty_url, tmp_path, "migrate")
+    assert result.returncode == 0, str(result)
+    assert head_revision() in result.stdout
+    return empty_url
+
+
+async def test_users_create_prints_a_token_that_authenticates(
+    migrated_url: str, tmp_path: Path
+) -> None:
+    """``users create NAME [--superuser]`` prints the new token on its last line; the token
+    is a bearer token for the API, and only ``--superuser`` grants superuser rights."""
+    alice = printed_token(await taskhub(migrated_url, tmp_path, "users", "create", "alice"))
+    root = printed_token(
+        await taskhub(migrated_url, tmp_path, "users", "create", "root", "--superuser")
+    )
+    assert alice != root
+
+    async with in_process_hub(migrated_url) as http:
+        for token in (alice, root):
+            response = await ApiClient(http, token).get("/workers")
+            assert response.status_code == 200, response.text
+        wrong = await ApiClient(http, "th_" + secrets.token_urlsafe(32)).get("/workers")
+        assert_problem(wrong, 401, "unauthorized")
+
+        denied = await ApiClient(http, alice).put("/rooms/@global/jobs", json=GLOBAL_JOB)
+        assert_problem(denied, 403, "forbidden")
+        created = await ApiClient(http, root).put("/rooms/@global/jobs", json=GLOBAL_JOB)
+        assert created.status_code == 201, created.text
+
+
+async def test_tokens_create_issues_another_working_token(
+    migrated_url: str, tmp_path: Path
+) -> None:
+    """``tokens create NAME`` adds a token (the first keeps working); an unknown user is a
+    clean error."""
+    first = printed_token(await taskhub(migrated_url, tmp_path, "users", "create", "alice"))
+    second = printed_token(await taskhub(migrated_url, tmp_path, "tokens", "create", "alice"))
+    assert second != first
+
+    unknown = await taskhub(migrated_url, tmp_path, "tokens", "create", "nobody")
+    assert_clean_failure(unknown, "nobody")
+    assert "th_" not in unknown.stdout
+
+    async with in_process_hub(migrated_url) as http:
+        for token in (first, second):
+            response = await ApiClient(http, token).get("/workers")
+            assert response.status_code == 200, response.text
+
+
+async def test_users_create_refuses_a_taken_name(migrated_url: str, tmp_path: Path) -> None:
+    """Creating the same user twice fails the second time and says why."""
+    printed_token(await taskhub(migrated_url, tmp_path, "users", "create", "alice"))
+    again = await taskhub(migrated_url, tmp_path, "users", "create", "alice")
+    assert_clean_failure(again, "alice", "already exists")
+    assert "th_" not in again.stdout
+
+
+async def test_serve_on_postgres_refuses_an_unmigrated_database(tmp_path: Path) -> None:
+    """On PostgreSQL ``serve`` neither migrates nor starts on an outdated schema: it exits
+    at once telling the operator to run ``taskhub migrate``; after that it starts."""
+    url = await create_postgres_database("taskhub_cli_serve")
+    try:
+        port = str(free_port())
+        refused = await taskhub(url, tmp_path, "serve", "--port", port, time_limit=20)
+        assert_clean_failure(refused, "taskhub migrate")
+        assert await app_tables(url) == set()
+
+        migrated = await taskhub(url, tmp_path, "migrate")
+        assert migrated.returncode == 0, str(migrated)
+        async with serving(url, tmp_path) as server, httpx.AsyncClient(trust_env=False) as http:
+            response = await http.get(f"{server.base_url}/healthz", timeout=5)
+            assert response.status_code == 200
+    finally:
+        await drop_postgres_database(url)
+
+
+async def test_serve_on_a_fresh_sqlite_file_migrates_and_creates_an_admin(
+    tmp_path: Path,
+) -> None:
+    """The embedded default looks after itself: the first ``serve`` migrates the file, says
+    where it listens and prints an admin token once; a restart keeps that admin."""
+    url = f"sqlite+aiosqlite:///{tmp_path / 'fresh.db'}"
+
+    async with serving(url, tmp_path) as first, httpx.AsyncClient(trust_env=False) as http:
+        assert (await http.get(f"{first.base_url}/healthz", timeout=5)).status_code == 200
+    assert first.result is not None
+    assert f"http://{HOST}:{first.port}/" in first.result.stdout, str(first.result)
+    admin_lines = [line for line in first.result.stdout.splitlines() if "admin token" in line]
+    assert len(admin_lines) == 1, str(first.result)
+    admin = admin_lines[0].split()[-1]
+    assert admin.startswith("th_"), admin_lines
+
+    async with serving(url, tmp_path) as second, httpx.AsyncClient(trust_env=False) as http:
+        headers = {"Authorization": f"Bearer {admin}"}
+        response = await http.put(
+            f"{second.base_url}/v1/joblib/rooms/@global/jobs",
+            json=GLOBAL_JOB,
+            headers=headers,
+            timeout=5,
+        )
+        assert response.status_code == 201, response.text
+    assert second.result is not None
+    assert f"http://{HOST}:{second.port}/" in second.result.stdout, str(second.result)
+    assert "admin token" not in second.result.stdout, str(second.result)
+    assert "th_" not in second.result.stdout, str(second.result)
+
+
+async def test_serve_makes_the_configured_admin_token_a_superuser(tmp_path: Path) -> None:
+    """With ``TASKHUB_ADMIN_TOKEN`` set, ``serve`` prints no generated token and the
+    configured one may register ``@global`` jobs."""
+    url = f"sqlite+aiosqlite:///{tmp_path / 'admin.db'}"
+    admin = "th_" + secrets.token_urlsafe(32)
+
+    async with (
+        serving(url, tmp_path, admin_token=admin) as server,
+        httpx.AsyncClient(base_url=server.base_url, trust_env=False, timeout=5) as http,
+    ):
+        anonymous = await http.put("/v1/joblib/rooms/@global/jobs", json=GLOBAL_JOB)
+        assert anonymous.status_code == 401, anonymous.text
+        response = await http.put(
+            "/v1/joblib/rooms/@global/jobs",
+            json=GLOBAL_JOB,
+            headers={"Authorization": f"Bearer {admin}"},
+        )
+        assert response.status_code == 201, response.text
+    assert server.result is not None
+    assert "admin token" not in server.result.stdout, str(server.result)
+    assert admin not in server.result.stdout + server.result.stderr
+
+
+async def test_app_lifespan_makes_the_configured_admin_token_a_superuser(
+    migrated_url: str,
+) -> None:
+    """``create_app`` honours ``TASKHUB_ADMIN_TOKEN`` too (on both backends), and doing so
+    again at the next start-up is harmless."""
+    admin = "th_" + secrets.token_urlsafe(32)
+    for name in ("X", "Y"):
+        async with in_process_hub(migrated_url, admin_token=admin) as http:
+            response = await ApiClient(http, admin).put(
+                "/rooms/@global/jobs", json={**GLOBAL_JOB, "name": name}
+            )
+            assert response.status_code == 201, response.text

@@ -1,0 +1,90 @@
+"""Every error is an RFC 9457 problem document: 401, 404, 405, 413, 422, and never a trace."""
+
+import pytest
+
+from tests.support.api import assert_problem
+
+ENDPOINTS = [
+    ("POST", "/workers"),
+    ("GET", "/workers"),
+    ("PATCH", "/workers/00000000-0000-0000-0000-000000000000"),
+    ("DELETE", "/workers/00000000-0000-0000-0000-000000000000"),
+    ("PUT", "/rooms/r/jobs"),
+    ("GET", "/rooms/r/jobs"),
+    ("GET", "/rooms/r/jobs/r:modifiers:X"),
+    ("GET", "/rooms/r/jobs/r:modifiers:X/tasks"),
+    ("GET", "/rooms/r/workers"),
+    ("POST", "/rooms/r/tasks/r:modifiers:X"),
+    ("POST", "/tasks/claim"),
+    ("GET", "/tasks/00000000-0000-0000-0000-000000000000"),
+    ("PATCH", "/tasks/00000000-0000-0000-0000-000000000000"),
+    ("GET", "/rooms/r/tasks"),
+]
+
+
+@pytest.mark.parametrize(("method", "path"), ENDPOINTS)
+async def test_every_endpoint_requires_a_token(anonymous, method, path):
+    response = await anonymous.request(method, path, json={})
+    assert_problem(response, 401, "unauthorized")
+    assert response.headers["www-authenticate"] == "Bearer"
+
+
+async def test_an_unknown_token_is_refused(http):
+    response = await http.get("/v1/joblib/workers", headers={"Authorization": "Bearer th_nope"})
+    assert_problem(response, 401, "unauthorized")
+
+
+async def test_unknown_route_is_a_problem(alice):
+    assert_problem(await alice.get("/no/such/thing"), 404, "not-found")
+    assert_problem(await alice.delete("/no/such/thing"), 404, "not-found")
+
+
+async def test_wrong_method_is_a_problem(alice):
+    response = await alice.delete("/tasks/claim")
+    assert_problem(response, 405, "method-not-allowed")
+    assert "POST" in response.headers["allow"]
+
+
+async def test_oversized_body_is_refused(alice, settings):
+    body = b'{"payload": {"x": "' + b"a" * settings.max_body_bytes + b'"}}'
+    response = await alice.post(
+        "/rooms/r/tasks/r:modifiers:X", content=body, headers={"content-type": "application/json"}
+    )
+    assert_problem(response, 413, "payload-too-large")
+
+
+@pytest.mark.parametrize("body", [b"{not json", b"[]", b'"text"', b""])
+async def test_malformed_body_is_422(alice, body):
+    response = await alice.put("/rooms/r/jobs", content=body)
+    assert_problem(response, 422, "validation-error")
+
+
+async def test_schema_invalid_body_lists_the_failing_fields(alice):
+    response = await alice.put("/rooms/r/jobs", json={"category": 5, "schema": []})
+    problem = assert_problem(response, 422, "validation-error")
+    locations = {tuple(error["loc"]) for error in problem["errors"]}
+    assert ("body", "name") in locations
+    assert ("body", "category") in locations
+    assert ("body", "schema") in locations
+
+
+@pytest.mark.parametrize("path", ["/tasks/not-a-uuid", "/workers/123"], ids=["task", "worker"])
+async def test_bad_uuid_in_path_is_422(alice, path):
+    method = "GET" if path.startswith("/tasks") else "PATCH"
+    problem = assert_problem(await alice.request(method, path), 422, "validation-error")
+    assert problem["errors"][0]["loc"][0] == "path"
+
+
+@pytest.mark.parametrize(
+    "query", ["limit=-1", "limit=501", "offset=-3", "limit=abc", "status=done"]
+)
+async def test_bad_pagination_or_filter_is_422(alice, query):
+    problem = assert_problem(await alice.get(f"/rooms/r/tasks?{query}"), 422, "validation-error")
+    assert problem["errors"][0]["loc"][0] == "query"
+
+
+async def test_health_endpoints_need_no_token(http):
+    assert (await http.get("/healthz")).json() == {"status": "ok"}
+    ready = await http.get("/readyz")
+    assert ready.status_code == 200
+    assert ready.json()["checks"]["database"] == "ok"

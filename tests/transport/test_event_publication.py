@@ -1,0 +1,86 @@
+"""Requests publish their events after the commit, once each, and never for a refused one."""
+
+import pytest
+
+from app.domain.events import Event
+
+JOB = "room1:modifiers:Rotate"
+
+
+@pytest.fixture
+def published(app) -> list[list[Event]]:
+    batches: list[list[Event]] = []
+
+    async def record(batch: list[Event]) -> None:
+        batches.append(batch)
+
+    app.state.hub.publisher.add_sink(record)
+    return batches
+
+
+def names(batch: list[Event]) -> list[tuple[str, str]]:
+    return [(event.name, event.room) for event in batch]
+
+
+async def test_registration_invalidates_the_room(alice, published):
+    await alice.register()
+    assert names(published[-1]) == [("jobs_invalidate", "room:room1")]
+
+
+async def test_identical_reregistration_by_the_same_worker_is_silent(alice, published):
+    job = await alice.register()
+    count = len(published)
+    await alice.register(worker_id=job["worker_id"])
+    assert len(published) == count
+
+
+async def test_submit_announces_the_task(alice, published):
+    await alice.register()
+    task = await alice.submit(JOB)
+    status, available = published[-1]
+    assert (status.name, status.room) == ("task_status_event", "room:room1")
+    assert status.payload()["status"] == "pending" and status.payload()["queue_position"] == 1
+    assert (available.name, available.room) == ("task_available", f"jobs:{JOB}")
+    assert available.payload() == {"job_name": JOB, "room_id": "room1", "task_id": task["id"]}
+
+
+async def test_every_transition_is_published(alice, published):
+    job = await alice.register()
+    task = await alice.submit(JOB)
+    await alice.claim(job["worker_id"])
+    await alice.transition(task["id"], "running")
+    await alice.transition(task["id"], "completed")
+    statuses = [
+        event.payload()["status"]
+        for batch in published
+        for event in batch
+        if event.name == "task_status_event"
+    ]
+    assert statuses == ["pending", "claimed", "running", "completed"]
+
+
+async def test_refused_requests_publish_nothing(alice, bob, published):
+    job = await alice.register()
+    task = await alice.submit(JOB)
+    count = len(published)
+    await bob.transition(task["id"], "running")  # 403
+    await alice.transition(task["id"], "completed")  # 409
+    await bob.put(
+        "/rooms/room1/jobs", json={"category": "modifiers", "name": "Rotate", "schema": {"x": 1}}
+    )
+    await alice.post(f"/rooms/room1/tasks/{JOB}x", json={"payload": {}})  # 404
+    await bob.post("/tasks/claim", json={"worker_id": job["worker_id"]})  # 403
+    assert len(published) == count
+
+
+async def test_deleting_a_worker_publishes_failures_and_invalidation(alice, published):
+    job = await alice.register()
+    task = await alice.submit(JOB)
+    await alice.claim(job["worker_id"])
+    await alice.delete(f"/workers/{job['worker_id']}")
+    batch = published[-1]
+    assert ("task_status_event", "room:room1") in names(batch)
+    assert ("jobs_invalidate", "room:room1") in names(batch)
+    (failed,) = [e for e in batch if e.name == "task_status_event"]
+    assert failed.payload()["id"] == task["id"]
+    assert failed.payload()["error"] == "Worker disconnected"

@@ -1,0 +1,156 @@
+"""Job registration and discovery (PUT/GET /rooms/{room}/jobs…)."""
+
+import pytest
+
+from tests.support.api import SCHEMA, assert_problem
+
+
+async def test_register_creates_job_and_worker(alice):
+    response = await alice.put(
+        "/rooms/room1/jobs", json={"category": "modifiers", "name": "Rotate", "schema": SCHEMA}
+    )
+    assert response.status_code == 201
+    job = response.json()
+    assert job["full_name"] == "room1:modifiers:Rotate"
+    assert job["room_id"] == "room1"
+    assert job["schema"] == SCHEMA
+    assert job["workers"] == [job["worker_id"]]
+
+
+async def test_identical_reregistration_is_idempotent(alice):
+    first = await alice.register()
+    response = await alice.put(
+        "/rooms/room1/jobs",
+        json={
+            "category": "modifiers",
+            "name": "Rotate",
+            "schema": SCHEMA,
+            "worker_id": first["worker_id"],
+        },
+    )
+    assert response.status_code == 200
+    assert response.json()["id"] == first["id"]
+    assert response.json()["workers"] == [first["worker_id"]]
+
+
+async def test_another_worker_joins_an_existing_job(alice):
+    first = await alice.register()
+    second = await alice.register()
+    assert second["id"] == first["id"]
+    assert sorted(second["workers"]) == sorted([first["worker_id"], second["worker_id"]])
+
+
+async def test_schema_conflict(alice, bob):
+    await alice.register()
+    response = await bob.put(
+        "/rooms/room1/jobs",
+        json={"category": "modifiers", "name": "Rotate", "schema": {"type": "string"}},
+    )
+    assert_problem(response, 409, "schema-conflict")
+    jobs = (await bob.get("/rooms/room1/jobs")).json()
+    assert jobs["items"][0]["workers"] and len(jobs["items"][0]["workers"]) == 1
+
+
+async def test_different_rooms_may_use_the_same_name_with_different_schemas(alice):
+    a = await alice.register(room="roomA", schema={"type": "object"})
+    b = await alice.register(room="roomB", schema={"type": "object", "title": "B"})
+    assert a["id"] != b["id"]
+
+
+@pytest.mark.parametrize("room", ["a@b", "a:b", "@other"])
+async def test_invalid_room_id(alice, room):
+    response = await alice.put(
+        f"/rooms/{room}/jobs", json={"category": "modifiers", "name": "X", "schema": {}}
+    )
+    assert_problem(response, 400, "invalid-room-id")
+
+
+async def test_invalid_category(alice):
+    response = await alice.put(
+        "/rooms/room1/jobs", json={"category": "nope", "name": "X", "schema": {}}
+    )
+    assert_problem(response, 400, "invalid-category")
+
+
+@pytest.mark.parametrize("room", ["@global", "@internal"])
+async def test_reserved_rooms_need_a_superuser(alice, admin, room):
+    body = {"category": "modifiers", "name": "X", "schema": {}}
+    assert_problem(await alice.put(f"/rooms/{room}/jobs", json=body), 403, "forbidden")
+    assert (await admin.put(f"/rooms/{room}/jobs", json=body)).status_code == 201
+
+
+async def test_registering_with_someone_elses_worker_is_forbidden(alice, bob):
+    job = await alice.register()
+    response = await bob.put(
+        "/rooms/room2/jobs",
+        json={"category": "modifiers", "name": "X", "schema": {}, "worker_id": job["worker_id"]},
+    )
+    assert_problem(response, 403, "forbidden")
+    assert (await bob.get("/rooms/room2/jobs")).json()["total"] == 0
+
+
+async def test_registering_with_an_unknown_worker_is_404(alice):
+    response = await alice.put(
+        "/rooms/room1/jobs",
+        json={
+            "category": "modifiers",
+            "name": "X",
+            "schema": {},
+            "worker_id": "00000000-0000-0000-0000-000000000000",
+        },
+    )
+    assert_problem(response, 404, "worker-not-found")
+
+
+async def test_a_room_lists_its_own_and_global_jobs_only(alice, admin):
+    await alice.register(room="room1", name="Mine")
+    await alice.register(room="room2", name="Theirs")
+    await admin.register(room="@global", name="Shared")
+    await admin.register(room="@internal", name="Inside")
+    page = (await alice.get("/rooms/room1/jobs")).json()
+    names = {item["full_name"] for item in page["items"]}
+    assert names == {
+        "room1:modifiers:Mine",
+        "@global:modifiers:Shared",
+        "@internal:modifiers:Inside",
+    }
+    assert page["total"] == 3
+    assert {i["full_name"] for i in (await alice.get("/rooms/@global/jobs")).json()["items"]} == {
+        "@global:modifiers:Shared"
+    }
+
+
+async def test_job_list_is_paginated_newest_first(alice):
+    for index in range(5):
+        await alice.register(name=f"Job{index}")
+    page = (await alice.get("/rooms/room1/jobs?limit=2&offset=1")).json()
+    assert page["total"] == 5 and page["limit"] == 2 and page["offset"] == 1
+    assert [item["name"] for item in page["items"]] == ["Job3", "Job2"]
+
+
+async def test_get_job_by_full_name(alice, admin):
+    await admin.register(room="@global", name="Shared")
+    response = await alice.get("/rooms/room1/jobs/@global:modifiers:Shared")
+    assert response.status_code == 200
+    job = response.json()
+    assert job["full_name"] == "@global:modifiers:Shared"
+    assert job["worker_id"] is None
+    encoded = await alice.get("/rooms/room1/jobs/@global%3Amodifiers%3AShared")
+    assert encoded.json()["id"] == job["id"]
+
+
+@pytest.mark.parametrize(
+    "name", ["room1:modifiers", "room1:modifiers:Nope", "room2:modifiers:Rotate", "junk"]
+)
+async def test_unknown_malformed_or_invisible_job_is_404(alice, name):
+    await alice.register(room="room2")
+    assert_problem(await alice.get(f"/rooms/room1/jobs/{name}"), 404, "job-not-found")
+
+
+async def test_room_workers_lists_workers_serving_visible_jobs(alice, admin):
+    mine = await alice.register(room="room1")
+    shared = await admin.register(room="@global", name="Shared")
+    await alice.register(room="room2", name="Elsewhere")
+    page = (await alice.get("/rooms/room1/workers")).json()
+    assert {w["id"] for w in page["items"]} == {mine["worker_id"], shared["worker_id"]}
+    assert all(w["job_count"] == 1 for w in page["items"])

@@ -1,0 +1,278 @@
+"""Task submission, claiming, transitions, authorisation and listing."""
+
+from datetime import datetime
+
+import pytest
+
+from tests.support.api import assert_problem
+
+JOB = "room1:modifiers:Rotate"
+
+
+@pytest.fixture
+async def job(alice):
+    return await alice.register()
+
+
+async def test_submit_returns_202_with_location(alice, job):
+    response = await alice.post(f"/rooms/room1/tasks/{JOB}", json={"payload": {"angle": 3}})
+    assert response.status_code == 202
+    task = response.json()
+    assert response.headers["location"] == f"/v1/joblib/tasks/{task['id']}"
+    assert response.headers["retry-after"] == "1"
+    assert task["status"] == "pending"
+    assert task["payload"] == {"angle": 3}
+    assert task["job_name"] == JOB and task["room_id"] == "room1"
+    assert task["queue_position"] == 1
+    for key in ("started_at", "completed_at", "worker_id", "error"):
+        assert task[key] is None
+
+
+async def test_timestamps_carry_an_offset(alice, job):
+    task = await alice.submit(JOB)
+    created = datetime.fromisoformat(task["created_at"])
+    assert created.utcoffset() is not None and created.utcoffset().total_seconds() == 0
+
+
+async def test_submit_to_unknown_or_invisible_job_is_404(alice):
+    await alice.register(room="room2")
+    for name in ("room1:modifiers:Nope", "room2:modifiers:Rotate", "bad"):
+        response = await alice.post(f"/rooms/room1/tasks/{name}", json={"payload": {}})
+        assert_problem(response, 404, "job-not-found")
+    assert (await alice.get("/rooms/room1/tasks")).json()["total"] == 0
+
+
+async def test_submit_into_invalid_room_is_400(alice, job):
+    response = await alice.post(f"/rooms/a@b/tasks/{JOB}", json={"payload": {}})
+    assert_problem(response, 400, "invalid-room-id")
+
+
+async def test_global_job_accepts_tasks_from_any_room(alice, admin):
+    await admin.register(room="@global", name="Shared")
+    task = await alice.submit("@global:modifiers:Shared", room="roomX")
+    assert task["room_id"] == "roomX"
+
+
+async def test_internal_job_without_executor_is_503_and_leaves_nothing(alice, admin):
+    await admin.register(room="@internal", name="Inside")
+    response = await alice.post(
+        "/rooms/room1/tasks/@internal:modifiers:Inside", json={"payload": {}}
+    )
+    assert_problem(response, 503, "internal-job-not-configured")
+    assert (await alice.get("/rooms/room1/tasks")).json()["total"] == 0
+
+
+async def test_queue_positions_count_from_the_oldest_pending_task(alice, job):
+    tasks = [await alice.submit(JOB) for _ in range(3)]
+    assert [t["queue_position"] for t in tasks] == [1, 2, 3]
+    await alice.claim(job["worker_id"])
+    assert (await alice.task(tasks[0]["id"]))["queue_position"] is None
+    assert (await alice.task(tasks[1]["id"]))["queue_position"] == 1
+    assert (await alice.task(tasks[2]["id"]))["queue_position"] == 2
+
+
+async def test_claim_hands_out_the_oldest_task_with_a_token(alice, job):
+    first = await alice.submit(JOB)
+    await alice.submit(JOB)
+    claimed = await alice.claim(job["worker_id"])
+    assert claimed["id"] == first["id"]
+    assert claimed["status"] == "claimed"
+    assert claimed["worker_id"] == job["worker_id"]
+    assert claimed["claim_token"]
+    assert claimed["attempt"] == 1
+
+
+async def test_claim_with_nothing_to_do_returns_null(alice, job):
+    assert await alice.claim(job["worker_id"]) is None
+
+
+async def test_claim_covers_all_jobs_of_the_worker_whatever_the_room(alice, admin):
+    shared = await admin.register(room="@global", name="Shared")
+    await admin.register(room="@global", name="Other", worker_id=shared["worker_id"])
+    one = await alice.submit("@global:modifiers:Shared", room="roomA")
+    two = await alice.submit("@global:modifiers:Other", room="roomB")
+    got = [await admin.claim(shared["worker_id"]) for _ in range(3)]
+    assert [t and t["id"] for t in got] == [one["id"], two["id"], None]
+
+
+async def test_a_worker_only_gets_tasks_of_its_jobs(alice, job):
+    other = await alice.register(name="Other")
+    await alice.submit("room1:modifiers:Other")
+    assert await alice.claim(job["worker_id"]) is None
+    assert (await alice.claim(other["worker_id"]))["job_name"] == "room1:modifiers:Other"
+
+
+async def test_batch_claim(alice, job):
+    submitted = [await alice.submit(JOB) for _ in range(5)]
+    response = await alice.post(
+        "/tasks/claim", json={"worker_id": job["worker_id"], "max_tasks": 3}
+    )
+    body = response.json()
+    assert [t["id"] for t in body["tasks"]] == [t["id"] for t in submitted[:3]]
+    assert body["task"]["id"] == submitted[0]["id"]
+    empty = await alice.post("/tasks/claim", json={"worker_id": job["worker_id"], "max_tasks": 9})
+    assert len(empty.json()["tasks"]) == 2
+
+
+async def test_claim_for_unknown_or_foreign_worker(alice, bob, job):
+    response = await alice.post(
+        "/tasks/claim", json={"worker_id": "00000000-0000-0000-0000-000000000000"}
+    )
+    assert_problem(response, 404, "worker-not-found")
+    await alice.submit(JOB)
+    assert_problem(
+        await bob.post("/tasks/claim", json={"worker_id": job["worker_id"]}), 403, "forbidden"
+    )
+    assert (await alice.get("/rooms/room1/tasks?status=pending")).json()["total"] == 1
+
+
+async def test_full_lifecycle_sets_timestamps(alice, job):
+    task = await alice.submit(JOB)
+    await alice.claim(job["worker_id"])
+    running = (await alice.transition(task["id"], "running")).json()
+    assert running["status"] == "running" and running["started_at"] is not None
+    assert running["completed_at"] is None
+    done = (await alice.transition(task["id"], "completed")).json()
+    assert done["status"] == "completed" and done["completed_at"] is not None
+    assert done["started_at"] == running["started_at"]
+
+
+async def test_failure_stores_the_error(alice, job):
+    task = await alice.submit(JOB)
+    await alice.claim(job["worker_id"])
+    await alice.transition(task["id"], "running")
+    failed = (await alice.transition(task["id"], "failed", error="boom")).json()
+    assert failed["status"] == "failed" and failed["error"] == "boom"
+
+
+@pytest.mark.parametrize(
+    ("path", "target"),
+    [
+        ([], "running"),
+        ([], "completed"),
+        ([], "pending"),
+        (["claimed"], "claimed"),
+        (["claimed"], "completed"),
+        (["claimed", "running"], "running"),
+        (["claimed", "running", "completed"], "failed"),
+        (["claimed", "running", "completed"], "cancelled"),
+        (["claimed", "cancelled"], "running"),
+    ],
+)
+async def test_invalid_transitions_are_409_and_change_nothing(admin, job, path, target):
+    task = await admin.submit(JOB)
+    for step in path:
+        if step == "claimed":
+            await admin.claim(job["worker_id"])
+        else:
+            assert (await admin.transition(task["id"], step)).status_code == 200
+    before = await admin.task(task["id"])
+    assert_problem(await admin.transition(task["id"], target), 409, "invalid-task-transition")
+    assert await admin.task(task["id"]) == before
+
+
+async def test_unknown_status_value_is_422(alice, job):
+    task = await alice.submit(JOB)
+    assert_problem(await alice.transition(task["id"], "done"), 422, "validation-error")
+
+
+async def test_update_of_unknown_task_is_404(alice):
+    response = await alice.transition("00000000-0000-0000-0000-000000000000", "running")
+    assert_problem(response, 404, "task-not-found")
+
+
+async def test_stale_claim_token_is_rejected_and_changes_nothing(alice, job):
+    task = await alice.submit(JOB)
+    claimed = await alice.claim(job["worker_id"])
+    stale = "00000000-0000-0000-0000-000000000001"
+    assert_problem(
+        await alice.transition(task["id"], "running", claim_token=stale), 409, "stale-claim"
+    )
+    assert (await alice.task(task["id"]))["status"] == "claimed"
+    ok = await alice.transition(task["id"], "running", claim_token=claimed["claim_token"])
+    assert ok.status_code == 200
+
+
+async def test_only_the_workers_owner_may_drive_its_task(alice, bob, admin, job):
+    task = await alice.submit(JOB)
+    await alice.claim(job["worker_id"])
+    assert_problem(await bob.transition(task["id"], "running"), 403, "forbidden")
+    assert (await alice.task(task["id"]))["status"] == "claimed"
+    assert (await admin.transition(task["id"], "running")).status_code == 200
+
+
+async def test_an_unclaimed_task_cannot_be_driven_by_others(alice, bob, job):
+    task = await alice.submit(JOB)
+    assert_problem(await bob.transition(task["id"], "cancelled"), 403, "forbidden")
+
+
+async def test_submitter_may_cancel_their_task(alice, bob, job):
+    task = await bob.submit(JOB)
+    cancelled = await bob.transition(task["id"], "cancelled")
+    assert cancelled.json()["status"] == "cancelled"
+    assert cancelled.json()["completed_at"] is not None
+
+
+async def test_cancel_a_running_task(alice, bob, job):
+    task = await bob.submit(JOB)
+    await alice.claim(job["worker_id"])
+    await alice.transition(task["id"], "running")
+    assert (await bob.transition(task["id"], "cancelled")).json()["status"] == "cancelled"
+    assert_problem(await alice.transition(task["id"], "completed"), 409, "invalid-task-transition")
+
+
+async def test_terminal_transition_soft_deletes_an_orphaned_job(alice, job):
+    task = await alice.submit(JOB)
+    await alice.claim(job["worker_id"])
+    await alice.transition(task["id"], "running")
+    # The worker leaves while its task runs: the task fails, the job has no workers left.
+    assert (await alice.delete(f"/workers/{job['worker_id']}")).status_code == 204
+    assert (await alice.task(task["id"]))["error"] == "Worker disconnected"
+    assert (await alice.get("/rooms/room1/jobs")).json()["total"] == 0
+    # History stays readable.
+    assert (await alice.task(task["id"]))["job_name"] == JOB
+
+
+async def test_pending_tasks_keep_an_orphaned_job_alive_until_they_end(alice, job):
+    task = await alice.submit(JOB)
+    await alice.delete(f"/workers/{job['worker_id']}")
+    assert (await alice.get("/rooms/room1/jobs")).json()["total"] == 1
+    await alice.transition(task["id"], "cancelled")
+    assert (await alice.get("/rooms/room1/jobs")).json()["total"] == 0
+
+
+async def test_reregistering_revives_a_soft_deleted_job_with_the_new_schema(alice, job):
+    await alice.delete(f"/workers/{job['worker_id']}")
+    assert (await alice.get("/rooms/room1/jobs")).json()["total"] == 0
+    response = await alice.put(
+        "/rooms/room1/jobs",
+        json={"category": "modifiers", "name": "Rotate", "schema": {"type": "object", "v": 2}},
+    )
+    assert response.status_code == 201
+    revived = response.json()
+    assert revived["id"] == job["id"]
+    assert revived["schema"] == {"type": "object", "v": 2}
+
+
+async def test_room_task_list_filters_and_pages(alice, job):
+    tasks = [await alice.submit(JOB, payload={"i": i}) for i in range(4)]
+    await alice.claim(job["worker_id"])
+    page = (await alice.get("/rooms/room1/tasks?limit=2")).json()
+    assert page["total"] == 4
+    assert [t["id"] for t in page["items"]] == [tasks[3]["id"], tasks[2]["id"]]
+    pending = (await alice.get("/rooms/room1/tasks?status=pending")).json()
+    assert pending["total"] == 3
+    assert sorted(t["queue_position"] for t in pending["items"]) == [1, 2, 3]
+    claimed = (await alice.get("/rooms/room1/tasks?status=claimed")).json()
+    assert [t["id"] for t in claimed["items"]] == [tasks[0]["id"]]
+
+
+async def test_job_task_list(alice, job):
+    await alice.register(name="Other")
+    mine = await alice.submit(JOB)
+    await alice.submit("room1:modifiers:Other")
+    page = (await alice.get(f"/rooms/room1/jobs/{JOB}/tasks")).json()
+    assert [t["id"] for t in page["items"]] == [mine["id"]]
+    assert_problem(
+        await alice.get("/rooms/room1/jobs/room1:modifiers:Nope/tasks"), 404, "job-not-found"
+    )

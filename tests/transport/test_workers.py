@@ -1,0 +1,72 @@
+"""Workers: creation, heartbeat, listing, deletion and who may do what."""
+
+from datetime import datetime
+
+from tests.support.api import assert_problem
+
+JOB = "room1:modifiers:Rotate"
+
+
+async def test_create_worker(alice):
+    response = await alice.post("/workers")
+    assert response.status_code == 201
+    worker = response.json()
+    assert set(worker) == {"id", "last_heartbeat"}
+    assert datetime.fromisoformat(worker["last_heartbeat"]).utcoffset() is not None
+
+
+async def test_every_worker_gets_a_fresh_id(alice):
+    ids = {(await alice.post("/workers")).json()["id"] for _ in range(3)}
+    assert len(ids) == 3
+
+
+async def test_heartbeat_moves_last_heartbeat_forward(alice):
+    worker = (await alice.post("/workers")).json()
+    beat = await alice.patch(f"/workers/{worker['id']}")
+    assert beat.status_code == 200
+    assert beat.json()["id"] == worker["id"]
+    assert beat.json()["last_heartbeat"] > worker["last_heartbeat"]
+
+
+async def test_heartbeat_authorisation(alice, bob, admin):
+    worker = (await alice.post("/workers")).json()
+    assert_problem(await bob.patch(f"/workers/{worker['id']}"), 403, "forbidden")
+    assert (await admin.patch(f"/workers/{worker['id']}")).status_code == 200
+    unknown = "00000000-0000-0000-0000-000000000000"
+    assert_problem(await alice.patch(f"/workers/{unknown}"), 404, "worker-not-found")
+
+
+async def test_list_workers_with_job_counts(alice):
+    job = await alice.register()
+    await alice.register(name="Second", worker_id=job["worker_id"])
+    await alice.post("/workers")
+    page = (await alice.get("/workers")).json()
+    assert page["total"] == 2
+    counts = {w["id"]: w["job_count"] for w in page["items"]}
+    assert counts[job["worker_id"]] == 2
+    assert sorted(counts.values()) == [0, 2]
+
+
+async def test_delete_worker_fails_its_active_tasks_only(alice):
+    job = await alice.register()
+    running, claimed, waiting = [await alice.submit(JOB) for _ in range(3)]
+    await alice.claim(job["worker_id"])
+    await alice.transition(running["id"], "running")
+    await alice.claim(job["worker_id"])
+    assert (await alice.delete(f"/workers/{job['worker_id']}")).status_code == 204
+    for task in (running, claimed):
+        after = await alice.task(task["id"])
+        assert after["status"] == "failed"
+        assert after["error"] == "Worker disconnected"
+        assert after["completed_at"] is not None
+    assert (await alice.task(waiting["id"]))["status"] == "pending"
+    assert (await alice.get("/workers")).json()["total"] == 0
+    job_now = (await alice.get(f"/rooms/room1/jobs/{JOB}")).json()
+    assert job_now["workers"] == []
+
+
+async def test_delete_worker_authorisation(alice, bob):
+    worker = (await alice.post("/workers")).json()
+    assert_problem(await bob.delete(f"/workers/{worker['id']}"), 403, "forbidden")
+    assert (await alice.delete(f"/workers/{worker['id']}")).status_code == 204
+    assert_problem(await alice.delete(f"/workers/{worker['id']}"), 404, "worker-not-found")
