@@ -48,7 +48,7 @@ def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
             return 2
     new_token = _run_with_db(settings, _bootstrap_admin(settings))
     print(f"Taskhub listening on http://{settings.host}:{settings.port}/", flush=True)
-    print(f"  database: {settings.database_url}", flush=True)
+    print(f"  database: {_safe_url(settings.database_url)}", flush=True)
     if new_token:
         print(f"  admin token (shown once): {new_token}", flush=True)
     uvicorn.run(
@@ -59,6 +59,12 @@ def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
         timeout_graceful_shutdown=10,
     )
     return 0
+
+
+def _safe_url(url: str) -> str:
+    from sqlalchemy.engine import make_url
+
+    return make_url(url).render_as_string(hide_password=True)
 
 
 def _bootstrap_admin(settings: Settings) -> Callable[[Database], Awaitable[str | None]]:

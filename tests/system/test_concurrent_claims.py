@@ -16,7 +16,7 @@ ROOM = "claims"
 JOB = f"{ROOM}:modifiers:Crunch"
 TASKS = 2_000
 CLAIMERS = 16
-SUBMIT_CONCURRENCY = 32
+SUBMIT_CONCURRENCY = 16
 
 
 @dataclass
@@ -71,7 +71,7 @@ async def _claimer(client: httpx.AsyncClient, worker_id: str, ledger: ClaimLedge
 
 
 async def test_concurrent_claimers_take_every_task_exactly_once(hub_server: HubServer) -> None:
-    limits = httpx.Limits(max_connections=64, max_keepalive_connections=64)
+    limits = httpx.Limits(max_connections=32, max_keepalive_connections=32)
     async with httpx.AsyncClient(
         base_url=hub_server.base_url,
         headers=hub_server.admin_headers,
