@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 
+import socketio
 from sqlalchemy import text
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -13,12 +14,12 @@ from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from app.domain.services.users import ensure_admin_token
-from app.persistence.migrations import check_schema_current
+from app.realtime.socket_sink import SocketSink
 from app.runtime import Hub
 from app.settings import Settings
 from app.transport.http import jobs, tasks, workers
 from app.transport.http.problems import EXCEPTION_HANDLERS, problem_response
+from app.transport.sockets.handlers import SocketHandlers
 
 API_PREFIX = "/v1/joblib"
 STATIC_DIR = Path(__file__).resolve().parent.parent / "static"
@@ -46,17 +47,38 @@ async def readyz(request: Request) -> Response:
     return JSONResponse({"status": "ready", "checks": {"database": "ok"}})
 
 
-def create_app(settings: Settings | None = None) -> Starlette:
-    settings = settings or Settings()
+class TaskhubApp(socketio.ASGIApp):
+    """Socket.IO at ``/socket.io/``, everything else (and the lifespan) to Starlette."""
 
+    def __init__(self, sio: socketio.AsyncServer, web: Starlette, hub: Hub) -> None:
+        super().__init__(sio, other_asgi_app=web)
+        self.web = web
+        self.hub = hub
+
+    def lifespan_context(self) -> AbstractAsyncContextManager[None]:
+        """Start and stop the hub without a server (tests, tools)."""
+        return self.web.router.lifespan_context(self.web)
+
+
+def create_app(settings: Settings | None = None) -> TaskhubApp:
+    settings = settings or Settings()
+    hub = Hub.create(settings)
+    manager = (
+        socketio.AsyncRedisManager(settings.redis_url, channel="taskhub-socketio")
+        if settings.redis_url
+        else None
+    )
+    sio = socketio.AsyncServer(async_mode="asgi", client_manager=manager)
+    SocketHandlers(sio, hub)
+    hub.publisher.add_sink(SocketSink(sio))
+    return TaskhubApp(sio, create_web_app(hub), hub)
+
+
+def create_web_app(hub: Hub) -> Starlette:
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        hub = Hub.create(settings)
         try:
-            await check_schema_current(hub.db)
-            if settings.admin_token:
-                await ensure_admin_token(hub.db, settings.admin_token)
-            app.state.hub = hub
+            await hub.start()
             yield
         finally:
             await hub.close()
@@ -71,4 +93,6 @@ def create_app(settings: Settings | None = None) -> Starlette:
         Route("/", room_page, methods=["GET"]),
         Mount("/static", StaticFiles(directory=STATIC_DIR), name="static"),
     ]
-    return Starlette(routes=routes, exception_handlers=EXCEPTION_HANDLERS, lifespan=lifespan)
+    web = Starlette(routes=routes, exception_handlers=EXCEPTION_HANDLERS, lifespan=lifespan)
+    web.state.hub = hub
+    return web

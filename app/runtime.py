@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime
+from uuid import UUID
 
 from app.dispatch.registry import InternalRegistry
-from app.domain.services.users import Authenticator
+from app.domain.services.users import Authenticator, ensure_admin_token
+from app.domain.services.workers import remove_silent_worker
 from app.persistence.database import Database
+from app.persistence.migrations import check_schema_current
+from app.realtime.presence import WorkerPresence
 from app.realtime.publisher import Publisher
 from app.realtime.waiters import TaskWaiters
+from app.realtime.wake_bus import RedisWakeBus
 from app.settings import Settings
 
 
@@ -19,20 +25,44 @@ class Hub:
     auth: Authenticator
     waiters: TaskWaiters
     publisher: Publisher
+    presence: WorkerPresence = field(init=False)
     internal: InternalRegistry = field(default_factory=InternalRegistry)
+    wake_bus: RedisWakeBus | None = None
+
+    def __post_init__(self) -> None:
+        self.presence = WorkerPresence(
+            self.settings.socket_disconnect_grace_seconds, self._remove_disconnected_worker
+        )
 
     @classmethod
     def create(cls, settings: Settings) -> Hub:
+        """Build the hub; nothing connects until ``start``."""
         db = Database(settings)
         waiters = TaskWaiters()
+        bus = RedisWakeBus(settings.redis_url, waiters) if settings.redis_url else None
         return cls(
             settings=settings,
             db=db,
             auth=Authenticator(db, settings.auth_cache_seconds),
             waiters=waiters,
-            publisher=Publisher(waiters),
+            publisher=Publisher(waiters, bus),
+            wake_bus=bus,
         )
+
+    async def start(self) -> None:
+        await check_schema_current(self.db)
+        if self.settings.admin_token:
+            await ensure_admin_token(self.db, self.settings.admin_token)
+        if self.wake_bus is not None:
+            await self.wake_bus.start()
 
     async def close(self) -> None:
         self.waiters.release_all()
+        await self.presence.close()
+        if self.wake_bus is not None:
+            await self.wake_bus.close()
         await self.db.dispose()
+
+    async def _remove_disconnected_worker(self, worker_id: UUID, since: datetime) -> None:
+        events = await remove_silent_worker(self.db, worker_id, since)
+        await self.publisher.publish(events)

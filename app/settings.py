@@ -25,6 +25,7 @@ class Settings(BaseSettings):
     sweeper_interval_seconds: float = Field(default=30, gt=0)
     internal_task_timeout_seconds: float = Field(default=3600, gt=0)
     long_poll_max_wait_seconds: int = Field(default=60, ge=0)
+    socket_disconnect_grace_seconds: float = Field(default=5, ge=0)
 
     max_body_bytes: int = Field(default=1_048_576, gt=0)
     db_pool_size: int = Field(default=10, gt=0)

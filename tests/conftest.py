@@ -94,7 +94,7 @@ async def tokens(db: Database) -> Users:
 @pytest.fixture
 async def app(settings: Settings, tokens: Users) -> AsyncIterator[object]:
     application = create_app(settings)
-    async with application.router.lifespan_context(application):
+    async with application.lifespan_context():
         yield application
 
 

@@ -182,7 +182,7 @@ async def serving(database_url: str, cwd: Path, **settings: str) -> AsyncIterato
 async def in_process_hub(database_url: str, **settings: str) -> AsyncIterator[httpx.AsyncClient]:
     """The application with its lifespan running, reached through ASGI."""
     app = create_app(Settings(database_url=database_url, **settings))  # type: ignore[arg-type]
-    async with app.router.lifespan_context(app):
+    async with app.lifespan_context():
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://hub.test") as http:
             yield http

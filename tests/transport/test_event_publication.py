@@ -14,7 +14,7 @@ def published(app) -> list[list[Event]]:
     async def record(batch: list[Event]) -> None:
         batches.append(batch)
 
-    app.state.hub.publisher.add_sink(record)
+    app.hub.publisher.add_sink(record)
     return batches
 
 

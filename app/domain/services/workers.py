@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 from uuid import UUID
 
@@ -75,6 +76,24 @@ async def delete_worker(
                 raise WorkerNotFound(f"Worker {worker_id} not found.")
         else:
             await owned_worker(conn, principal, worker_id)
+        return await remove_worker(conn, worker_id, reason)
+
+
+async def remove_silent_worker(
+    db: Database, worker_id: UUID, silent_since: datetime, *, reason: str = WORKER_DISCONNECTED
+) -> EventBatch:
+    """Remove the worker only if nothing has been heard of it since ``silent_since`` (no
+    heartbeat, no re-join on any replica). The guard and the removal share one transaction,
+    and the guard row-locks the worker, so a heartbeat landing meanwhile wins."""
+    async with db.write() as conn:
+        still_silent = await conn.scalar(
+            update(worker)
+            .where(worker.c.id == worker_id, worker.c.last_heartbeat < silent_since)
+            .values(last_heartbeat=worker.c.last_heartbeat)
+            .returning(worker.c.id)
+        )
+        if still_silent is None:
+            return EventBatch()
         return await remove_worker(conn, worker_id, reason)
 
 

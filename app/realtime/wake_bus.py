@@ -1,0 +1,65 @@
+"""Cross-process wake-ups for long-polls over Redis pub/sub.
+
+Why Redis rather than PostgreSQL LISTEN/NOTIFY: a multi-replica deployment already needs
+Redis (python-socketio's manager, the taskiq broker), NOTIFY would tie wake-ups to one
+database engine, and a pub/sub listener holds no database connection. The channel carries
+only the ids of tasks that reached a terminal state; each replica wakes its own waiters.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Iterable
+from uuid import UUID
+
+import redis.asyncio as redis
+
+from app.realtime.waiters import TaskWaiters
+
+log = logging.getLogger(__name__)
+CHANNEL = "taskhub:task-ended"
+
+
+class RedisWakeBus:
+    def __init__(self, url: str, waiters: TaskWaiters) -> None:
+        self._redis = redis.Redis.from_url(url)
+        self._waiters = waiters
+        self._listener: asyncio.Task[None] | None = None
+        self._subscribed = asyncio.Event()
+
+    async def start(self) -> None:
+        self._listener = asyncio.create_task(self._listen(), name="taskhub-wake-bus")
+        await asyncio.wait_for(self._subscribed.wait(), 10)
+
+    async def publish(self, task_ids: Iterable[UUID]) -> None:
+        ids = [str(task_id) for task_id in task_ids]
+        if ids:
+            await self._redis.publish(CHANNEL, ",".join(ids))
+
+    async def _listen(self) -> None:
+        while True:
+            try:
+                async with self._redis.pubsub() as pubsub:
+                    await pubsub.subscribe(CHANNEL)
+                    self._subscribed.set()
+                    async for message in pubsub.listen():
+                        if message.get("type") != "message":
+                            continue
+                        for raw in message["data"].decode().split(","):
+                            with contextlib.suppress(ValueError):
+                                self._waiters.notify(UUID(raw))
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                # Waiters still have their slow safety re-check; reconnect and go on.
+                log.warning("wake bus connection lost; reconnecting", exc_info=True)
+                await asyncio.sleep(1)
+
+    async def close(self) -> None:
+        if self._listener is not None:
+            self._listener.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._listener
+        await self._redis.aclose()

@@ -1,0 +1,1 @@
+"""Socket.IO: authenticated connections, room joins, and worker presence."""

@@ -1,0 +1,116 @@
+"""Socket.IO event handlers (PROTOCOL.md, "Socket.IO"). Thin: authenticate, authorise,
+enter or leave rooms. Errors come back in the acknowledgement as problem objects."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+from uuid import UUID
+
+import socketio
+
+from app.domain.errors import DomainError, Unauthorized, ValidationFailed
+from app.domain.naming import JobName, validate_room_id
+from app.domain.records import Principal
+from app.domain.services.workers import heartbeat
+from app.runtime import Hub
+from app.transport.http.problems import problem_body
+
+_BEARER = re.compile(r"^\s*Bearer\s+(\S+)\s*$", re.IGNORECASE)
+
+
+@dataclass
+class SocketSession:
+    principal: Principal
+    workers: set[UUID] = field(default_factory=set)
+
+
+def _problem(exc: DomainError) -> dict[str, Any]:
+    return problem_body(exc.status, exc.slug, exc.title, exc.detail, exc.errors)
+
+
+def _field(data: Any, name: str) -> str:
+    value = data.get(name) if isinstance(data, dict) else None
+    if not isinstance(value, str) or not value:
+        raise ValidationFailed(
+            f"{name} is required.", errors=[{"loc": ["data", name], "msg": "a string is required"}]
+        )
+    return value
+
+
+def _worker_id(data: Any) -> UUID:
+    try:
+        return UUID(_field(data, "worker_id"))
+    except ValueError:
+        raise ValidationFailed(
+            "worker_id must be a UUID.",
+            errors=[{"loc": ["data", "worker_id"], "msg": "Input should be a valid UUID"}],
+        ) from None
+
+
+class SocketHandlers:
+    def __init__(self, sio: socketio.AsyncServer, hub: Hub) -> None:
+        self.sio = sio
+        self.hub = hub
+        self.sessions: dict[str, SocketSession] = {}
+        for name in ("connect", "disconnect", "join_job_room", "leave_job_room"):
+            sio.on(name, getattr(self, name))
+        sio.on("room_join", self.room_join)
+        sio.on("room_leave", self.room_leave)
+
+    async def connect(self, sid: str, environ: dict[str, Any], auth: Any = None) -> None:
+        token = auth.get("token") if isinstance(auth, dict) else None
+        if not token:
+            match = _BEARER.match(environ.get("HTTP_AUTHORIZATION", ""))
+            token = match.group(1) if match else None
+        principal = await self.hub.auth.authenticate(token) if token else None
+        if principal is None:
+            refusal = Unauthorized("A valid token is required: connect with auth={'token': ...}.")
+            raise socketio.exceptions.ConnectionRefusedError(_problem(refusal))
+        self.sessions[sid] = SocketSession(principal)
+
+    async def disconnect(self, sid: str, *_reason: Any) -> None:
+        session = self.sessions.pop(sid, None)
+        if session is not None and session.workers:
+            self.hub.presence.detach(sid, session.workers)
+
+    async def join_job_room(self, sid: str, data: Any) -> dict[str, Any]:
+        """Enter ``jobs:{job_name}`` for a worker the socket's user owns."""
+        try:
+            session = self.sessions[sid]
+            job_name = JobName.parse(_field(data, "job_name")).full_name
+            worker_id = _worker_id(data)
+            # Proves ownership (404/403) and counts as a sign of life for the grace check.
+            await heartbeat(self.hub.db, session.principal, worker_id)
+        except DomainError as exc:
+            return _problem(exc)
+        session.workers.add(worker_id)
+        self.hub.presence.attach(worker_id, sid)
+        await self.sio.enter_room(sid, f"jobs:{job_name}")
+        return {"job_name": job_name, "worker_id": str(worker_id)}
+
+    async def leave_job_room(self, sid: str, data: Any) -> dict[str, Any]:
+        try:
+            job_name = _field(data, "job_name")
+        except DomainError as exc:
+            return _problem(exc)
+        await self.sio.leave_room(sid, f"jobs:{job_name}")
+        return {"job_name": job_name}
+
+    async def room_join(self, sid: str, data: Any) -> dict[str, Any]:
+        """Enter ``room:{room_id}``; any authenticated user may watch a valid room."""
+        try:
+            room_id = validate_room_id(_field(data, "room_id"))
+        except DomainError as exc:
+            return _problem(exc)
+        await self.sio.enter_room(sid, f"room:{room_id}")
+        return {"room_id": room_id}
+
+    async def room_leave(self, sid: str, data: Any) -> dict[str, Any]:
+        try:
+            room_id = _field(data, "room_id")
+        except DomainError as exc:
+            return _problem(exc)
+        await self.sio.leave_room(sid, f"room:{room_id}")
+        return {"room_id": room_id}
