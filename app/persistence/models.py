@@ -7,22 +7,30 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
-from sqlalchemy import Column, ForeignKey, Index, String, Text, UniqueConstraint, text
+from sqlalchemy import Column, ForeignKey, Index, MetaData, String, Text, UniqueConstraint, text
+from sqlalchemy.orm import registry
 from sqlmodel import Field, SQLModel
 
 from app.persistence.types import JSONDocument, UTCDateTime, new_id, utcnow
 
-metadata = SQLModel.metadata
-metadata.naming_convention = {
-    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
-    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
-    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
-    "pk": "pk_%(table_name)s",
-    "ck": "ck_%(table_name)s_%(constraint_name)s",
-}
+# Taskhub's own MetaData, not SQLModel's global one: other SQLModel applications (such as
+# zndraw-joblib, with tables of the same names) can be imported in the same process.
+metadata = MetaData(
+    naming_convention={
+        "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+        "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+        "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+        "pk": "pk_%(table_name)s",
+        "ck": "ck_%(table_name)s_%(constraint_name)s",
+    }
+)
 
 
-class User(SQLModel, table=True):
+class TaskhubModel(SQLModel, registry=registry(metadata=metadata)):
+    """Base of every Taskhub table."""
+
+
+class User(TaskhubModel, table=True):
     __tablename__ = "app_user"
 
     id: UUID = Field(default_factory=new_id, primary_key=True)
@@ -31,7 +39,7 @@ class User(SQLModel, table=True):
     created_at: datetime = Field(default_factory=utcnow, sa_type=UTCDateTime)
 
 
-class ApiToken(SQLModel, table=True):
+class ApiToken(TaskhubModel, table=True):
     """A bearer token, stored as the SHA-256 of the secret (tokens are 256-bit random)."""
 
     __tablename__ = "api_token"
@@ -44,7 +52,7 @@ class ApiToken(SQLModel, table=True):
     created_at: datetime = Field(default_factory=utcnow, sa_type=UTCDateTime)
 
 
-class Worker(SQLModel, table=True):
+class Worker(TaskhubModel, table=True):
     __tablename__ = "worker"
 
     id: UUID = Field(default_factory=new_id, primary_key=True)
@@ -55,7 +63,7 @@ class Worker(SQLModel, table=True):
     created_at: datetime = Field(default_factory=utcnow, sa_type=UTCDateTime)
 
 
-class Job(SQLModel, table=True):
+class Job(TaskhubModel, table=True):
     """A runnable job. Never hard-deleted: ``deleted`` marks an orphan; history stays."""
 
     __tablename__ = "job"
@@ -73,7 +81,7 @@ class Job(SQLModel, table=True):
     updated_at: datetime = Field(default_factory=utcnow, sa_type=UTCDateTime)
 
 
-class WorkerJobLink(SQLModel, table=True):
+class WorkerJobLink(TaskhubModel, table=True):
     __tablename__ = "worker_job_link"
 
     worker_id: UUID = Field(
@@ -84,7 +92,7 @@ class WorkerJobLink(SQLModel, table=True):
     )
 
 
-class Task(SQLModel, table=True):
+class Task(TaskhubModel, table=True):
     """One invocation of a job. ``worker_id`` has no foreign key on purpose: the task keeps
     the id of the worker that ran it after that worker is gone."""
 

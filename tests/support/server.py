@@ -38,7 +38,7 @@ class ServerError(RuntimeError):
     """The server (or its migration) failed to start; the message carries its output."""
 
 
-def _run_async(coroutine: Coroutine[Any, Any, T]) -> T:
+def run_async(coroutine: Coroutine[Any, Any, T]) -> T:
     """Run a coroutine on a fresh loop in a helper thread (safe inside a running loop)."""
     with ThreadPoolExecutor(1) as pool:
         return pool.submit(asyncio.run, coroutine).result()
@@ -105,12 +105,12 @@ def provisioned_database(backend: Backend, directory: Path) -> Iterator[str]:
         return
     if backend != "postgres":
         raise ValueError(f"unknown backend {backend!r}")
-    url = _run_async(create_postgres_database("taskhub_system"))
+    url = run_async(create_postgres_database("taskhub_system"))
     try:
         migrate(url)
         yield url
     finally:
-        _run_async(drop_postgres_database(url))
+        run_async(drop_postgres_database(url))
 
 
 class HubServer:
@@ -158,13 +158,14 @@ class HubServer:
             raise ServerError("server already running")
         for attempt in range(attempts):
             self.port = free_port()
+            log_offset = len(self.output())
             self._spawn()
             try:
                 self._wait_healthy()
                 return self
             except ServerError as exc:
                 self.stop()
-                port_taken = "address already in use" in self.output().lower()
+                port_taken = "address already in use" in self.output()[log_offset:].lower()
                 if not port_taken or attempt == attempts - 1:
                     raise ServerError(f"{exc}\n--- server output ---\n{self.output()}") from None
         raise AssertionError("unreachable")  # pragma: no cover

@@ -1,87 +1,87 @@
-"""The unmodified zndraw-joblib 0.1.7 ``JobManager`` serves tasks from a real Taskhub."""
+"""The unmodified zndraw-joblib 0.1.7 ``JobManager`` serves tasks from a real Taskhub.
+
+The ``JobManager`` runs in its own process (``tests/system/joblib_worker.py``): zndraw-joblib
+cannot be imported next to Taskhub's models, see ``test_sdk_importable_next_to_hub_models``.
+"""
 
 from __future__ import annotations
 
-import logging
+import json
+import queue
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
-from typing import Any, ClassVar
+from pathlib import Path
+from typing import IO, Any
 
 import httpx
 import pytest
-from zndraw_joblib.client import Category, ClaimedTask, Extension, JobManager
 
-from tests.support.server import HubServer
+from tests.support.server import REPO_ROOT, HubServer
 
 PREFIX = "/v1/joblib"
 ROOM = "room1"
+SCALE = "@global:modifiers:Scale"
+EXPLODE = "@global:modifiers:Explode"
 TERMINAL = {"completed", "failed", "cancelled"}
 TASKS = 20
 
 
-class Scale(Extension):
-    """A modifier with a few typed parameters (they become the job's JSON schema)."""
+class JobManagerProcess:
+    """Drives ``tests.system.joblib_worker`` over its stdin/stdout, one JSON line each way."""
 
-    category: ClassVar[Category] = Category.MODIFIER
-    factor: float = 1.0
-    label: str = "scale"
-    axes: list[int] = [0, 1, 2]
+    def __init__(self, server: HubServer, log_path: Path) -> None:
+        self.log_path = log_path
+        self._log = log_path.open("wb")
+        self.process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "tests.system.joblib_worker",
+                server.base_url,
+                server.admin_token,
+            ],
+            cwd=REPO_ROOT,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._log,
+            text=True,
+        )
+        self._replies: queue.Queue[str] = queue.Queue()
+        assert self.process.stdout is not None
+        threading.Thread(target=self._pump, args=(self.process.stdout,), daemon=True).start()
 
-    def run(self, vis: Any, **kwargs: Any) -> Any:
-        return self.factor
+    def _pump(self, stream: IO[str]) -> None:
+        for line in stream:
+            self._replies.put(line)
 
+    def call(self, op: str, timeout: float = 30.0, **args: Any) -> Any:
+        """Run one operation in the worker process and return its result."""
+        assert self.process.stdin is not None
+        self.process.stdin.write(json.dumps({"op": op, "args": args}) + "\n")
+        self.process.stdin.flush()
+        try:
+            reply = json.loads(self._replies.get(timeout=timeout))
+        except queue.Empty:
+            raise AssertionError(f"{op!r} got no reply in {timeout}s:\n{self.output()}") from None
+        assert reply["ok"], f"{op!r} failed: {reply['error']}\n{self.output()}"
+        return reply["result"]
 
-class Explode(Extension):
-    """A modifier whose execution always fails."""
+    def output(self) -> str:
+        return self.log_path.read_text(errors="replace")
 
-    category: ClassVar[Category] = Category.MODIFIER
-    n: int = 0
-
-    def run(self, vis: Any, **kwargs: Any) -> Any:
-        raise RuntimeError(f"boom-{self.n}")
-
-
-class RestApi:
-    """The ``ApiManager`` protocol of zndraw-joblib over a plain ``httpx.Client``."""
-
-    def __init__(self, base_url: str, token: str) -> None:
-        self.http = httpx.Client(timeout=10.0, trust_env=False)
-        self._base_url = base_url
-        self._token = token
-
-    @property
-    def base_url(self) -> str:
-        return self._base_url
-
-    def get_headers(self) -> dict[str, str]:
-        return {"Authorization": f"Bearer {self._token}"}
-
-    def raise_for_status(self, response: httpx.Response) -> None:
-        """404 → KeyError, 401/403 → PermissionError, 409/422 → ValueError, else httpx's."""
-        code = response.status_code
-        if code == 404:
-            raise KeyError(response.text)
-        if code in (401, 403):
-            raise PermissionError(response.text)
-        if code in (409, 422):
-            raise ValueError(response.text)
-        response.raise_for_status()
-
-
-class Executions:
-    """The ``execute`` callback: runs each claimed extension and records what it saw."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.seen: list[tuple[str, str, str, Extension]] = []
-
-    def __call__(self, claimed: ClaimedTask) -> None:
-        with self.lock:
-            self.seen.append(
-                (claimed.task_id, claimed.job_name, claimed.room_id, claimed.extension)
-            )
-        claimed.extension.run(None, **claimed.run_kwargs)
+    def close(self, timeout: float = 20.0) -> int:
+        if self.process.poll() is None:
+            try:
+                self.call("exit", timeout=timeout)
+                self.process.wait(timeout)
+            except (AssertionError, OSError, subprocess.TimeoutExpired):
+                self.process.kill()
+                self.process.wait(10)
+        self._log.close()
+        return self.process.returncode
 
 
 @pytest.fixture
@@ -93,6 +93,15 @@ def client(hub_server: HubServer) -> Iterator[httpx.Client]:
         trust_env=False,
     ) as http:
         yield http
+
+
+@pytest.fixture
+def manager(hub_server: HubServer, tmp_path: Path) -> Iterator[JobManagerProcess]:
+    process = JobManagerProcess(hub_server, tmp_path / "joblib_worker.log")
+    try:
+        yield process
+    finally:
+        process.close()
 
 
 def wait_terminal(client: httpx.Client, task_id: str, timeout: float = 60.0) -> dict[str, Any]:
@@ -107,7 +116,7 @@ def wait_terminal(client: httpx.Client, task_id: str, timeout: float = 60.0) -> 
         assert time.monotonic() < deadline, f"task {task_id} still {task['status']}"
 
 
-def worker_ids(client: httpx.Client) -> dict[str, dict[str, Any]]:
+def listed_workers(client: httpx.Client) -> dict[str, dict[str, Any]]:
     response = client.get(f"{PREFIX}/workers", params={"limit": 500})
     assert response.status_code == 200, response.text
     return {worker["id"]: worker for worker in response.json()["items"]}
@@ -120,80 +129,92 @@ def room_job_names(client: httpx.Client) -> set[str]:
 
 
 def test_job_manager_serves_tasks_and_disconnects_cleanly(
-    hub_server: HubServer, client: httpx.Client, caplog: pytest.LogCaptureFixture
+    client: httpx.Client, manager: JobManagerProcess
 ) -> None:
-    caplog.set_level(logging.INFO, logger="zndraw_joblib")
-    api = RestApi(hub_server.base_url, hub_server.admin_token)
-    executions = Executions()
-    manager = JobManager(
-        api, None, execute=executions, heartbeat_interval=0.2, polling_interval=0.05
-    )
-    try:
-        manager.register(Scale)
-        worker_id = str(manager.worker_id)
-        assert manager.worker_id is not None
-        assert "@global:modifiers:Scale" in room_job_names(client)
-        job = client.get(f"{PREFIX}/rooms/{ROOM}/jobs/@global:modifiers:Scale")
-        assert job.status_code == 200, job.text
-        assert job.json()["schema"] == Scale.model_json_schema()
-        assert job.json()["workers"] == [worker_id]
+    worker_id = manager.call("register", name="Scale")
+    assert worker_id not in (None, "None")
+    assert SCALE in room_job_names(client)
+    job = client.get(f"{PREFIX}/rooms/{ROOM}/jobs/{SCALE}")
+    assert job.status_code == 200, job.text
+    assert job.json()["workers"] == [worker_id]
 
-        submitted = {
-            manager.submit(Scale(factor=i / 2, label=f"t{i}"), room=ROOM): i / 2
-            for i in range(TASKS)
-        }
-        assert len(submitted) == TASKS
-        for task_id, factor in submitted.items():
-            task = wait_terminal(client, task_id)
-            assert task["status"] == "completed", task
-            assert task["job_name"] == "@global:modifiers:Scale"
-            assert task["room_id"] == ROOM
-            assert task["worker_id"] == worker_id
-            assert task["error"] is None
-            assert task["payload"]["factor"] == factor
-            assert task["started_at"] is not None
-            assert task["completed_at"] is not None
-        with executions.lock:
-            seen = list(executions.seen)
-        assert sorted(task_id for task_id, *_ in seen) == sorted(submitted)
-        for task_id, job_name, room_id, extension in seen:
-            assert job_name == "@global:modifiers:Scale"
-            assert room_id == ROOM
-            assert isinstance(extension, Scale)
-            assert extension.factor == submitted[task_id]
-
-        manager.register(Explode)
-        assert len(manager) == 2
-        failing = manager.submit(Explode(n=7), room=ROOM)
-        task = wait_terminal(client, failing)
-        assert task["status"] == "failed", task
-        assert "boom-7" in (task["error"] or "")
+    submitted: dict[str, float] = {}
+    for i in range(TASKS):
+        params = {"factor": i / 2, "label": f"t{i}"}
+        submitted[manager.call("submit", name="Scale", params=params, room=ROOM)] = i / 2
+    assert len(submitted) == TASKS
+    for task_id, factor in submitted.items():
+        task = wait_terminal(client, task_id)
+        assert task["status"] == "completed", task
+        assert task["job_name"] == SCALE
+        assert task["room_id"] == ROOM
         assert task["worker_id"] == worker_id
+        assert task["error"] is None
+        assert task["payload"]["factor"] == factor
+        assert task["started_at"] is not None
+        assert task["completed_at"] is not None
+    executions = manager.call("executions")
+    assert sorted(e["task_id"] for e in executions) == sorted(submitted)
+    for execution in executions:
+        assert execution["job_name"] == SCALE
+        assert execution["room_id"] == ROOM
+        assert execution["extension"] == "Scale"
+        assert execution["params"]["factor"] == submitted[execution["task_id"]]
 
-        before = worker_ids(client)[worker_id]
-        assert before["job_count"] == 2
-        time.sleep(0.6)  # a few heartbeat intervals
-        after = worker_ids(client)[worker_id]
-        assert after["last_heartbeat"] > before["last_heartbeat"]
-        assert {"@global:modifiers:Scale", "@global:modifiers:Explode"} <= room_job_names(client)
-    finally:
-        manager.disconnect()
-        api.http.close()
+    assert manager.call("register", name="Explode") == worker_id
+    assert manager.call("registered") == [EXPLODE, SCALE]
+    failing = manager.call("submit", name="Explode", params={"n": 7}, room=ROOM)
+    task = wait_terminal(client, failing)
+    assert task["status"] == "failed", task
+    assert "boom-7" in (task["error"] or "")
+    assert task["worker_id"] == worker_id
 
-    assert manager.worker_id is None
-    assert worker_id not in worker_ids(client)
+    before = listed_workers(client)[worker_id]
+    assert before["job_count"] == 2
+    time.sleep(0.6)  # a few of the manager's 0.2 s heartbeats
+    after = listed_workers(client)[worker_id]
+    assert after["last_heartbeat"] > before["last_heartbeat"]
+    assert {SCALE, EXPLODE} <= room_job_names(client)
+    assert manager.call("stopped") is False  # the SDK never decided its registration was lost
+    assert manager.call("problems") == [f"Task {failing} failed: boom-7"]
+
+    assert manager.call("disconnect") is None
+    assert worker_id not in listed_workers(client)
     names = room_job_names(client)
-    assert "@global:modifiers:Scale" not in names
-    assert "@global:modifiers:Explode" not in names
-    gone = client.get(f"{PREFIX}/rooms/{ROOM}/jobs/@global:modifiers:Scale")
+    assert SCALE not in names
+    assert EXPLODE not in names
+    gone = client.get(f"{PREFIX}/rooms/{ROOM}/jobs/{SCALE}")
     assert gone.status_code == 404, gone.text
     history = client.get(f"{PREFIX}/rooms/{ROOM}/tasks", params={"limit": 500})
     assert history.status_code == 200, history.text
     assert history.json()["total"] == TASKS + 1  # soft delete keeps the task history
+    assert manager.call("problems") == [f"Task {failing} failed: boom-7"]
+    assert manager.close() == 0
 
-    problems = [
-        record.getMessage()
-        for record in caplog.records
-        if record.name.startswith("zndraw_joblib") and record.levelno >= logging.WARNING
-    ]
-    assert problems == [f"Task {failing} failed: boom-7"]
+
+def test_sdk_registration_keeps_the_extension_schema(
+    client: httpx.Client, manager: JobManagerProcess
+) -> None:
+    """``JobManager.register`` sends ``JobRegisterRequest.model_dump()``, whose key is the
+    field name ``schema_`` (not the alias ``schema``); the reference server accepts both
+    (``populate_by_name``), so the job's schema must be the Extension's JSON schema."""
+    manager.call("register", name="Scale")
+    job = client.get(f"{PREFIX}/rooms/{ROOM}/jobs/{SCALE}")
+    assert job.status_code == 200, job.text
+    assert job.json()["schema"] == manager.call("schema", name="Scale")
+
+
+def test_sdk_importable_next_to_hub_models() -> None:
+    """zndraw-joblib and Taskhub's models must coexist in one process (an embedding server,
+    or a test driving the SDK in-process). Both declare tables on the global
+    ``SQLModel.metadata`` with the same names (``worker_job_link``, ``worker``, ``job``,
+    ``task``), so importing the second fails."""
+    result = subprocess.run(
+        [sys.executable, "-c", "import app.persistence.models, zndraw_joblib.client"],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]

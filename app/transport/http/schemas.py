@@ -33,6 +33,9 @@ class WorkerSummaryOut(WorkerOut):
 
 
 class JobRegisterIn(BaseModel):
+    # zndraw-joblib's SDK sends the field name ("schema_"), other clients the alias.
+    model_config = ConfigDict(populate_by_name=True)
+
     category: str = Field(max_length=64)
     name: str = Field(max_length=128)
     schema_: dict[str, Any] = Field(default_factory=dict, alias="schema")

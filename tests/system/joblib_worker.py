@@ -1,0 +1,160 @@
+"""A worker process around the unmodified zndraw-joblib 0.1.7 ``JobManager``.
+
+Run as ``python -m tests.system.joblib_worker BASE_URL TOKEN``. It never imports ``app``
+(zndraw-joblib's SQLAlchemy models share ``SQLModel.metadata`` with Taskhub's, so the two
+cannot be imported into one process). The test drives it over stdin/stdout, one JSON
+object per line: ``{"op": ..., "args": {...}}`` in, ``{"ok": bool, "result"|"error": ...}``
+out.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import threading
+from collections.abc import Callable
+from typing import Any, ClassVar
+
+import httpx
+from zndraw_joblib.client import Category, ClaimedTask, Extension, JobManager
+
+
+class Scale(Extension):
+    """A modifier with a few typed parameters (they become the job's JSON schema)."""
+
+    category: ClassVar[Category] = Category.MODIFIER
+    factor: float = 1.0
+    label: str = "scale"
+    axes: list[int] = [0, 1, 2]
+
+    def run(self, vis: Any, **kwargs: Any) -> Any:
+        return self.factor
+
+
+class Explode(Extension):
+    """A modifier whose execution always fails."""
+
+    category: ClassVar[Category] = Category.MODIFIER
+    n: int = 0
+
+    def run(self, vis: Any, **kwargs: Any) -> Any:
+        raise RuntimeError(f"boom-{self.n}")
+
+
+EXTENSIONS: dict[str, type[Extension]] = {"Scale": Scale, "Explode": Explode}
+
+
+class RestApi:
+    """zndraw-joblib's ``ApiManager`` protocol over a plain ``httpx.Client``."""
+
+    def __init__(self, base_url: str, token: str) -> None:
+        self.http = httpx.Client(timeout=10.0, trust_env=False)
+        self._base_url = base_url
+        self._token = token
+
+    @property
+    def base_url(self) -> str:
+        return self._base_url
+
+    def get_headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self._token}"}
+
+    def raise_for_status(self, response: httpx.Response) -> None:
+        """404 → KeyError, 401/403 → PermissionError, 409/422 → ValueError, else httpx's."""
+        code = response.status_code
+        if code == 404:
+            raise KeyError(response.text)
+        if code in (401, 403):
+            raise PermissionError(response.text)
+        if code in (409, 422):
+            raise ValueError(response.text)
+        response.raise_for_status()
+
+
+class Executions:
+    """The ``execute`` callback: runs each claimed extension and records what it saw."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.seen: list[dict[str, Any]] = []
+
+    def __call__(self, claimed: ClaimedTask) -> None:
+        with self.lock:
+            self.seen.append(
+                {
+                    "task_id": claimed.task_id,
+                    "job_name": claimed.job_name,
+                    "room_id": claimed.room_id,
+                    "extension": type(claimed.extension).__name__,
+                    "params": claimed.extension.model_dump(),
+                }
+            )
+        claimed.extension.run(None, **claimed.run_kwargs)
+
+
+class Problems(logging.Handler):
+    """Collects zndraw-joblib's warnings and errors (claim failures, task failures …)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
+def main(base_url: str, token: str) -> int:
+    problems = Problems()
+    logging.getLogger("zndraw_joblib").addHandler(problems)
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr)
+    api = RestApi(base_url, token)
+    executions = Executions()
+    manager = JobManager(
+        api, None, execute=executions, heartbeat_interval=0.2, polling_interval=0.05
+    )
+
+    def register(name: str, room: str | None = None) -> str:
+        manager.register(EXTENSIONS[name], room=room)
+        return str(manager.worker_id)
+
+    def submit(name: str, params: dict[str, Any], room: str) -> str:
+        return manager.submit(EXTENSIONS[name](**params), room=room)
+
+    def executed() -> list[dict[str, Any]]:
+        with executions.lock:
+            return list(executions.seen)
+
+    def disconnect() -> str | None:
+        manager.disconnect()
+        return None if manager.worker_id is None else str(manager.worker_id)
+
+    ops: dict[str, Callable[..., Any]] = {
+        "register": register,
+        "submit": submit,
+        "registered": lambda: sorted(manager),
+        "schema": lambda name: EXTENSIONS[name].model_json_schema(),
+        "stopped": lambda: manager._stop.is_set(),
+        "executions": executed,
+        "problems": lambda: list(problems.messages),
+        "disconnect": disconnect,
+        "exit": lambda: None,
+    }
+    try:
+        for line in sys.stdin:
+            command = json.loads(line)
+            try:
+                reply = {"ok": True, "result": ops[command["op"]](**command.get("args", {}))}
+            except Exception as exc:
+                reply = {"ok": False, "error": repr(exc)}
+            print(json.dumps(reply), flush=True)
+            if command["op"] == "exit":
+                break
+    finally:
+        manager.disconnect()
+        api.http.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1], sys.argv[2]))
