@@ -56,6 +56,7 @@ def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
         host=settings.host,
         port=settings.port,
         log_level=settings.log_level,
+        access_log=settings.access_log,
         timeout_graceful_shutdown=10,
     )
     return 0

@@ -36,6 +36,7 @@ class Settings(BaseSettings):
     host: str = "127.0.0.1"
     port: int = 8000
     log_level: str = "info"
+    access_log: bool = False
 
     @field_validator("allowed_categories", mode="before")
     @classmethod

@@ -39,3 +39,14 @@ def check_transition(current: TaskStatus, target: TaskStatus) -> None:
         raise InvalidTaskTransition(
             f"Cannot move a task from {current.value!r} to {target.value!r}."
         )
+
+
+def predecessors(target: TaskStatus) -> frozenset[TaskStatus]:
+    """The statuses from which ``target`` may be reached."""
+    return _PREDECESSORS[target]
+
+
+_PREDECESSORS = {
+    target: frozenset(s for s, targets in TRANSITIONS.items() if target in targets)
+    for target in TaskStatus
+}

@@ -5,15 +5,17 @@ from __future__ import annotations
 from typing import Any
 from uuid import UUID
 
-from sqlalchemy import Table, select, update
+from sqlalchemy import Table, exists, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.sql import Executable
 
 from app.domain.states import TaskStatus
-from app.persistence.models import link_table, task_table
+from app.persistence.models import link_table, task_table, worker_table
 
 
-def claim_statement(dialect: str, *, worker_id: UUID, claim_token: UUID, limit: int) -> Executable:
+def claim_statement(
+    dialect: str, *, worker_id: UUID, claim_token: UUID, limit: int, owner_id: UUID | None
+) -> Executable:
     """Claim up to ``limit`` of the oldest pending tasks of the worker's jobs, atomically.
 
     PostgreSQL: ``WITH picked AS (SELECT … ORDER BY … LIMIT n FOR UPDATE SKIP LOCKED)
@@ -27,14 +29,14 @@ def claim_statement(dialect: str, *, worker_id: UUID, claim_token: UUID, limit: 
     ``SKIP LOCKED`` is neither needed nor available.
     """
     task = task_table
+    served_jobs = select(link_table.c.job_id).where(link_table.c.worker_id == worker_id)
+    if owner_id is not None:  # only the worker's owner may claim for it (superusers: None)
+        served_jobs = served_jobs.where(
+            exists().where(worker_table.c.id == worker_id, worker_table.c.user_id == owner_id)
+        )
     candidates = (
         select(task.c.id)
-        .where(
-            task.c.status == TaskStatus.PENDING.value,
-            task.c.job_id.in_(
-                select(link_table.c.job_id).where(link_table.c.worker_id == worker_id)
-            ),
-        )
+        .where(task.c.status == TaskStatus.PENDING.value, task.c.job_id.in_(served_jobs))
         .order_by(task.c.created_at, task.c.id)
         .limit(limit)
     )

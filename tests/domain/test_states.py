@@ -5,7 +5,7 @@ import itertools
 import pytest
 
 from app.domain.errors import InvalidTaskTransition
-from app.domain.states import TERMINAL_STATUSES, TaskStatus, check_transition
+from app.domain.states import TERMINAL_STATUSES, TaskStatus, check_transition, predecessors
 
 S = TaskStatus
 ALLOWED = {
@@ -31,3 +31,8 @@ def test_transition_matrix(current, target):
 
 def test_terminal_states():
     assert {S.COMPLETED, S.FAILED, S.CANCELLED} == TERMINAL_STATUSES
+
+
+@pytest.mark.parametrize("target", list(S))
+def test_predecessors_are_the_matrix_read_backwards(target):
+    assert predecessors(target) == {current for current, t in ALLOWED if t == target}

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, Protocol
 from uuid import UUID, uuid4
 
-from sqlalchemy import func, insert, select, update
+from sqlalchemy import exists, func, insert, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.domain.errors import (
@@ -27,7 +27,7 @@ from app.domain.services.task_rows import (
     select_tasks,
     task_record,
 )
-from app.domain.states import TaskStatus, check_transition, is_terminal
+from app.domain.states import TaskStatus, check_transition, is_terminal, predecessors
 from app.persistence.database import Database
 from app.persistence.dialects import claim_statement
 from app.persistence.models import task_table, worker_table
@@ -99,17 +99,19 @@ async def claim_tasks(
     db: Database, principal: Principal, worker_id: UUID, max_tasks: int = 1
 ) -> tuple[list[TaskRecord], EventBatch]:
     """Hand the worker up to ``max_tasks`` of the oldest pending tasks of its jobs, each
-    with a fresh claim token, in one atomic statement."""
+    with a fresh claim token, in one atomic statement (which also checks ownership)."""
     events = EventBatch()
     async with db.write() as conn:
-        await owned_worker(conn, principal, worker_id)
-        rows = (
-            await conn.execute(
-                claim_statement(
-                    db.dialect, worker_id=worker_id, claim_token=uuid4(), limit=max_tasks
-                )
-            )
-        ).all()
+        statement = claim_statement(
+            db.dialect,
+            worker_id=worker_id,
+            claim_token=uuid4(),
+            limit=max_tasks,
+            owner_id=None if principal.is_superuser else principal.id,
+        )
+        rows = (await conn.execute(statement)).all()
+        if not rows:  # nothing claimed: say whether the worker is unknown or not the caller's
+            await owned_worker(conn, principal, worker_id)
         names = await JobNames.resolve(conn, {row.job_id for row in rows})
     records = sorted(
         (task_record(row, names[row.job_id]) for row in rows),
@@ -129,46 +131,77 @@ async def update_task(
     error: str | None = None,
     claim_token: UUID | None = None,
 ) -> tuple[TaskRecord, EventBatch]:
-    """Apply a PATCH: check who may, check the transition and the claim token, then write
-    with a guarded ``UPDATE … WHERE status = current [AND claim_token = token]``."""
+    """Apply a PATCH as one guarded ``UPDATE … WHERE id = ? AND status IN (allowed
+    predecessors) AND <caller may> [AND claim_token = ?] RETURNING``. Only when it matches
+    nothing is the task read again, to say why (404, 403, stale claim, bad transition)."""
     events = EventBatch()
     async with db.write() as conn:
-        row = (
-            await conn.execute(
-                select(task, worker_table.c.user_id.label("worker_owner"))
-                .outerjoin(worker_table, worker_table.c.id == task.c.worker_id)
-                .where(task.c.id == task_id)
-            )
-        ).first()
-        if row is None:
-            raise TaskNotFound(f"Task {task_id} not found.")
-        _authorise_update(principal, row, status)
-        current = TaskStatus(row.status)
-        if claim_token is not None and claim_token != row.claim_token:
-            raise StaleClaim(f"Claim token is no longer current for task {task_id}.")
-        check_transition(current, status)
-
-        now = utcnow()
-        values: dict[str, Any] = {"status": status.value}
-        if status == TaskStatus.RUNNING:
-            values["started_at"] = now
-        if is_terminal(status):
-            values["completed_at"] = now
-            if error is not None:
-                values["error"] = error
-        guard = [task.c.id == task_id, task.c.status == current.value]
-        if claim_token is not None:
-            guard.append(task.c.claim_token == claim_token)
+        guard = [task.c.id == task_id, *_update_guard(principal, status, claim_token)]
         updated = (
-            await conn.execute(update(task).where(*guard).values(**values).returning(*task.c))
-        ).first()
+            await conn.execute(
+                update(task).where(*guard).values(**_transition_values(status, error))
+                .returning(*task.c)
+            )
+        ).first()  # fmt: skip
         if updated is None:
+            await _explain_refusal(conn, principal, task_id, status, claim_token)
             raise InvalidTaskTransition(f"Task {task_id} changed concurrently; retry.")
         record = task_record(updated, await JobNames.one(conn, updated.job_id))
         events.add(TaskStatusChanged(record))
         if is_terminal(status):
             await _soft_delete_job(conn, record.job_id, events)
     return record, events
+
+
+def _update_guard(principal: Principal, target: TaskStatus, claim_token: UUID | None) -> list[Any]:
+    """The WHERE conditions under which ``target`` may be written."""
+    guard: list[Any] = [task.c.status.in_([s.value for s in predecessors(target)])]
+    if claim_token is not None:
+        guard.append(task.c.claim_token == claim_token)
+    if not principal.is_superuser:
+        owns_worker = exists().where(
+            worker_table.c.id == task.c.worker_id, worker_table.c.user_id == principal.id
+        )
+        if target == TaskStatus.CANCELLED:
+            guard.append(or_(owns_worker, task.c.submitted_by == principal.id))
+        else:
+            guard.append(owns_worker)
+    return guard
+
+
+def _transition_values(target: TaskStatus, error: str | None) -> dict[str, Any]:
+    now = utcnow()
+    values: dict[str, Any] = {"status": target.value}
+    if target == TaskStatus.RUNNING:
+        values["started_at"] = now
+    if is_terminal(target):
+        values["completed_at"] = now
+        if error is not None:
+            values["error"] = error
+    return values
+
+
+async def _explain_refusal(
+    conn: AsyncConnection,
+    principal: Principal,
+    task_id: UUID,
+    target: TaskStatus,
+    claim_token: UUID | None,
+) -> None:
+    """Raise the reason the guarded update matched nothing, in the order a client needs."""
+    row = (
+        await conn.execute(
+            select(task, worker_table.c.user_id.label("worker_owner"))
+            .outerjoin(worker_table, worker_table.c.id == task.c.worker_id)
+            .where(task.c.id == task_id)
+        )
+    ).first()
+    if row is None:
+        raise TaskNotFound(f"Task {task_id} not found.")
+    _authorise_update(principal, row, target)
+    if claim_token is not None and claim_token != row.claim_token:
+        raise StaleClaim(f"Claim token is no longer current for task {task_id}.")
+    check_transition(TaskStatus(row.status), target)
 
 
 def _authorise_update(principal: Principal, row: Any, target: TaskStatus) -> None:
