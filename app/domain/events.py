@@ -87,7 +87,28 @@ class JobsInvalidate:
         return {}
 
 
-Event = TaskAvailable | TaskStatusChanged | JobsInvalidate
+@dataclass(frozen=True, slots=True)
+class TaskCancelled:
+    """A claimed or running task was cancelled; tells the worker running it to stop."""
+
+    name: ClassVar[str] = "task_cancelled"
+    task_id: str
+    job_name: str
+    worker_id: str
+
+    @property
+    def room(self) -> str:
+        return f"worker:{self.worker_id}"
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        return (self.name, self.room, self.task_id)
+
+    def payload(self) -> dict[str, Any]:
+        return {"task_id": self.task_id, "job_name": self.job_name, "worker_id": self.worker_id}
+
+
+Event = TaskAvailable | TaskStatusChanged | JobsInvalidate | TaskCancelled
 
 
 class EventBatch:

@@ -44,6 +44,7 @@ class WorkerRecord:
     user_id: UUID
     last_heartbeat: datetime
     job_count: int = 0
+    cancelled_tasks: list[UUID] = field(default_factory=list)
 
 
 @dataclass(slots=True)

@@ -84,3 +84,24 @@ async def test_deleting_a_worker_publishes_failures_and_invalidation(alice, publ
     (failed,) = [e for e in batch if e.name == "task_status_event"]
     assert failed.payload()["id"] == task["id"]
     assert failed.payload()["error"] == "Worker disconnected"
+
+
+async def test_cancelling_a_claimed_task_tells_its_worker(alice, bob, published):
+    job = await alice.register()
+    task = await bob.submit(JOB)
+    await alice.claim(job["worker_id"])
+    await bob.transition(task["id"], "cancelled")
+    cancelled = [e for e in published[-1] if e.name == "task_cancelled"]
+    assert [(e.room, e.payload()) for e in cancelled] == [
+        (
+            f"worker:{job['worker_id']}",
+            {"task_id": task["id"], "job_name": JOB, "worker_id": job["worker_id"]},
+        )
+    ]
+
+
+async def test_cancelling_a_pending_task_tells_no_worker(alice, bob, published):
+    await alice.register()
+    task = await bob.submit(JOB)
+    await bob.transition(task["id"], "cancelled")
+    assert "task_cancelled" not in [e.name for e in published[-1]]

@@ -70,3 +70,13 @@ async def test_delete_worker_authorisation(alice, bob):
     assert_problem(await bob.delete(f"/workers/{worker['id']}"), 403, "forbidden")
     assert (await alice.delete(f"/workers/{worker['id']}")).status_code == 204
     assert_problem(await alice.delete(f"/workers/{worker['id']}"), 404, "worker-not-found")
+
+
+async def test_heartbeat_reports_the_workers_recently_cancelled_tasks(alice, bob):
+    job = await alice.register()
+    cancelled, kept = [await bob.submit(JOB) for _ in range(2)]
+    await alice.post("/tasks/claim", json={"worker_id": job["worker_id"], "max_tasks": 2})
+    await bob.transition(cancelled["id"], "cancelled")
+    beat = (await alice.patch(f"/workers/{job['worker_id']}")).json()
+    assert beat["cancelled_tasks"] == [cancelled["id"]]
+    assert (await alice.task(kept["id"]))["status"] == "claimed"

@@ -15,7 +15,13 @@ from app.domain.errors import (
     StaleClaim,
     TaskNotFound,
 )
-from app.domain.events import EventBatch, JobsInvalidate, TaskAvailable, TaskStatusChanged
+from app.domain.events import (
+    EventBatch,
+    JobsInvalidate,
+    TaskAvailable,
+    TaskCancelled,
+    TaskStatusChanged,
+)
 from app.domain.naming import INTERNAL_ROOM, validate_room_id
 from app.domain.records import Page, Principal, TaskRecord
 from app.domain.services.jobs import JobNames, find_visible_job, soft_delete_if_orphaned
@@ -148,6 +154,8 @@ async def update_task(
             raise InvalidTaskTransition(f"Task {task_id} changed concurrently; retry.")
         record = task_record(updated, await JobNames.one(conn, updated.job_id))
         events.add(TaskStatusChanged(record))
+        if status == TaskStatus.CANCELLED and record.worker_id is not None:
+            events.add(TaskCancelled(str(record.id), record.job_name, str(record.worker_id)))
         if is_terminal(status):
             await _soft_delete_job(conn, record.job_id, events)
     return record, events

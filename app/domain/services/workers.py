@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID
 
@@ -40,8 +40,12 @@ async def create_worker(db: Database, principal: Principal) -> WorkerRecord:
     return record
 
 
-async def heartbeat(db: Database, principal: Principal, worker_id: UUID) -> WorkerRecord:
-    """Record that the worker is alive (one guarded statement on the common path)."""
+async def heartbeat(
+    db: Database, principal: Principal, worker_id: UUID, *, cancelled_within: float | None = None
+) -> WorkerRecord:
+    """Record that the worker is alive (one guarded statement on the common path). With
+    ``cancelled_within``, also report the worker's tasks cancelled in that many seconds,
+    so a worker that missed the ``task_cancelled`` event still stops those runs."""
     now = utcnow()
     async with db.write() as conn:
         may_act = or_(worker.c.user_id == principal.id, principal.is_superuser)
@@ -56,7 +60,18 @@ async def heartbeat(db: Database, principal: Principal, worker_id: UUID) -> Work
         if row is None:
             await owned_worker(conn, principal, worker_id)  # raises 404 or 403
             raise WorkerNotFound(f"Worker {worker_id} not found.")  # pragma: no cover
-    return WorkerRecord(id=row.id, user_id=row.user_id, last_heartbeat=row.last_heartbeat)
+        record = WorkerRecord(id=row.id, user_id=row.user_id, last_heartbeat=row.last_heartbeat)
+        if cancelled_within is not None:
+            record.cancelled_tasks = list(
+                await conn.scalars(
+                    select(task_table.c.id).where(
+                        task_table.c.worker_id == worker_id,
+                        task_table.c.status == TaskStatus.CANCELLED.value,
+                        task_table.c.completed_at >= now - timedelta(seconds=cancelled_within),
+                    )
+                )
+            )
+    return record
 
 
 async def delete_worker(

@@ -24,6 +24,20 @@ class WorkerOut(BaseModel):
         return cls(id=record.id, last_heartbeat=record.last_heartbeat)
 
 
+class HeartbeatOut(WorkerOut):
+    """Taskhub extension: ids of this worker's tasks cancelled recently (stop those runs)."""
+
+    cancelled_tasks: list[UUID]
+
+    @classmethod
+    def of(cls, record: WorkerRecord) -> HeartbeatOut:
+        return cls(
+            id=record.id,
+            last_heartbeat=record.last_heartbeat,
+            cancelled_tasks=record.cancelled_tasks,
+        )
+
+
 class WorkerSummaryOut(WorkerOut):
     job_count: int
 

@@ -6,7 +6,14 @@ from starlette.responses import Response
 
 from app.domain.services import workers as service
 from app.transport.http.api import Api, ApiRequest, json_response
-from app.transport.http.schemas import PageOut, PageQuery, WorkerOut, WorkerSummaryOut, page_of
+from app.transport.http.schemas import (
+    HeartbeatOut,
+    PageOut,
+    PageQuery,
+    WorkerOut,
+    WorkerSummaryOut,
+    page_of,
+)
 
 api = Api()
 
@@ -26,11 +33,16 @@ async def list_workers(req: ApiRequest) -> Response:
     return json_response(page_of(WorkerSummaryOut, result))
 
 
-@api.route("PATCH", "/workers/{worker_id}", response=WorkerOut, errors=(403, 404, 422))
+@api.route("PATCH", "/workers/{worker_id}", response=HeartbeatOut, errors=(403, 404, 422))
 async def heartbeat(req: ApiRequest) -> Response:
-    """Heartbeat: record that the worker is alive."""
-    record = await service.heartbeat(req.hub.db, req.principal, req.uuid("worker_id"))
-    return json_response(WorkerOut.of(record))
+    """Heartbeat: record that the worker is alive; learn which of its tasks were cancelled."""
+    record = await service.heartbeat(
+        req.hub.db,
+        req.principal,
+        req.uuid("worker_id"),
+        cancelled_within=req.hub.settings.worker_timeout_seconds,
+    )
+    return json_response(HeartbeatOut.of(record))
 
 
 @api.route("DELETE", "/workers/{worker_id}", status=204, errors=(403, 404, 422))

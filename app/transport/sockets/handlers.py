@@ -88,6 +88,7 @@ class SocketHandlers:
         session.workers.add(worker_id)
         self.hub.presence.attach(worker_id, sid)
         await self.sio.enter_room(sid, f"jobs:{job_name}")
+        await self.sio.enter_room(sid, f"worker:{worker_id}")  # task_cancelled for this worker
         return {"job_name": job_name, "worker_id": str(worker_id)}
 
     async def leave_job_room(self, sid: str, data: Any) -> dict[str, Any]:
