@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import asyncio
 
+from alembic import context
 from sqlalchemy import pool
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from alembic import context
 from app.persistence.models import metadata
 
 config = context.config

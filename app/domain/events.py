@@ -65,6 +65,9 @@ class TaskStatusChanged:
             "worker_id": str(task.worker_id) if task.worker_id else None,
             "error": task.error,
             "attempt": task.attempt,
+            "progress": task.progress,
+            "progress_message": task.progress_message,
+            "result": task.result,
         }
 
 

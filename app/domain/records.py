@@ -36,6 +36,9 @@ class TaskRecord:
     claim_token: UUID | None
     attempt: int
     queue_position: int | None = None
+    result: Any = None
+    progress: float | None = None
+    progress_message: str | None = None
 
 
 @dataclass(slots=True)

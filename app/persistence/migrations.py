@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from alembic import command
 from alembic.config import Config
 from alembic.script import ScriptDirectory
 from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 
-from alembic import command
 from app.persistence.database import Database
 
 ALEMBIC_DIR = Path(__file__).resolve().parents[2] / "alembic"

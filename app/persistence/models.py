@@ -130,6 +130,9 @@ class Task(TaskhubModel, table=True):
     )
     claim_token: UUID | None = Field(default=None)
     attempt: int = Field(default=0)
+    result: Any = Field(default=None, sa_column=Column(JSONDocument, nullable=True))
+    progress: float | None = Field(default=None)
+    progress_message: str | None = Field(default=None, sa_type=Text)
 
 
 user_table = User.__table__

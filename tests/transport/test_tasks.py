@@ -276,3 +276,56 @@ async def test_job_task_list(alice, job):
     assert_problem(
         await alice.get("/rooms/room1/jobs/room1:modifiers:Nope/tasks"), 404, "job-not-found"
     )
+
+
+async def test_progress_while_running_and_result_on_completion(alice, job):
+    task = await alice.submit(JOB)
+    claimed = await alice.claim(job["worker_id"])
+    token = claimed["claim_token"]
+    await alice.transition(task["id"], "running", claim_token=token)
+    report = await alice.patch(
+        f"/tasks/{task['id']}",
+        json={"progress": 0.5, "progress_message": "half way", "claim_token": token},
+    )
+    assert report.status_code == 200
+    assert report.json()["status"] == "running"
+    assert (report.json()["progress"], report.json()["progress_message"]) == (0.5, "half way")
+    done = await alice.transition(
+        task["id"], "completed", result={"energy": -1.5, "atoms": [1, 2]}, claim_token=token
+    )
+    assert done.json()["result"] == {"energy": -1.5, "atoms": [1, 2]}
+    assert (await alice.task(task["id"]))["result"] == {"energy": -1.5, "atoms": [1, 2]}
+
+
+async def test_progress_is_refused_unless_running(alice, job):
+    task = await alice.submit(JOB)
+    response = await alice.patch(f"/tasks/{task['id']}", json={"progress": 0.1})
+    assert_problem(response, 403, "forbidden")  # pending: nobody's worker runs it yet
+    await alice.claim(job["worker_id"])
+    response = await alice.patch(f"/tasks/{task['id']}", json={"progress": 0.1})
+    assert_problem(response, 409, "invalid-task-transition")
+    assert (await alice.task(task["id"]))["progress"] is None
+
+
+async def test_progress_by_the_submitter_is_forbidden(alice, bob, job):
+    task = await bob.submit(JOB)
+    await alice.claim(job["worker_id"])
+    await alice.transition(task["id"], "running")
+    assert_problem(
+        await bob.patch(f"/tasks/{task['id']}", json={"progress": 0.3}), 403, "forbidden"
+    )
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {},
+        {"progress": 1.5},
+        {"progress": -0.1},
+        {"status": "running", "result": {"x": 1}},
+        {"progress_message": "x" * 1001},
+    ],
+)
+async def test_malformed_updates_are_422(alice, job, body):
+    task = await alice.submit(JOB)
+    assert_problem(await alice.patch(f"/tasks/{task['id']}", json=body), 422, "validation-error")

@@ -66,6 +66,9 @@ def task_record(row: Any, job_name: str, queue_position: int | None = None) -> T
         claim_token=row.claim_token,
         attempt=row.attempt,
         queue_position=queue_position,
+        result=row.result,
+        progress=row.progress,
+        progress_message=row.progress_message,
     )
 
 

@@ -133,22 +133,28 @@ async def update_task(
     principal: Principal,
     task_id: UUID,
     *,
-    status: TaskStatus,
+    status: TaskStatus | None,
     error: str | None = None,
     claim_token: UUID | None = None,
+    result: Any = None,
+    progress: float | None = None,
+    progress_message: str | None = None,
 ) -> tuple[TaskRecord, EventBatch]:
-    """Apply a PATCH as one guarded ``UPDATE … WHERE id = ? AND status IN (allowed
+    """Apply a PATCH — a transition, or (``status=None``) a progress report while running —
+    as one guarded ``UPDATE … WHERE id = ? AND status IN (allowed
     predecessors) AND <caller may> [AND claim_token = ?] RETURNING``. Only when it matches
     nothing is the task read again, to say why (404, 403, stale claim, bad transition)."""
     events = EventBatch()
     async with db.write() as conn:
         guard = [task.c.id == task_id, *_update_guard(principal, status, claim_token)]
+        values = _transition_values(status, error, result)
+        if progress is not None:
+            values["progress"] = progress
+        if progress_message is not None:
+            values["progress_message"] = progress_message
         updated = (
-            await conn.execute(
-                update(task).where(*guard).values(**_transition_values(status, error))
-                .returning(*task.c)
-            )
-        ).first()  # fmt: skip
+            await conn.execute(update(task).where(*guard).values(**values).returning(*task.c))
+        ).first()
         if updated is None:
             await _explain_refusal(conn, principal, task_id, status, claim_token)
             raise InvalidTaskTransition(f"Task {task_id} changed concurrently; retry.")
@@ -156,14 +162,17 @@ async def update_task(
         events.add(TaskStatusChanged(record))
         if status == TaskStatus.CANCELLED and record.worker_id is not None:
             events.add(TaskCancelled(str(record.id), record.job_name, str(record.worker_id)))
-        if is_terminal(status):
+        if status is not None and is_terminal(status):
             await _soft_delete_job(conn, record.job_id, events)
     return record, events
 
 
-def _update_guard(principal: Principal, target: TaskStatus, claim_token: UUID | None) -> list[Any]:
-    """The WHERE conditions under which ``target`` may be written."""
-    guard: list[Any] = [task.c.status.in_([s.value for s in predecessors(target)])]
+def _update_guard(
+    principal: Principal, target: TaskStatus | None, claim_token: UUID | None
+) -> list[Any]:
+    """The WHERE conditions under which ``target`` (``None``: progress) may be written."""
+    allowed = predecessors(target) if target is not None else {TaskStatus.RUNNING}
+    guard: list[Any] = [task.c.status.in_([s.value for s in allowed])]
     if claim_token is not None:
         guard.append(task.c.claim_token == claim_token)
     if not principal.is_superuser:
@@ -177,9 +186,13 @@ def _update_guard(principal: Principal, target: TaskStatus, claim_token: UUID | 
     return guard
 
 
-def _transition_values(target: TaskStatus, error: str | None) -> dict[str, Any]:
+def _transition_values(target: TaskStatus | None, error: str | None, result: Any) -> dict[str, Any]:
+    if target is None:
+        return {}
     now = utcnow()
     values: dict[str, Any] = {"status": target.value}
+    if result is not None:
+        values["result"] = result
     if target == TaskStatus.RUNNING:
         values["started_at"] = now
     if is_terminal(target):
@@ -193,7 +206,7 @@ async def _explain_refusal(
     conn: AsyncConnection,
     principal: Principal,
     task_id: UUID,
-    target: TaskStatus,
+    target: TaskStatus | None,
     claim_token: UUID | None,
 ) -> None:
     """Raise the reason the guarded update matched nothing, in the order a client needs."""
@@ -209,10 +222,13 @@ async def _explain_refusal(
     _authorise_update(principal, row, target)
     if claim_token is not None and claim_token != row.claim_token:
         raise StaleClaim(f"Claim token is no longer current for task {task_id}.")
-    check_transition(TaskStatus(row.status), target)
+    if target is not None:
+        check_transition(TaskStatus(row.status), target)
+    elif row.status != TaskStatus.RUNNING.value:
+        raise InvalidTaskTransition(f"Progress is reported only while running, not {row.status}.")
 
 
-def _authorise_update(principal: Principal, row: Any, target: TaskStatus) -> None:
+def _authorise_update(principal: Principal, row: Any, target: TaskStatus | None) -> None:
     """Superusers may update any task; a worker's owner the tasks that worker claimed; the
     submitter may cancel their own task."""
     if principal.is_superuser:

@@ -7,7 +7,7 @@ from datetime import datetime
 from typing import Any, Generic, TypeVar
 from uuid import UUID
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from app.domain.records import JobRecord, Page, TaskRecord, WorkerRecord
 from app.domain.states import TaskStatus
@@ -115,6 +115,9 @@ class TaskOut(BaseModel):
     payload: dict[str, Any]
     queue_position: int | None
     attempt: int
+    result: Any
+    progress: float | None
+    progress_message: str | None
 
     @classmethod
     def of(cls, record: TaskRecord) -> TaskOut:
@@ -131,6 +134,9 @@ class TaskOut(BaseModel):
             payload=record.payload,
             queue_position=record.queue_position,
             attempt=record.attempt,
+            result=record.result,
+            progress=record.progress,
+            progress_message=record.progress_message,
         )
 
 
@@ -154,9 +160,23 @@ class TaskClaimOut(BaseModel):
 
 
 class TaskUpdateIn(BaseModel):
-    status: TaskStatus
+    """A transition (``status``), or — without ``status``, while running — a progress
+    report. ``result`` goes with ``completed``."""
+
+    status: TaskStatus | None = None
     error: str | None = Field(default=None, max_length=65_536)
     claim_token: UUID | None = None
+    result: Any = None
+    progress: float | None = Field(default=None, ge=0, le=1)
+    progress_message: str | None = Field(default=None, max_length=1_000)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> TaskUpdateIn:
+        if self.status is None and self.progress is None and self.progress_message is None:
+            raise ValueError("send a status, or progress / progress_message while running")
+        if self.result is not None and self.status != TaskStatus.COMPLETED:
+            raise ValueError("a result goes with status 'completed'")
+        return self
 
 
 class PageQuery(BaseModel):

@@ -134,6 +134,9 @@ async def update_task(req: ApiRequest) -> Response:
         status=body.status,
         error=body.error,
         claim_token=body.claim_token,
+        result=body.result,
+        progress=body.progress,
+        progress_message=body.progress_message,
     )
     await req.hub.publisher.publish(events)
     return json_response(TaskOut.of(record))
