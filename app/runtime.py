@@ -6,7 +6,13 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from uuid import UUID
 
-from app.dispatch.registry import InternalRegistry
+from taskiq import AsyncBroker
+
+from app.dispatch.broker import make_broker
+from app.dispatch.dispatcher import InternalDispatcher
+from app.dispatch.executor import InternalRuntime
+from app.dispatch.registry import BUILT_IN_MODULES, InternalRegistry
+from app.domain.services.internal_tasks import ensure_internal_jobs
 from app.domain.services.users import Authenticator, ensure_admin_token
 from app.domain.services.workers import remove_silent_worker
 from app.persistence.database import Database
@@ -25,9 +31,10 @@ class Hub:
     auth: Authenticator
     waiters: TaskWaiters
     publisher: Publisher
-    presence: WorkerPresence = field(init=False)
-    internal: InternalRegistry = field(default_factory=InternalRegistry)
+    broker: AsyncBroker
+    internal: InternalDispatcher
     wake_bus: RedisWakeBus | None = None
+    presence: WorkerPresence = field(init=False)
 
     def __post_init__(self) -> None:
         self.presence = WorkerPresence(
@@ -40,12 +47,21 @@ class Hub:
         db = Database(settings)
         waiters = TaskWaiters()
         bus = RedisWakeBus(settings.redis_url, waiters) if settings.redis_url else None
+        publisher = Publisher(waiters, bus)
+        registry = InternalRegistry.from_modules(
+            [*BUILT_IN_MODULES, *settings.internal_job_modules]
+        )
+        broker = make_broker(settings)
+        # Embedded (in-memory broker): internal tasks execute right here, in this process.
+        broker.state.taskhub = InternalRuntime(db=db, publisher=publisher, registry=registry)
         return cls(
             settings=settings,
             db=db,
             auth=Authenticator(db, settings.auth_cache_seconds),
             waiters=waiters,
-            publisher=Publisher(waiters, bus),
+            publisher=publisher,
+            broker=broker,
+            internal=InternalDispatcher(db, broker, registry),
             wake_bus=bus,
         )
 
@@ -53,12 +69,21 @@ class Hub:
         await check_schema_current(self.db)
         if self.settings.admin_token:
             await ensure_admin_token(self.db, self.settings.admin_token)
+        await ensure_internal_jobs(
+            self.db,
+            {
+                f"{job.category}:{job.job_name()}": job.json_schema()
+                for job in self.internal.registry
+            },
+        )
+        await self.broker.startup()
         if self.wake_bus is not None:
             await self.wake_bus.start()
 
     async def close(self) -> None:
         self.waiters.release_all()
         await self.presence.close()
+        await self.broker.shutdown()
         if self.wake_bus is not None:
             await self.wake_bus.close()
         await self.db.dispose()

@@ -26,6 +26,8 @@ class Settings(BaseSettings):
     internal_task_timeout_seconds: float = Field(default=3600, gt=0)
     long_poll_max_wait_seconds: int = Field(default=60, ge=0)
     socket_disconnect_grace_seconds: float = Field(default=5, ge=0)
+    internal_job_modules: Annotated[list[str], NoDecode] = []
+    internal_redelivery_seconds: float = Field(default=600, gt=0)
 
     max_body_bytes: int = Field(default=1_048_576, gt=0)
     db_pool_size: int = Field(default=10, gt=0)
@@ -38,7 +40,7 @@ class Settings(BaseSettings):
     log_level: str = "info"
     access_log: bool = False
 
-    @field_validator("allowed_categories", mode="before")
+    @field_validator("allowed_categories", "internal_job_modules", mode="before")
     @classmethod
     def _split_categories(cls, value: object) -> object:
         if isinstance(value, str):

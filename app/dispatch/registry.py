@@ -1,20 +1,40 @@
-"""The registry of ``@internal`` executors known to this server process."""
+"""The ``@internal`` jobs this deployment can execute, by full name."""
 
 from __future__ import annotations
 
+import importlib
+from collections.abc import Iterable
+
+from app.dispatch.definitions import InternalJob
+
+BUILT_IN_MODULES = ("internal_jobs.jobs",)
+
 
 class InternalRegistry:
-    """Full names of ``@internal`` jobs this server can hand to its taskiq broker.
+    """Submitting to an ``@internal`` job missing here is refused with 503
+    ``internal-job-not-configured`` and leaves no task behind."""
 
-    Empty until executors are registered; submitting to an ``@internal`` job without one
-    is refused with 503 ``internal-job-not-configured`` and leaves no task behind.
-    """
+    def __init__(self, jobs: Iterable[type[InternalJob]] = ()) -> None:
+        self._jobs: dict[str, type[InternalJob]] = {}
+        for job in jobs:
+            self.register(job)
 
-    def __init__(self) -> None:
-        self._executors: dict[str, object] = {}
+    @classmethod
+    def from_modules(cls, modules: Iterable[str]) -> InternalRegistry:
+        """Collect the ``JOBS`` list of each module."""
+        jobs: list[type[InternalJob]] = []
+        for module in modules:
+            jobs.extend(importlib.import_module(module).JOBS)
+        return cls(jobs)
 
-    def register(self, full_name: str, executor: object) -> None:
-        self._executors[full_name] = executor
+    def register(self, job: type[InternalJob]) -> None:
+        self._jobs[job.full_name()] = job
 
     def has_executor(self, full_name: str) -> bool:
-        return full_name in self._executors
+        return full_name in self._jobs
+
+    def get(self, full_name: str) -> type[InternalJob] | None:
+        return self._jobs.get(full_name)
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        return iter(self._jobs.values())

@@ -9,8 +9,9 @@ from sqlalchemy import Table, exists, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.sql import Executable
 
+from app.domain.naming import INTERNAL_ROOM
 from app.domain.states import TaskStatus
-from app.persistence.models import link_table, task_table, worker_table
+from app.persistence.models import job_table, link_table, task_table, worker_table
 
 
 def claim_statement(
@@ -29,7 +30,11 @@ def claim_statement(
     ``SKIP LOCKED`` is neither needed nor available.
     """
     task = task_table
-    served_jobs = select(link_table.c.job_id).where(link_table.c.worker_id == worker_id)
+    served_jobs = (
+        select(link_table.c.job_id)
+        .join(job_table, job_table.c.id == link_table.c.job_id)
+        .where(link_table.c.worker_id == worker_id, job_table.c.room_id != INTERNAL_ROOM)
+    )  # @internal tasks belong to the taskiq executor, never to remote workers
     if owner_id is not None:  # only the worker's owner may claim for it (superusers: None)
         served_jobs = served_jobs.where(
             exists().where(worker_table.c.id == worker_id, worker_table.c.user_id == owner_id)

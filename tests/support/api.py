@@ -72,6 +72,12 @@ class ApiClient:
     async def transition(self, task_id: str, status: str, **extra: Any) -> httpx.Response:
         return await self.patch(f"/tasks/{task_id}", json={"status": status, **extra})
 
+    async def room_jobs(self, room: str = "room1") -> list[dict[str, Any]]:
+        """The live jobs registered in ``room`` itself (not the @global/@internal ones)."""
+        response = await self.get(f"/rooms/{room}/jobs", params={"limit": 500})
+        assert response.status_code == 200, response.text
+        return [j for j in response.json()["items"] if j["full_name"].startswith(f"{room}:")]
+
     async def task(self, task_id: str) -> dict[str, Any]:
         response = await self.get(f"/tasks/{task_id}")
         assert response.status_code == 200, response.text

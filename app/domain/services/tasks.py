@@ -56,7 +56,8 @@ async def submit_task(
     payload: dict[str, Any],
     internal: InternalExecutors,
 ) -> tuple[TaskRecord, EventBatch]:
-    """Queue a task of a job visible from ``room_id``."""
+    """Queue a task of a job visible from ``room_id``. An ``@internal`` task is inserted as
+    its first attempt: the caller dispatches it to the broker after this commit."""
     validate_room_id(room_id)
     events = EventBatch()
     async with db.write() as conn:
@@ -80,7 +81,7 @@ async def submit_task(
             error=None,
             submitted_by=principal.id,
             claim_token=None,
-            attempt=0,
+            attempt=1 if job.room_id == INTERNAL_ROOM else 0,
         )
         await conn.execute(
             insert(task).values(
@@ -91,7 +92,7 @@ async def submit_task(
                 payload=payload,
                 created_at=record.created_at,
                 submitted_by=principal.id,
-                attempt=0,
+                attempt=record.attempt,
             )
         )
         record.queue_position = await queue_position(conn, record)

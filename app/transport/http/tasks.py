@@ -8,6 +8,7 @@ import re
 
 from starlette.responses import Response
 
+from app.domain.naming import INTERNAL_ROOM
 from app.domain.records import TaskRecord
 from app.domain.services import tasks as service
 from app.domain.states import is_terminal
@@ -50,6 +51,9 @@ async def submit_task(req: ApiRequest) -> Response:
         body.payload,
         req.hub.internal,
     )
+    if record.job_name.startswith(f"{INTERNAL_ROOM}:"):
+        record, dispatched = await req.hub.internal.dispatch(record)
+        events.extend(dispatched)
     await req.hub.publisher.publish(events)
     return json_response(
         TaskOut.of(record),

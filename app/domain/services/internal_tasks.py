@@ -1,0 +1,132 @@
+"""State changes of ``@internal`` tasks. The task row is the source of truth: every write
+is guarded by ``(id, attempt, expected status)``, so running the same ``(task_id,
+attempt)`` twice has no second effect and a task cancelled meanwhile stays cancelled."""
+
+from __future__ import annotations
+
+from typing import Any
+from uuid import UUID, uuid4
+
+from sqlalchemy import select, update
+
+from app.domain.events import EventBatch, JobsInvalidate, TaskStatusChanged
+from app.domain.naming import INTERNAL_ROOM
+from app.domain.records import TaskRecord
+from app.domain.services.jobs import JobNames
+from app.domain.services.task_rows import task_record
+from app.domain.states import TaskStatus
+from app.persistence.database import Database
+from app.persistence.dialects import insert_ignoring_duplicates
+from app.persistence.models import job_table, task_table
+from app.persistence.types import new_id, utcnow
+
+task = task_table
+DISPATCH_FAILED = "Failed to dispatch to internal executor"
+INTERNAL_TIMEOUT = "Internal worker timeout"
+
+
+async def _write(db: Database, task_id: UUID, guard: list[Any], values: dict[str, Any]):  # type: ignore[no-untyped-def]
+    async with db.write() as conn:
+        row = (
+            await conn.execute(
+                update(task).where(task.c.id == task_id, *guard).values(**values)
+                .returning(*task.c)
+            )
+        ).first()  # fmt: skip
+        if row is None:
+            return None, EventBatch()
+        record = task_record(row, await JobNames.one(conn, row.job_id))
+    events = EventBatch()
+    events.add(TaskStatusChanged(record))
+    return record, events
+
+
+async def mark_dispatched(db: Database, task_id: UUID) -> tuple[TaskRecord | None, EventBatch]:
+    """PENDING → CLAIMED once the broker took the message (the executor may be faster:
+    then the task is already RUNNING or done and this changes nothing)."""
+    return await _write(
+        db,
+        task_id,
+        [task.c.status == TaskStatus.PENDING.value],
+        {"status": TaskStatus.CLAIMED.value, "claim_token": uuid4()},
+    )
+
+
+async def mark_dispatch_failed(db: Database, task_id: UUID) -> tuple[TaskRecord | None, EventBatch]:
+    return await _write(
+        db,
+        task_id,
+        [task.c.status == TaskStatus.PENDING.value],
+        {
+            "status": TaskStatus.FAILED.value,
+            "error": DISPATCH_FAILED,
+            "completed_at": utcnow(),
+        },
+    )
+
+
+async def start(db: Database, task_id: UUID, attempt: int) -> tuple[TaskRecord | None, EventBatch]:
+    """→ RUNNING, only from PENDING/CLAIMED of this very attempt."""
+    return await _write(
+        db,
+        task_id,
+        [
+            task.c.attempt == attempt,
+            task.c.status.in_([TaskStatus.PENDING.value, TaskStatus.CLAIMED.value]),
+        ],
+        {"status": TaskStatus.RUNNING.value, "started_at": utcnow()},
+    )
+
+
+async def finish(
+    db: Database, task_id: UUID, attempt: int, *, result: Any = None, error: str | None = None
+) -> tuple[TaskRecord | None, EventBatch]:
+    """RUNNING → COMPLETED (with ``result``) or FAILED (with ``error``)."""
+    values: dict[str, Any] = {"completed_at": utcnow()}
+    if error is None:
+        values.update(status=TaskStatus.COMPLETED.value, result=result)
+    else:
+        values.update(status=TaskStatus.FAILED.value, error=error)
+    return await _write(
+        db,
+        task_id,
+        [task.c.attempt == attempt, task.c.status == TaskStatus.RUNNING.value],
+        values,
+    )
+
+
+async def ensure_internal_jobs(db: Database, schemas: dict[str, dict[str, Any]]) -> EventBatch:
+    """Create, revive, or refresh the schema of the ``@internal`` job rows at start-up.
+    ``schemas`` maps ``category:name`` to its JSON schema."""
+    events = EventBatch()
+    async with db.write() as conn:
+        for key, schema in schemas.items():
+            category, name = key.split(":", 1)
+            now = utcnow()
+            await conn.execute(
+                insert_ignoring_duplicates(
+                    db.dialect,
+                    job_table,
+                    dict(
+                        id=new_id(), room_id=INTERNAL_ROOM, category=category, name=name,
+                        schema=schema, deleted=False, created_at=now, updated_at=now,
+                    ),
+                )
+            )  # fmt: skip
+            row = (
+                await conn.execute(
+                    select(job_table.c.id, job_table.c.schema, job_table.c.deleted).where(
+                        job_table.c.room_id == INTERNAL_ROOM,
+                        job_table.c.category == category,
+                        job_table.c.name == name,
+                    )
+                )
+            ).one()
+            if row.deleted or row.schema != schema:
+                await conn.execute(
+                    update(job_table)
+                    .where(job_table.c.id == row.id)
+                    .values(deleted=False, schema=schema, updated_at=now)
+                )
+                events.add(JobsInvalidate(INTERNAL_ROOM))
+    return events

@@ -1,0 +1,45 @@
+"""Entry point of the taskiq worker process: ``taskiq worker internal_jobs.broker:broker``.
+
+Reads the same ``TASKHUB_*`` settings as the server. Its events reach browsers through
+python-socketio's Redis manager (write-only) and wake long-polls through the wake bus.
+"""
+
+from __future__ import annotations
+
+import socketio
+from taskiq import TaskiqEvents, TaskiqState
+
+from app.dispatch.broker import make_broker
+from app.dispatch.executor import InternalRuntime
+from app.dispatch.registry import BUILT_IN_MODULES, InternalRegistry
+from app.persistence.database import Database
+from app.realtime.publisher import Publisher
+from app.realtime.socket_sink import SocketSink
+from app.realtime.waiters import TaskWaiters
+from app.realtime.wake_bus import RedisWakeBus
+from app.settings import Settings
+
+settings = Settings()
+broker = make_broker(settings)
+
+
+@broker.on_event(TaskiqEvents.WORKER_STARTUP)
+async def start_runtime(state: TaskiqState) -> None:
+    db = Database(settings)
+    bus = RedisWakeBus(settings.redis_url, TaskWaiters()) if settings.redis_url else None
+    publisher = Publisher(TaskWaiters(), bus)
+    if settings.redis_url:
+        manager = socketio.AsyncRedisManager(
+            settings.redis_url, channel="taskhub-socketio", write_only=True
+        )
+        publisher.add_sink(SocketSink(manager))
+    registry = InternalRegistry.from_modules([*BUILT_IN_MODULES, *settings.internal_job_modules])
+    state.taskhub = InternalRuntime(db=db, publisher=publisher, registry=registry)
+    state.taskhub_bus = bus
+
+
+@broker.on_event(TaskiqEvents.WORKER_SHUTDOWN)
+async def stop_runtime(state: TaskiqState) -> None:
+    if state.taskhub_bus is not None:
+        await state.taskhub_bus.close()
+    await state.taskhub.db.dispose()

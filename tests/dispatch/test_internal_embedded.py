@@ -1,0 +1,75 @@
+"""``@internal`` jobs on the embedded default: the in-memory broker runs them in-process."""
+
+from tests.support.api import assert_problem
+
+SUMMARY = "@internal:analysis:RoomSummary"
+VALIDATE = "@internal:analysis:ValidatePayload"
+
+
+async def wait_done(client, task_id: str) -> dict:
+    response = await client.get(f"/tasks/{task_id}", headers={"Prefer": "wait=5"})
+    return response.json()
+
+
+async def test_built_in_jobs_are_registered_at_start_up(alice):
+    job = (await alice.get(f"/rooms/room1/jobs/{VALIDATE}")).json()
+    assert job["schema"]["properties"].keys() >= {"job", "payload"}
+    assert job["workers"] == []
+
+
+async def test_internal_task_is_dispatched_claimed_and_completed(alice, bob):
+    job = await alice.register()
+    task = await alice.submit("room1:modifiers:Rotate")
+    await alice.claim(job["worker_id"])
+    await alice.transition(task["id"], "running")
+    await alice.transition(task["id"], "failed", error="kaput")
+    submitted = await bob.submit(SUMMARY, payload={"failures": 3})
+    assert submitted["status"] in {"claimed", "running", "completed"}
+    assert submitted["attempt"] == 1
+    done = await wait_done(bob, submitted["id"])
+    assert done["status"] == "completed", done
+    summary = done["result"]
+    assert summary["room_id"] == "room1"
+    assert summary["by_status"]["failed"] == 1
+    assert summary["by_job"]["room1:modifiers:Rotate"] == 1
+    assert summary["latest_failures"][0]["error"] == "kaput"
+    assert done["started_at"] and done["completed_at"]
+
+
+async def test_validate_payload_reports_schema_errors(alice):
+    await alice.register(schema={"type": "object", "properties": {"angle": {"type": "number"}}})
+    task = await alice.submit(
+        VALIDATE, payload={"job": "room1:modifiers:Rotate", "payload": {"angle": "steep"}}
+    )
+    result = (await wait_done(alice, task["id"]))["result"]
+    assert result["valid"] is False
+    assert result["errors"][0]["loc"] == ["angle"]
+
+
+async def test_a_failing_internal_job_ends_failed_with_its_error(alice):
+    task = await alice.submit(VALIDATE, payload={"job": "room1:modifiers:Nope"})
+    done = await wait_done(alice, task["id"])
+    assert done["status"] == "failed"
+    assert "not found" in done["error"]
+
+
+async def test_internal_payload_is_validated_by_the_job_model(alice):
+    task = await alice.submit(VALIDATE, payload={"payload": {}})  # "job" missing
+    done = await wait_done(alice, task["id"])
+    assert done["status"] == "failed" and "job" in done["error"]
+
+
+async def test_internal_tasks_are_never_claimed_by_remote_workers(admin):
+    schema = (await admin.get(f"/rooms/r/jobs/{SUMMARY}")).json()["schema"]
+    worker = await admin.register(
+        room="@internal", name="RoomSummary", category="analysis", schema=schema
+    )
+    await admin.submit(SUMMARY)
+    assert await admin.claim(worker["worker_id"]) is None
+
+
+async def test_no_executor_means_503_and_no_row(alice, admin):
+    await admin.register(room="@internal", name="Unserved")
+    response = await alice.post("/rooms/room1/tasks/@internal:modifiers:Unserved", json={})
+    assert_problem(response, 503, "internal-job-not-configured")
+    assert (await alice.get("/rooms/room1/tasks")).json()["total"] == 0
