@@ -22,6 +22,7 @@ from app.realtime.publisher import Publisher
 from app.realtime.waiters import TaskWaiters
 from app.realtime.wake_bus import RedisWakeBus
 from app.settings import Settings
+from app.sweeper import Sweeper
 
 
 @dataclass
@@ -35,11 +36,13 @@ class Hub:
     internal: InternalDispatcher
     wake_bus: RedisWakeBus | None = None
     presence: WorkerPresence = field(init=False)
+    sweeper: Sweeper = field(init=False)
 
     def __post_init__(self) -> None:
         self.presence = WorkerPresence(
             self.settings.socket_disconnect_grace_seconds, self._remove_disconnected_worker
         )
+        self.sweeper = Sweeper(self.settings, self.db, self.publisher)
 
     @classmethod
     def create(cls, settings: Settings) -> Hub:
@@ -79,8 +82,11 @@ class Hub:
         await self.broker.startup()
         if self.wake_bus is not None:
             await self.wake_bus.start()
+        if self.settings.sweeper_enabled:
+            self.sweeper.start()
 
     async def close(self) -> None:
+        await self.sweeper.stop()
         self.waiters.release_all()
         await self.presence.close()
         await self.broker.shutdown()
@@ -90,4 +96,5 @@ class Hub:
 
     async def _remove_disconnected_worker(self, worker_id: UUID, since: datetime) -> None:
         events = await remove_silent_worker(self.db, worker_id, since)
-        await self.publisher.publish(events)
+        if events is not None:
+            await self.publisher.publish(events)

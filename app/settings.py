@@ -23,6 +23,7 @@ class Settings(BaseSettings):
 
     worker_timeout_seconds: float = Field(default=60, gt=0)
     sweeper_interval_seconds: float = Field(default=30, gt=0)
+    sweeper_enabled: bool = True
     internal_task_timeout_seconds: float = Field(default=3600, gt=0)
     long_poll_max_wait_seconds: int = Field(default=60, ge=0)
     socket_disconnect_grace_seconds: float = Field(default=5, ge=0)

@@ -2,16 +2,23 @@
 
 from __future__ import annotations
 
-from typing import Any
+import asyncio
+import hashlib
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
-from sqlalchemy import Table, exists, select, update
+from sqlalchemy import Table, exists, select, text, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.sql import Executable
 
 from app.domain.naming import INTERNAL_ROOM
 from app.domain.states import TaskStatus
 from app.persistence.models import job_table, link_table, task_table, worker_table
+
+if TYPE_CHECKING:
+    from app.persistence.database import Database
 
 
 def claim_statement(
@@ -67,3 +74,31 @@ def insert_ignoring_duplicates(dialect: str, table: Table, values: dict[str, Any
     """``INSERT … ON CONFLICT DO NOTHING`` (both engines spell it alike, via their dialects)."""
     module = postgresql if dialect == "postgresql" else sqlite
     return module.insert(table).values(**values).on_conflict_do_nothing()
+
+
+@asynccontextmanager
+async def cluster_lock(db: Database, name: str) -> AsyncIterator[bool]:
+    """Try to take a cluster-wide lock for the duration of the block; yields whether it
+    was taken. PostgreSQL: a session advisory lock on a dedicated connection. SQLite: one
+    process per database file, so an in-process lock is the whole cluster."""
+    if db.dialect != "postgresql":
+        lock = _local_locks.setdefault((db.url, name), asyncio.Lock())
+        if lock.locked():
+            yield False
+            return
+        async with lock:
+            yield True
+        return
+    key = int.from_bytes(hashlib.sha256(name.encode()).digest()[:8], "big", signed=True)
+    async with db.engine.connect() as conn:
+        acquired = bool(await conn.scalar(text("SELECT pg_try_advisory_lock(:k)"), {"k": key}))
+        await conn.commit()
+        try:
+            yield acquired
+        finally:
+            if acquired:
+                await conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": key})
+                await conn.commit()
+
+
+_local_locks: dict[tuple[str, str], asyncio.Lock] = {}

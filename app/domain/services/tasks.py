@@ -220,9 +220,13 @@ async def _explain_refusal(
     ).first()
     if row is None:
         raise TaskNotFound(f"Task {task_id} not found.")
-    _authorise_update(principal, row, target)
-    if claim_token is not None and claim_token != row.claim_token:
-        raise StaleClaim(f"Claim token is no longer current for task {task_id}.")
+    if claim_token is not None:
+        # The token is handed only to the claimant: a matching one proves who writes, even
+        # after its worker was removed (its late write then gets 409, not 403).
+        if claim_token != row.claim_token:
+            raise StaleClaim(f"Claim token is no longer current for task {task_id}.")
+    else:
+        _authorise_update(principal, row, target)
     if target is not None:
         check_transition(TaskStatus(row.status), target)
     elif row.status != TaskStatus.RUNNING.value:

@@ -96,10 +96,11 @@ async def delete_worker(
 
 async def remove_silent_worker(
     db: Database, worker_id: UUID, silent_since: datetime, *, reason: str = WORKER_DISCONNECTED
-) -> EventBatch:
+) -> EventBatch | None:
     """Remove the worker only if nothing has been heard of it since ``silent_since`` (no
-    heartbeat, no re-join on any replica). The guard and the removal share one transaction,
-    and the guard row-locks the worker, so a heartbeat landing meanwhile wins."""
+    heartbeat, no re-join on any replica); ``None`` if it was heard of (or is gone). The
+    guard and the removal share one transaction, and the guard row-locks the worker, so a
+    heartbeat landing meanwhile wins."""
     async with db.write() as conn:
         still_silent = await conn.scalar(
             update(worker)
@@ -108,7 +109,7 @@ async def remove_silent_worker(
             .returning(worker.c.id)
         )
         if still_silent is None:
-            return EventBatch()
+            return None
         return await remove_worker(conn, worker_id, reason)
 
 

@@ -1,0 +1,73 @@
+"""What the sweeper cleans up. Every write is guarded in its own WHERE clause, so a
+heartbeat or completion that lands between the sweeper's read and its write wins."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from uuid import UUID
+
+from sqlalchemy import func, select, update
+
+from app.domain.events import EventBatch, TaskStatusChanged
+from app.domain.naming import INTERNAL_ROOM
+from app.domain.services.internal_tasks import INTERNAL_TIMEOUT
+from app.domain.services.jobs import JobNames
+from app.domain.services.task_rows import task_record
+from app.domain.services.workers import remove_silent_worker
+from app.domain.states import ACTIVE_STATUSES, TaskStatus
+from app.persistence.database import Database
+from app.persistence.models import job_table, task_table, worker_table
+from app.persistence.types import utcnow
+
+BATCH = 500
+
+
+async def stale_workers(db: Database, cutoff: datetime, limit: int = BATCH) -> list[UUID]:
+    """Workers not heard of since ``cutoff``, longest silent first."""
+    async with db.read() as conn:
+        rows = await conn.scalars(
+            select(worker_table.c.id)
+            .where(worker_table.c.last_heartbeat < cutoff)
+            .order_by(worker_table.c.last_heartbeat, worker_table.c.id)
+            .limit(limit)
+        )
+        return list(rows)
+
+
+async def sweep_stale_workers(db: Database, cutoff: datetime) -> tuple[int, EventBatch]:
+    """Clean up silent workers exactly as ``DELETE /workers/{id}`` does, each in its own
+    transaction guarded by ``last_heartbeat < cutoff``; returns how many went."""
+    events, removed = EventBatch(), 0
+    for worker_id in await stale_workers(db, cutoff):
+        outcome = await remove_silent_worker(db, worker_id, cutoff)
+        if outcome is not None:
+            removed += 1
+            events.extend(outcome)
+    return removed, events
+
+
+async def fail_stuck_internal_tasks(db: Database, cutoff: datetime) -> EventBatch:
+    """``@internal`` tasks claimed or running since before ``cutoff`` fail with
+    "Internal worker timeout" (one guarded statement)."""
+    task = task_table
+    internal_jobs = select(job_table.c.id).where(job_table.c.room_id == INTERNAL_ROOM)
+    events = EventBatch()
+    async with db.write() as conn:
+        rows = (
+            await conn.execute(
+                update(task)
+                .where(
+                    task.c.status.in_([s.value for s in ACTIVE_STATUSES]),
+                    task.c.job_id.in_(internal_jobs),
+                    func.coalesce(task.c.started_at, task.c.created_at) < cutoff,
+                )
+                .values(
+                    status=TaskStatus.FAILED.value, error=INTERNAL_TIMEOUT, completed_at=utcnow()
+                )
+                .returning(*task.c)
+            )
+        ).all()
+        names = await JobNames.resolve(conn, {row.job_id for row in rows})
+    for row in rows:
+        events.add(TaskStatusChanged(task_record(row, names[row.job_id])))
+    return events

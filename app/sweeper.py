@@ -1,0 +1,82 @@
+"""The sweeper: a periodic clean-up that runs once per cluster, however many replicas run.
+
+Each cycle takes the cluster-wide sweeper lock (PostgreSQL advisory lock; SQLite deploys
+are one process); a replica that does not get it skips the cycle. The sweeps themselves
+are guarded writes, so even overlapping cycles would do each piece of work once. Errors
+in a cycle are logged and the next cycle runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+from app.domain.events import EventBatch
+from app.domain.services import sweeps
+from app.persistence.database import Database
+from app.persistence.dialects import cluster_lock
+from app.persistence.types import utcnow
+from app.realtime.publisher import Publisher
+from app.settings import Settings
+
+log = logging.getLogger(__name__)
+SWEEPER_LOCK = "taskhub.sweeper"
+
+
+@dataclass
+class SweepReport:
+    ran: bool
+    workers_removed: int = 0
+    tasks_failed: int = 0
+    events: EventBatch = field(default_factory=EventBatch)
+
+
+class Sweeper:
+    def __init__(self, settings: Settings, db: Database, publisher: Publisher) -> None:
+        self.settings = settings
+        self.db = db
+        self.publisher = publisher
+        self._task: asyncio.Task[None] | None = None
+
+    async def run_once(self) -> SweepReport:
+        """One cycle; returns what it did (``ran=False`` when another replica holds the lock)."""
+        async with cluster_lock(self.db, SWEEPER_LOCK) as acquired:
+            if not acquired:
+                return SweepReport(ran=False)
+            now = utcnow()
+            worker_cutoff = now - timedelta(seconds=self.settings.worker_timeout_seconds)
+            internal_cutoff = now - timedelta(seconds=self.settings.internal_task_timeout_seconds)
+            report = SweepReport(ran=True)
+            report.workers_removed, removed = await sweeps.sweep_stale_workers(
+                self.db, worker_cutoff
+            )
+            stuck = await sweeps.fail_stuck_internal_tasks(self.db, internal_cutoff)
+            report.tasks_failed = len(stuck)
+            report.events.extend(removed)
+            report.events.extend(stuck)
+        await self.publisher.publish(report.events)
+        if len(report.events):
+            log.info("sweeper: %s events from removed workers and stuck tasks", len(report.events))
+        return report
+
+    async def _loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.sweeper_interval_seconds)
+            try:
+                await self.run_once()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("sweeper cycle failed; the next one runs as scheduled")
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._loop(), name="taskhub-sweeper")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task

@@ -1,0 +1,203 @@
+"""The sweeper (seed checklist): what it picks and in which order, the successful path, the
+late-write path, the contention path, stuck ``@internal`` tasks, and surviving errors."""
+
+import asyncio
+from datetime import timedelta
+from uuid import UUID
+
+import pytest
+from sqlalchemy import update
+
+from app.domain.events import Event
+from app.domain.services import sweeps
+from app.domain.services.workers import remove_silent_worker
+from app.persistence.models import task_table, worker_table
+from app.persistence.types import utcnow
+from app.sweeper import Sweeper
+from tests.support.api import assert_problem
+
+JOB = "room1:modifiers:Rotate"
+
+
+@pytest.fixture
+def settings(database_url):
+    from app.settings import Settings
+
+    # The hub's own sweeper stays off; each test drives its own cycles.
+    return Settings(
+        database_url=database_url,
+        sweeper_enabled=False,
+        worker_timeout_seconds=60,
+        internal_task_timeout_seconds=60,
+    )
+
+
+@pytest.fixture
+def published(app) -> list[Event]:
+    events: list[Event] = []
+
+    async def record(batch: list[Event]) -> None:
+        events.extend(batch)
+
+    app.hub.publisher.add_sink(record)
+    return events
+
+
+@pytest.fixture
+def sweeper(app) -> Sweeper:
+    hub = app.hub
+    return Sweeper(hub.settings, hub.db, hub.publisher)
+
+
+async def age_worker(db, worker_id: str, seconds: float) -> None:
+    async with db.write() as conn:
+        await conn.execute(
+            update(worker_table)
+            .where(worker_table.c.id == UUID(worker_id))
+            .values(last_heartbeat=utcnow() - timedelta(seconds=seconds))
+        )
+
+
+async def test_only_silent_workers_are_picked_longest_silent_first(alice, db):
+    workers = [(await alice.post("/workers")).json()["id"] for _ in range(4)]
+    await age_worker(db, workers[0], 120)
+    await age_worker(db, workers[1], 300)
+    await age_worker(db, workers[2], 30)  # within the timeout
+    picked = await sweeps.stale_workers(db, utcnow() - timedelta(seconds=60))
+    assert [str(w) for w in picked] == [workers[1], workers[0]]
+
+
+async def test_a_silent_worker_is_cleaned_up_like_a_delete(alice, db, sweeper, published):
+    job = await alice.register()
+    running, waiting = [await alice.submit(JOB) for _ in range(2)]
+    await alice.claim(job["worker_id"])
+    await alice.transition(running["id"], "running")
+    await age_worker(db, job["worker_id"], 120)
+
+    report = await sweeper.run_once()
+
+    assert report.ran and report.workers_removed == 1
+    failed = await alice.task(running["id"])
+    assert (failed["status"], failed["error"]) == ("failed", "Worker disconnected")
+    assert (await alice.task(waiting["id"]))["status"] == "pending"
+    assert (await alice.get("/workers")).json()["total"] == 0
+    # Kept while it has a pending task, soft-deleted once that ends.
+    assert len(await alice.room_jobs()) == 1
+    await alice.transition(waiting["id"], "cancelled")
+    assert await alice.room_jobs() == []
+    names = [(e.name, e.room) for e in published]
+    assert ("task_status_event", "room:room1") in names
+    assert ("jobs_invalidate", "room:room1") in names
+
+
+async def test_an_orphan_without_pending_tasks_is_soft_deleted_at_once(alice, db, sweeper):
+    job = await alice.register()
+    await age_worker(db, job["worker_id"], 120)
+    await sweeper.run_once()
+    assert await alice.room_jobs() == []
+
+
+async def test_a_heartbeat_between_read_and_write_wins(alice, db):
+    job = await alice.register()
+    await age_worker(db, job["worker_id"], 120)
+    cutoff = utcnow() - timedelta(seconds=60)
+    (picked,) = await sweeps.stale_workers(db, cutoff)
+    await alice.patch(f"/workers/{job['worker_id']}")  # lands after the read
+    assert await remove_silent_worker(db, picked, cutoff) is None
+    assert (await alice.get("/workers")).json()["total"] == 1
+
+
+async def test_the_removed_workers_late_write_is_rejected(alice, db, sweeper):
+    job = await alice.register()
+    task = await alice.submit(JOB)
+    claimed = await alice.claim(job["worker_id"])
+    await alice.transition(task["id"], "running", claim_token=claimed["claim_token"])
+    await age_worker(db, job["worker_id"], 120)
+    await sweeper.run_once()
+    late = await alice.transition(
+        task["id"], "completed", claim_token=claimed["claim_token"], result={"late": True}
+    )
+    assert_problem(late, 409, "invalid-task-transition")
+    after = await alice.task(task["id"])
+    assert after["status"] == "failed" and after["result"] is None
+
+
+async def test_two_sweepers_at_once_do_the_work_once(alice, db, app, published):
+    hub = app.hub
+    job = await alice.register()
+    task = await alice.submit(JOB)
+    await alice.claim(job["worker_id"])
+    await age_worker(db, job["worker_id"], 120)
+    first, second = (
+        Sweeper(hub.settings, hub.db, hub.publisher),
+        Sweeper(hub.settings, hub.db, hub.publisher),
+    )
+    reports = await asyncio.gather(first.run_once(), second.run_once())
+    assert sum(r.workers_removed for r in reports) == 1
+    failures = [
+        e for e in published if e.name == "task_status_event" and e.payload()["status"] == "failed"
+    ]
+    assert [e.payload()["id"] for e in failures] == [task["id"]]
+
+
+async def test_stuck_internal_tasks_fail_with_internal_timeout(alice, db, sweeper, published):
+    stuck = await alice.submit("@internal:analysis:ValidatePayload", payload={"job": "x:y:z"})
+    await alice.get(f"/tasks/{stuck['id']}", headers={"Prefer": "wait=5"})
+    fresh = await alice.submit("@internal:analysis:RoomSummary")
+    await alice.get(f"/tasks/{fresh['id']}", headers={"Prefer": "wait=5"})
+    # Put both back in flight: one for two hours, one just now.
+    async with db.write() as conn:
+        for task_id, age in ((stuck["id"], 7200), (fresh["id"], 1)):
+            await conn.execute(
+                update(task_table)
+                .where(task_table.c.id == UUID(task_id))
+                .values(
+                    status="running",
+                    started_at=utcnow() - timedelta(seconds=age),
+                    completed_at=None,
+                    error=None,
+                )
+            )
+    report = await sweeper.run_once()
+    assert report.tasks_failed == 1
+    after = await alice.task(stuck["id"])
+    assert (after["status"], after["error"]) == ("failed", "Internal worker timeout")
+    assert (await alice.task(fresh["id"]))["status"] == "running"
+    assert any(
+        e.name == "task_status_event" and e.payload()["id"] == stuck["id"] for e in published
+    )
+
+
+async def test_remote_tasks_are_never_failed_as_internal(alice, db, sweeper):
+    job = await alice.register()
+    task = await alice.submit(JOB)
+    await alice.claim(job["worker_id"])
+    async with db.write() as conn:
+        await conn.execute(
+            update(task_table)
+            .where(task_table.c.id == UUID(task["id"]))
+            .values(created_at=utcnow() - timedelta(hours=5))
+        )
+    assert (await sweeper.run_once()).tasks_failed == 0
+    assert (await alice.task(task["id"]))["status"] == "claimed"
+
+
+async def test_a_failing_cycle_is_logged_and_the_next_one_runs(app, caplog):
+    hub = app.hub
+    cycles: list[str] = []
+
+    class FlakySweeper(Sweeper):
+        async def run_once(self):  # type: ignore[override]
+            cycles.append("cycle")
+            if len(cycles) == 1:
+                raise RuntimeError("database hiccup")
+            return await super().run_once()
+
+    flaky = FlakySweeper(
+        hub.settings.model_copy(update={"sweeper_interval_seconds": 0.05}), hub.db, hub.publisher
+    )
+    flaky.start()
+    await asyncio.sleep(0.4)
+    await flaky.stop()
+    assert len(cycles) >= 3
+    assert "sweeper cycle failed" in caplog.text
