@@ -35,6 +35,7 @@ class Target:
     name: str
     base_url: str
     token: str
+    pid: int | None = None  # the server process, when this script started it
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,7 @@ class TargetOptions:
 
     workdir: Path
     log_level: str
+    access_log: bool
     pg_admin_url: str
 
 
@@ -59,6 +61,17 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((LOCALHOST, 0))
         return int(sock.getsockname()[1])
+
+
+def process_cpu_seconds(pid: int | None) -> float | None:
+    """User + system CPU time of a process so far (Linux ``/proc``; None elsewhere)."""
+    if pid is None:
+        return None
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def taskhub_command() -> list[str]:
@@ -110,6 +123,8 @@ async def _run_to_end(argv: list[str], env: dict[str, str], log: Path) -> None:
     try:
         async with asyncio.timeout(MIGRATE_TIMEOUT_SECONDS):
             code = await proc.wait()
+    except TimeoutError:
+        raise TargetError(f"{' '.join(argv)} took over {MIGRATE_TIMEOUT_SECONDS}s") from None
     finally:
         await _stop(proc)
     if code != 0:
@@ -128,18 +143,19 @@ async def served(
     base_url = f"http://{LOCALHOST}:{port}"
     try:
         await _wait_healthy(proc, base_url, log)
-        yield Target(name=name, base_url=base_url, token=token)
+        yield Target(name=name, base_url=base_url, token=token, pid=proc.pid)
     finally:
         await _stop(proc)
 
 
-def _hub_env(database_url: str, token: str, log_level: str) -> dict[str, str]:
+def _hub_env(database_url: str, token: str, options: TargetOptions) -> dict[str, str]:
     """The caller's environment (other ``TASKHUB_*`` knobs pass through) plus ours."""
     env = dict(os.environ)
     env.update(
         TASKHUB_DATABASE_URL=database_url,
         TASKHUB_ADMIN_TOKEN=token,
-        TASKHUB_LOG_LEVEL=log_level,
+        TASKHUB_LOG_LEVEL=options.log_level,
+        TASKHUB_ACCESS_LOG=str(options.access_log).lower(),
     )
     env.pop("TASKHUB_REDIS_URL", None)  # in-memory broker: the hub is a single process here
     return env
@@ -164,6 +180,7 @@ async def ceiling_target(options: TargetOptions) -> AsyncIterator[Target]:
         str(port),
         "--log-level",
         options.log_level,
+        "--access-log" if options.access_log else "--no-access-log",
         "--app-dir",
         str(REPO_ROOT),
     ]
@@ -178,18 +195,22 @@ async def sqlite_target(options: TargetOptions) -> AsyncIterator[Target]:
     """``taskhub serve`` on a fresh SQLite file (serve migrates SQLite itself)."""
     port, token = free_port(), secrets.token_urlsafe(24)
     url = f"sqlite+aiosqlite:///{options.workdir / 'bench.db'}"
-    env = _hub_env(url, token, options.log_level)
+    env = _hub_env(url, token, options)
     log = options.workdir / "sqlite.log"
     async with served("sqlite", _serve_argv(port), env, port, token, log) as target:
         yield target
 
 
 async def _pg_admin(admin_url: str, sql: str) -> None:
-    conn = await asyncpg.connect(admin_url, timeout=10)
+    """Run one statement on the admin database."""
     try:
-        await conn.execute(sql)
-    finally:
-        await conn.close()
+        conn = await asyncpg.connect(admin_url, timeout=10)
+        try:
+            await conn.execute(sql)
+        finally:
+            await conn.close()
+    except (asyncpg.PostgresError, OSError) as exc:
+        raise TargetError(f"{sql!r} failed: {exc}") from exc
 
 
 def _database_url(admin_url: str, database: str) -> str:
@@ -204,7 +225,7 @@ async def postgres_target(options: TargetOptions) -> AsyncIterator[Target]:
     require_local(options.pg_admin_url)
     port, token = free_port(), secrets.token_urlsafe(24)
     database = f"bench_{secrets.token_hex(6)}"
-    env = _hub_env(_database_url(options.pg_admin_url, database), token, options.log_level)
+    env = _hub_env(_database_url(options.pg_admin_url, database), token, options)
     log = options.workdir / "postgres.log"
     await _pg_admin(options.pg_admin_url, f'CREATE DATABASE "{database}"')
     try:

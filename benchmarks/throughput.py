@@ -14,9 +14,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import importlib.util
 import json
 import math
 import os
+import resource
+import signal
 import sys
 import tempfile
 import time
@@ -38,6 +41,7 @@ from benchmarks.targets import (
     TargetError,
     TargetOptions,
     external_target,
+    process_cpu_seconds,
     require_local,
 )
 
@@ -49,16 +53,36 @@ HEARTBEAT_SECONDS = 10.0
 DEFAULT_PG_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/test"
 
 
+def fail_fast_sniffio_import() -> None:
+    """httpcore runs ``import sniffio`` on every request; without sniffio installed each attempt
+    searches ``sys.path`` again, a quarter of this client's CPU. Make the import fail at once
+    (the same outcome, for every target alike)."""
+    if importlib.util.find_spec("sniffio") is None:
+        sys.modules["sniffio"] = None  # type: ignore[assignment]
+
+
 class BenchError(RuntimeError):
     """A request answered with an unexpected status."""
 
 
 @dataclass(frozen=True)
 class Scenario:
+    """The load of one run (``backoff`` and ``timeout`` in seconds)."""
+
     tasks: int
     submitters: int
     backoff: float
     timeout: float
+
+
+@dataclass(frozen=True)
+class Run:
+    """One run's fixtures: the job, its workers, and the client for setup and heartbeats."""
+
+    target: Target
+    job: str
+    worker_ids: list[str]
+    setup_client: httpx.AsyncClient
 
 
 @dataclass
@@ -73,6 +97,18 @@ class RunState:
     @property
     def done(self) -> bool:
         return len(self.completed_at) >= self.total
+
+
+def new_client(target: Target) -> httpx.AsyncClient:
+    """A client with a single keep-alive connection: each submitter and worker has its own,
+    as separate worker processes would."""
+    return httpx.AsyncClient(
+        base_url=target.base_url,
+        headers={"Authorization": f"Bearer {target.token}"},
+        limits=httpx.Limits(max_connections=1, max_keepalive_connections=1),
+        timeout=REQUEST_TIMEOUT_SECONDS,
+        trust_env=False,
+    )
 
 
 async def call(
@@ -112,11 +148,13 @@ async def heartbeat(client: httpx.AsyncClient, worker_ids: list[str]) -> None:
                 await call(client, "PATCH", f"{API}/workers/{worker_id}")
 
 
-async def submitter(client: httpx.AsyncClient, state: RunState, path: str, count: int) -> None:
-    for _ in range(count):
-        task, elapsed = await call(client, "POST", path, {"payload": {}})
-        state.submitted_at[task["id"]] = time.perf_counter()
-        state.timings["submit"].append(elapsed)
+async def submitter(target: Target, state: RunState, path: str, count: int) -> None:
+    """Submit ``count`` tasks back to back, noting when each submit was answered."""
+    async with new_client(target) as client:
+        for _ in range(count):
+            task, elapsed = await call(client, "POST", path, {"payload": {}})
+            state.submitted_at[task["id"]] = time.perf_counter()
+            state.timings["submit"].append(elapsed)
 
 
 async def finish(client: httpx.AsyncClient, state: RunState, task_id: str) -> None:
@@ -127,18 +165,18 @@ async def finish(client: httpx.AsyncClient, state: RunState, task_id: str) -> No
     state.completed_at[task_id] = time.perf_counter()
 
 
-async def worker(
-    client: httpx.AsyncClient, state: RunState, worker_id: str, backoff: float
-) -> None:
+async def worker(target: Target, state: RunState, worker_id: str, backoff: float) -> None:
     """Claim and finish tasks until all of the run's tasks are completed."""
-    while not state.done:
-        reply, elapsed = await call(client, "POST", f"{API}/tasks/claim", {"worker_id": worker_id})
-        if reply["task"] is None:
-            state.timings["claim_empty"].append(elapsed)
-            await asyncio.sleep(backoff)
-            continue
-        state.timings["claim"].append(elapsed)
-        await finish(client, state, reply["task"]["id"])
+    claim = {"worker_id": worker_id}
+    async with new_client(target) as client:
+        while not state.done:
+            reply, elapsed = await call(client, "POST", f"{API}/tasks/claim", claim)
+            if reply["task"] is None:
+                state.timings["claim_empty"].append(elapsed)
+                await asyncio.sleep(backoff)
+                continue
+            state.timings["claim"].append(elapsed)
+            await finish(client, state, reply["task"]["id"])
 
 
 def split(total: int, parts: int) -> list[int]:
@@ -146,31 +184,27 @@ def split(total: int, parts: int) -> list[int]:
     return [total // parts + (1 if i < total % parts else 0) for i in range(parts)]
 
 
-async def drive(
-    client: httpx.AsyncClient, state: RunState, scenario: Scenario, job: str, worker_ids: list[str]
-) -> None:
+async def drive(run: Run, state: RunState, scenario: Scenario) -> None:
     """Run submitters and workers concurrently until every task is completed."""
-    room = job.split(":", 1)[0]
-    path = f"{API}/rooms/{room}/tasks/{job}"
-    beat = asyncio.create_task(heartbeat(client, worker_ids))
+    room = run.job.split(":", 1)[0]
+    path = f"{API}/rooms/{room}/tasks/{run.job}"
+    beat = asyncio.create_task(heartbeat(run.setup_client, run.worker_ids))
     try:
         async with asyncio.TaskGroup() as group:
             for count in split(scenario.tasks, scenario.submitters):
-                group.create_task(submitter(client, state, path, count))
-            for worker_id in worker_ids:
-                group.create_task(worker(client, state, worker_id, scenario.backoff))
+                group.create_task(submitter(run.target, state, path, count))
+            for worker_id in run.worker_ids:
+                group.create_task(worker(run.target, state, worker_id, scenario.backoff))
     finally:
         beat.cancel()
 
 
-async def drive_bounded(
-    client: httpx.AsyncClient, state: RunState, scenario: Scenario, job: str, worker_ids: list[str]
-) -> str | None:
+async def drive_bounded(run: Run, state: RunState, scenario: Scenario) -> str | None:
     """``drive`` within the scenario's time limit; returns an error message or None."""
     error: str | None = None
     try:
         async with asyncio.timeout(scenario.timeout):
-            await drive(client, state, scenario, job, worker_ids)
+            await drive(run, state, scenario)
     except* TimeoutError:
         error = f"timeout after {scenario.timeout:g}s"
     except* (BenchError, httpx.HTTPError) as group:
@@ -178,31 +212,39 @@ async def drive_bounded(
     return error
 
 
-def new_client(target: Target, connections: int) -> httpx.AsyncClient:
-    """One client shared by all of a run's coroutines, with a keep-alive connection each."""
-    return httpx.AsyncClient(
-        base_url=target.base_url,
-        headers={"Authorization": f"Bearer {target.token}"},
-        limits=httpx.Limits(max_connections=connections, max_keepalive_connections=connections),
-        timeout=REQUEST_TIMEOUT_SECONDS,
-        trust_env=False,
-    )
-
-
 async def run_scenario(target: Target, workers: int, scenario: Scenario) -> dict[str, Any]:
     """One (target, W) measurement, in a fresh room."""
     room = f"bench-w{workers}-{uuid.uuid4().hex[:8]}"
     job = f"{room}:{JOB['category']}:{JOB['name']}"
     state = RunState(total=scenario.tasks)
-    async with new_client(target, workers + scenario.submitters + 1) as client:
-        worker_ids = await register_workers(client, room, workers)
+    async with new_client(target) as client:
+        run = Run(target, job, await register_workers(client, room, workers), client)
+        cpu_before = cpu_seconds(target)
         start = time.perf_counter()
         try:
-            error = await drive_bounded(client, state, scenario, job, worker_ids)
+            error = await drive_bounded(run, state, scenario)
             end = max(state.completed_at.values(), default=time.perf_counter())
+            cpu = cpu_used(cpu_before, cpu_seconds(target))
         finally:
-            await remove_workers(client, worker_ids)
-    return summarise(target.name, workers, state, end - start, error)
+            await remove_workers(client, run.worker_ids)
+    return summarise(target.name, workers, state, end - start, error, cpu)
+
+
+def cpu_seconds(target: Target) -> tuple[float, float | None]:
+    """CPU time so far of this (client) process and of the target's server process."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime, process_cpu_seconds(target.pid)
+
+
+def cpu_used(
+    before: tuple[float, float | None], after: tuple[float, float | None]
+) -> dict[str, float | None]:
+    """CPU seconds the client and the server process spent between two readings."""
+    server = None if before[1] is None or after[1] is None else after[1] - before[1]
+    return {
+        "client_cpu_s": round(after[0] - before[0], 2),
+        "server_cpu_s": None if server is None else round(server, 2),
+    }
 
 
 def percentile(values: list[float], pct: float) -> float | None:
@@ -218,8 +260,14 @@ def ms(seconds: float | None) -> float | None:
 
 
 def summarise(
-    target: str, workers: int, state: RunState, seconds: float, error: str | None
+    target: str,
+    workers: int,
+    state: RunState,
+    seconds: float,
+    error: str | None,
+    cpu: dict[str, float | None] | None = None,
 ) -> dict[str, Any]:
+    """The run's JSON line."""
     latencies = [
         max(0.0, done - state.submitted_at[task_id])
         for task_id, done in state.completed_at.items()
@@ -244,6 +292,8 @@ def summarise(
         "p50_ms": ms(percentile(latencies, 50)),
         "p99_ms": ms(percentile(latencies, 99)),
         "requests": requests,
+        **(cpu or {"client_cpu_s": None, "server_cpu_s": None}),
+        "load_avg_1m": round(os.getloadavg()[0], 2),
         "error": error,
     }
 
@@ -298,6 +348,8 @@ def table(results: list[dict[str, Any]]) -> str:
     for r in results:
         base = ceiling.get(r["workers"])
         share = f"{100 * r['tasks_per_s'] / base:.0f}%" if base else "n/a"
+        if r["error"]:
+            share += " (failed)"
         rows.append(
             f"| {r['target']} | {r['workers']} | {r['tasks_per_s']} | {r['p50_ms']} "
             f"| {r['p99_ms']} | {share} |"
@@ -333,6 +385,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--backoff-ms", type=float, default=5.0, help="sleep after empty claim")
     parser.add_argument("--run-timeout", type=float, default=300.0, help="seconds per run")
     parser.add_argument("--server-log-level", default="info", help="uvicorn/taskhub log level")
+    parser.add_argument("--access-log", action="store_true", help="servers log every request")
     parser.add_argument("--pg-admin-url", default=DEFAULT_PG_ADMIN_URL)
     args = parser.parse_args(argv)
     if args.tasks < 1 or args.submitters < 1:
@@ -351,7 +404,7 @@ def planned_targets(
     args: argparse.Namespace, workdir: Path
 ) -> list[tuple[str, AbstractAsyncContextManager[Target]]]:
     """``--targets`` started here; with ``--url``, the running hub replaces sqlite/postgres."""
-    options = TargetOptions(workdir, args.server_log_level, args.pg_admin_url)
+    options = TargetOptions(workdir, args.server_log_level, args.access_log, args.pg_admin_url)
     names = [n for n in args.targets if n == "ceiling"] if args.url else args.targets
     planned = [(name, FACTORIES[name](options)) for name in names]
     if args.url:
@@ -359,7 +412,18 @@ def planned_targets(
     return planned
 
 
+def cancel_on_termination() -> None:
+    """Turn SIGTERM and SIGHUP into cancellation, so that servers are stopped and the
+    PostgreSQL database dropped on the way out (asyncio.run already does so for SIGINT)."""
+    task = asyncio.current_task()
+    loop = asyncio.get_running_loop()
+    if task is not None:
+        for signum in (signal.SIGTERM, signal.SIGHUP):
+            loop.add_signal_handler(signum, task.cancel)
+
+
 async def main_async(args: argparse.Namespace) -> list[dict[str, Any]]:
+    cancel_on_termination()
     scenario = Scenario(args.tasks, args.submitters, args.backoff_ms / 1000, args.run_timeout)
     results: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="taskhub-bench-") as workdir:
@@ -369,7 +433,13 @@ async def main_async(args: argparse.Namespace) -> list[dict[str, Any]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    results = asyncio.run(main_async(parse_args(argv)))
+    fail_fast_sniffio_import()
+    args = parse_args(argv)
+    try:
+        results = asyncio.run(main_async(args))
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        log("interrupted: servers stopped")
+        return 130
     log("\n" + table(results))
     return 1 if any(r["error"] for r in results) else 0
 
