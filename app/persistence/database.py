@@ -16,12 +16,13 @@ from sqlalchemy import event
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
+from app.persistence import sqlite_driver
 from app.settings import Settings
 
 
 def _sqlite_engine(url: str, settings: Settings, *, writer: bool) -> AsyncEngine:
     engine = create_async_engine(
-        url,
+        make_url(url).set(drivername=sqlite_driver.DRIVER_NAME),
         pool_size=1 if writer else max(2, settings.db_pool_size // 2),
         max_overflow=0,
         pool_timeout=60,

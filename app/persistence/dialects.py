@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
-from uuid import UUID
 
-from sqlalchemy import Table, exists, select, text, update
+from sqlalchemy import Table, bindparam, exists, select, text, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.sql import Executable
 
@@ -21,10 +21,11 @@ if TYPE_CHECKING:
     from app.persistence.database import Database
 
 
-def claim_statement(
-    dialect: str, *, worker_id: UUID, claim_token: UUID, limit: int, owner_id: UUID | None
-) -> Executable:
-    """Claim up to ``limit`` of the oldest pending tasks of the worker's jobs, atomically.
+@functools.cache
+def claim_statement(dialect: str, *, check_owner: bool) -> Executable:
+    """Claim up to ``:limit`` of the oldest pending tasks of ``:worker_id``'s jobs,
+    atomically, setting ``:claim_token``; with ``check_owner`` only if the worker belongs to
+    ``:owner_id``. Built once per shape.
 
     PostgreSQL: ``WITH picked AS (SELECT … ORDER BY … LIMIT n FOR UPDATE SKIP LOCKED)
     UPDATE task … FROM picked RETURNING``. Concurrent claimers skip each other's rows
@@ -40,17 +41,23 @@ def claim_statement(
     served_jobs = (
         select(link_table.c.job_id)
         .join(job_table, job_table.c.id == link_table.c.job_id)
-        .where(link_table.c.worker_id == worker_id, job_table.c.room_id != INTERNAL_ROOM)
+        .where(
+            link_table.c.worker_id == bindparam("worker_id"),
+            job_table.c.room_id != INTERNAL_ROOM,
+        )
     )  # @internal tasks belong to the taskiq executor, never to remote workers
-    if owner_id is not None:  # only the worker's owner may claim for it (superusers: None)
+    if check_owner:  # only the worker's owner (or a superuser) may claim for it
         served_jobs = served_jobs.where(
-            exists().where(worker_table.c.id == worker_id, worker_table.c.user_id == owner_id)
+            exists().where(
+                worker_table.c.id == bindparam("worker_id"),
+                worker_table.c.user_id == bindparam("owner_id"),
+            )
         )
     candidates = (
         select(task.c.id)
         .where(task.c.status == TaskStatus.PENDING.value, task.c.job_id.in_(served_jobs))
         .order_by(task.c.created_at, task.c.id)
-        .limit(limit)
+        .limit(bindparam("limit"))
     )
     if dialect == "postgresql":
         picked = candidates.with_for_update(skip_locked=True).cte("picked")
@@ -62,8 +69,8 @@ def claim_statement(
         .where(chosen, task.c.status == TaskStatus.PENDING.value)
         .values(
             status=TaskStatus.CLAIMED.value,
-            worker_id=worker_id,
-            claim_token=claim_token,
+            worker_id=bindparam("worker_id"),
+            claim_token=bindparam("claim_token"),
             attempt=task.c.attempt + 1,
         )
         .returning(*task.c)

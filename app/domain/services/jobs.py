@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
 
-from sqlalchemy import and_, exists, func, insert, select, update
+from sqlalchemy import and_, bindparam, exists, func, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.domain.errors import Forbidden, JobNotFound, SchemaConflict
@@ -200,19 +200,20 @@ async def find_visible_job(conn: AsyncConnection, room_id: str, full_name: str) 
     parsed = JobName.parse(full_name)
     if parsed.room_id not in visible_job_rooms(room_id):
         raise JobNotFound(f"Job {full_name!r} is not visible from room {room_id!r}.")
-    row = (
-        await conn.execute(
-            select(job).where(
-                job.c.room_id == parsed.room_id,
-                job.c.category == parsed.category,
-                job.c.name == parsed.name,
-                job.c.deleted.is_(False),
-            )
-        )
-    ).first()
+    params = {"room_id": parsed.room_id, "category": parsed.category, "name": parsed.name}
+    row = (await conn.execute(_FIND_LIVE_JOB, params)).first()
     if row is None:
         raise JobNotFound(f"Job {full_name!r} not found.")
     return row
+
+
+# Hot statements are built once: SQLAlchemy then reuses their cache keys and compiled forms.
+_FIND_LIVE_JOB = select(job).where(
+    job.c.room_id == bindparam("room_id"),
+    job.c.category == bindparam("category"),
+    job.c.name == bindparam("name"),
+    job.c.deleted.is_(False),
+)
 
 
 def _record(row: Any, workers: list[UUID]) -> JobRecord:
@@ -231,19 +232,22 @@ async def soft_delete_if_orphaned(conn: AsyncConnection, job_id: UUID) -> str | 
     """Soft-delete the job if it has no worker and no pending task; ``@internal`` jobs are
     exempt. One guarded statement, so a registration or submit that lands concurrently is
     never overridden. Returns the job's room when it was deleted."""
-    result = await conn.execute(
-        update(job)
-        .where(
-            job.c.id == job_id,
-            job.c.deleted.is_(False),
-            job.c.room_id != INTERNAL_ROOM,
-            ~exists().where(link_table.c.job_id == job_id),
-            ~exists().where(
-                task_table.c.job_id == job_id,
-                task_table.c.status == TaskStatus.PENDING.value,
-            ),
-        )
-        .values(deleted=True, updated_at=utcnow())
-        .returning(job.c.room_id)
-    )
+    result = await conn.execute(_SOFT_DELETE_ORPHAN, {"job_id": job_id, "now": utcnow()})
     return result.scalar()
+
+
+_SOFT_DELETE_ORPHAN = (
+    update(job)
+    .where(
+        job.c.id == bindparam("job_id"),
+        job.c.deleted.is_(False),
+        job.c.room_id != INTERNAL_ROOM,
+        ~exists().where(link_table.c.job_id == job.c.id),
+        ~exists().where(
+            task_table.c.job_id == job.c.id,
+            task_table.c.status == TaskStatus.PENDING.value,
+        ),
+    )
+    .values(deleted=True, updated_at=bindparam("now"))
+    .returning(job.c.room_id)
+)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 from uuid import UUID
 
-from sqlalchemy import Select, case, func, select, tuple_
+from sqlalchemy import Select, bindparam, case, func, select, tuple_
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.domain.records import TaskRecord
@@ -32,8 +32,7 @@ def _ahead_of(row_task: Any) -> Any:
     )
 
 
-def select_tasks() -> Select[Any]:
-    """Tasks with their job's full name parts and queue position."""
+def _select_tasks() -> Select[Any]:
     position = case((task.c.status == PENDING, _ahead_of(task)), else_=None)
     return select(
         task,
@@ -72,18 +71,28 @@ def task_record(row: Any, job_name: str, queue_position: int | None = None) -> T
     )
 
 
+SELECT_TASKS = _select_tasks()
+"""Tasks with their job's full name parts and queue position."""
+
+_LOAD_TASK = SELECT_TASKS.where(task.c.id == bindparam("task_id"))
+_POSITION = select(func.count()).where(
+    task.c.job_id == bindparam("job_id"),
+    task.c.status == PENDING,
+    tuple_(task.c.created_at, task.c.id)
+    <= tuple_(
+        bindparam("created_at", type_=task.c.created_at.type),
+        bindparam("task_id", type_=task.c.id.type),
+    ),
+)
+
+
 async def queue_position(conn: AsyncConnection, record: TaskRecord) -> int | None:
     if record.status != TaskStatus.PENDING:
         return None
-    return await conn.scalar(
-        select(func.count()).where(
-            task.c.job_id == record.job_id,
-            task.c.status == PENDING,
-            tuple_(task.c.created_at, task.c.id) <= tuple_(record.created_at, record.id),
-        )
-    )
+    params = {"job_id": record.job_id, "created_at": record.created_at, "task_id": record.id}
+    return await conn.scalar(_POSITION, params)
 
 
 async def load_task(conn: AsyncConnection, task_id: UUID) -> TaskRecord | None:
-    row = (await conn.execute(select_tasks().where(task.c.id == task_id))).first()
+    row = (await conn.execute(_LOAD_TASK, {"task_id": task_id})).first()
     return joined_record(row) if row is not None else None

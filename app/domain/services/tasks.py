@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Protocol
 from uuid import UUID, uuid4
 
-from sqlalchemy import exists, func, insert, or_, select, update
+from sqlalchemy import bindparam, exists, func, insert, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.domain.errors import (
@@ -27,10 +28,10 @@ from app.domain.records import Page, Principal, TaskRecord
 from app.domain.services.jobs import JobNames, find_visible_job, soft_delete_if_orphaned
 from app.domain.services.ownership import owned_worker
 from app.domain.services.task_rows import (
+    SELECT_TASKS,
     joined_record,
     load_task,
     queue_position,
-    select_tasks,
     task_record,
 )
 from app.domain.states import TaskStatus, check_transition, is_terminal, predecessors
@@ -84,16 +85,17 @@ async def submit_task(
             attempt=1 if job.room_id == INTERNAL_ROOM else 0,
         )
         await conn.execute(
-            insert(task).values(
-                id=record.id,
-                job_id=record.job_id,
-                room_id=room_id,
-                status=record.status.value,
-                payload=payload,
-                created_at=record.created_at,
-                submitted_by=principal.id,
-                attempt=record.attempt,
-            )
+            _INSERT_TASK,
+            {
+                "id": record.id,
+                "job_id": record.job_id,
+                "room_id": room_id,
+                "status": record.status.value,
+                "payload": payload,
+                "created_at": record.created_at,
+                "submitted_by": principal.id,
+                "attempt": record.attempt,
+            },
         )
         record.queue_position = await queue_position(conn, record)
     events.add(TaskStatusChanged(record))
@@ -109,14 +111,14 @@ async def claim_tasks(
     with a fresh claim token, in one atomic statement (which also checks ownership)."""
     events = EventBatch()
     async with db.write() as conn:
-        statement = claim_statement(
-            db.dialect,
-            worker_id=worker_id,
-            claim_token=uuid4(),
-            limit=max_tasks,
-            owner_id=None if principal.is_superuser else principal.id,
-        )
-        rows = (await conn.execute(statement)).all()
+        statement = claim_statement(db.dialect, check_owner=not principal.is_superuser)
+        params = {
+            "worker_id": worker_id,
+            "claim_token": uuid4(),
+            "limit": max_tasks,
+            "owner_id": principal.id,
+        }
+        rows = (await conn.execute(statement, params)).all()
         if not rows:  # nothing claimed: say whether the worker is unknown or not the caller's
             await owned_worker(conn, principal, worker_id)
         names = await JobNames.resolve(conn, {row.job_id for row in rows})
@@ -147,15 +149,17 @@ async def update_task(
     nothing is the task read again, to say why (404, 403, stale claim, bad transition)."""
     events = EventBatch()
     async with db.write() as conn:
-        guard = [task.c.id == task_id, *_update_guard(principal, status, claim_token)]
         values = _transition_values(status, error, result)
         if progress is not None:
             values["progress"] = progress
         if progress_message is not None:
             values["progress_message"] = progress_message
-        updated = (
-            await conn.execute(update(task).where(*guard).values(**values).returning(*task.c))
-        ).first()
+        statement = _update_statement(
+            status, claim_token is not None, principal.is_superuser, tuple(sorted(values))
+        )
+        params = {f"v_{k}": v for k, v in values.items()}
+        params.update(b_task_id=task_id, b_claim_token=claim_token, b_user_id=principal.id)
+        updated = (await conn.execute(statement, params)).first()
         if updated is None:
             await _explain_refusal(conn, principal, task_id, status, claim_token)
             raise InvalidTaskTransition(f"Task {task_id} changed concurrently; retry.")
@@ -168,23 +172,33 @@ async def update_task(
     return record, events
 
 
-def _update_guard(
-    principal: Principal, target: TaskStatus | None, claim_token: UUID | None
-) -> list[Any]:
-    """The WHERE conditions under which ``target`` (``None``: progress) may be written."""
+@functools.cache
+def _update_statement(
+    target: TaskStatus | None, with_token: bool, superuser: bool, columns: tuple[str, ...]
+) -> Any:
+    """``UPDATE task SET <columns> WHERE id AND <may write target> RETURNING *``, built once
+    per shape. Parameters: ``b_task_id``, ``b_claim_token``, ``b_user_id``, ``v_<column>``."""
     allowed = predecessors(target) if target is not None else {TaskStatus.RUNNING}
-    guard: list[Any] = [task.c.status.in_([s.value for s in allowed])]
-    if claim_token is not None:
-        guard.append(task.c.claim_token == claim_token)
-    if not principal.is_superuser:
+    guard: list[Any] = [
+        task.c.id == bindparam("b_task_id"),
+        task.c.status.in_([s.value for s in allowed]),
+    ]
+    if with_token:
+        guard.append(task.c.claim_token == bindparam("b_claim_token"))
+    if not superuser:
         owns_worker = exists().where(
-            worker_table.c.id == task.c.worker_id, worker_table.c.user_id == principal.id
+            worker_table.c.id == task.c.worker_id,
+            worker_table.c.user_id == bindparam("b_user_id"),
         )
         if target == TaskStatus.CANCELLED:
-            guard.append(or_(owns_worker, task.c.submitted_by == principal.id))
+            guard.append(or_(owns_worker, task.c.submitted_by == bindparam("b_user_id")))
         else:
             guard.append(owns_worker)
-    return guard
+    values = {column: bindparam(f"v_{column}") for column in columns}
+    return update(task).where(*guard).values(values).returning(*task.c)
+
+
+_INSERT_TASK = insert(task)
 
 
 def _transition_values(target: TaskStatus | None, error: str | None, result: Any) -> dict[str, Any]:
@@ -289,8 +303,7 @@ async def _page(
         where = [*where, task.c.status == status.value]
     total = await conn.scalar(select(func.count()).select_from(task).where(*where))
     rows = await conn.execute(
-        select_tasks()
-        .where(*where)
+        SELECT_TASKS.where(*where)
         .order_by(task.c.created_at.desc(), task.c.id.desc())
         .limit(limit)
         .offset(offset)

@@ -7,7 +7,7 @@ from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID
 
-from sqlalchemy import delete, func, insert, or_, select, update
+from sqlalchemy import bindparam, delete, func, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.domain.errors import WorkerNotFound
@@ -48,15 +48,9 @@ async def heartbeat(
     so a worker that missed the ``task_cancelled`` event still stops those runs."""
     now = utcnow()
     async with db.write() as conn:
-        may_act = or_(worker.c.user_id == principal.id, principal.is_superuser)
-        row = (
-            await conn.execute(
-                update(worker)
-                .where(worker.c.id == worker_id, may_act)
-                .values(last_heartbeat=now)
-                .returning(worker.c.id, worker.c.user_id, worker.c.last_heartbeat)
-            )
-        ).first()
+        params = {"b_worker_id": worker_id, "b_user_id": principal.id, "b_now": now}
+        beat = _BEAT_ANY if principal.is_superuser else _BEAT_OWN
+        row = (await conn.execute(beat, params)).first()
         if row is None:
             await owned_worker(conn, principal, worker_id)  # raises 404 or 403
             raise WorkerNotFound(f"Worker {worker_id} not found.")  # pragma: no cover
@@ -72,6 +66,15 @@ async def heartbeat(
                 )
             )
     return record
+
+
+_BEAT_ANY = (
+    update(worker)
+    .where(worker.c.id == bindparam("b_worker_id"))
+    .values(last_heartbeat=bindparam("b_now"))
+    .returning(worker.c.id, worker.c.user_id, worker.c.last_heartbeat)
+)
+_BEAT_OWN = _BEAT_ANY.where(worker.c.user_id == bindparam("b_user_id"))
 
 
 async def delete_worker(
