@@ -19,6 +19,8 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_en
 from app.persistence import sqlite_driver
 from app.settings import Settings
 
+AUTOCOMMIT_OPTION = "taskhub_autocommit"
+
 
 def _sqlite_engine(url: str, settings: Settings, *, writer: bool) -> AsyncEngine:
     engine = create_async_engine(
@@ -42,7 +44,10 @@ def _sqlite_engine(url: str, settings: Settings, *, writer: bool) -> AsyncEngine
 
     @event.listens_for(engine.sync_engine, "begin")
     def _on_begin(connection: Any) -> None:
-        connection.exec_driver_sql(begin_sql)
+        # The driver runs in autocommit mode; this opens the transaction, unless the
+        # connection was checked out for single self-guarded statements.
+        if not connection.get_execution_options().get(AUTOCOMMIT_OPTION):
+            connection.exec_driver_sql(begin_sql)
 
     return engine
 
@@ -82,6 +87,18 @@ class Database:
     async def write(self) -> AsyncIterator[AsyncConnection]:
         """A transaction that may write; commits on success, rolls back on error."""
         async with self._writer.begin() as conn:
+            yield conn
+
+    @asynccontextmanager
+    async def autocommit(self) -> AsyncIterator[AsyncConnection]:
+        """A writer connection without a surrounding transaction: each statement commits on
+        its own. For work whose every write is one self-guarded statement (no BEGIN/COMMIT
+        round trips)."""
+        async with self._writer.connect() as conn:
+            if self.is_sqlite:
+                await conn.execution_options(**{AUTOCOMMIT_OPTION: True})
+            else:
+                await conn.execution_options(isolation_level="AUTOCOMMIT")
             yield conn
 
     @asynccontextmanager

@@ -61,6 +61,18 @@ class OneHopConnection(AsyncAdapt_aiosqlite_connection):
     def cursor(self, server_side: bool = False) -> AsyncAdapt_aiosqlite_cursor:
         return super().cursor(server_side) if server_side else OneHopCursor(self)
 
+    def _in_transaction(self) -> bool:
+        # Read between statements, while aiosqlite's thread is idle for this connection.
+        return bool(self._connection._conn.in_transaction)
+
+    def commit(self) -> None:
+        if self._in_transaction():  # autocommit statements leave nothing to commit
+            super().commit()
+
+    def rollback(self) -> None:
+        if self._in_transaction():
+            super().rollback()
+
 
 class OneHopDBAPI(AsyncAdapt_aiosqlite_dbapi):
     def connect(self, *args: Any, **kwargs: Any) -> OneHopConnection:

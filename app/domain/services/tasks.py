@@ -6,13 +6,14 @@ import functools
 from typing import Any, Protocol
 from uuid import UUID, uuid4
 
-from sqlalchemy import bindparam, exists, func, insert, or_, select, update
+from sqlalchemy import bindparam, exists, func, insert, literal, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.domain.errors import (
     Forbidden,
     InternalJobNotConfigured,
     InvalidTaskTransition,
+    JobNotFound,
     StaleClaim,
     TaskNotFound,
 )
@@ -37,7 +38,7 @@ from app.domain.services.task_rows import (
 from app.domain.states import TaskStatus, check_transition, is_terminal, predecessors
 from app.persistence.database import Database
 from app.persistence.dialects import claim_statement
-from app.persistence.models import task_table, worker_table
+from app.persistence.models import job_table, task_table, worker_table
 from app.persistence.types import new_id, utcnow
 
 task = task_table
@@ -61,7 +62,7 @@ async def submit_task(
     its first attempt: the caller dispatches it to the broker after this commit."""
     validate_room_id(room_id)
     events = EventBatch()
-    async with db.write() as conn:
+    async with db.autocommit() as conn:
         job = await find_visible_job(conn, room_id, full_name)
         job_name = f"{job.room_id}:{job.category}:{job.name}"
         if job.room_id == INTERNAL_ROOM and not internal.has_executor(job_name):
@@ -84,19 +85,20 @@ async def submit_task(
             claim_token=None,
             attempt=1 if job.room_id == INTERNAL_ROOM else 0,
         )
-        await conn.execute(
-            _INSERT_TASK,
+        inserted = await conn.execute(
+            _INSERT_TASK_OF_LIVE_JOB,
             {
-                "id": record.id,
-                "job_id": record.job_id,
-                "room_id": room_id,
-                "status": record.status.value,
-                "payload": payload,
-                "created_at": record.created_at,
-                "submitted_by": principal.id,
-                "attempt": record.attempt,
+                "b_id": record.id,
+                "b_job_id": record.job_id,
+                "b_room_id": room_id,
+                "b_payload": payload,
+                "b_created_at": record.created_at,
+                "b_submitted_by": principal.id,
+                "b_attempt": record.attempt,
             },
         )
+        if inserted.rowcount != 1:  # soft-deleted since it was looked up
+            raise JobNotFound(f"Job {full_name!r} not found.")
         record.queue_position = await queue_position(conn, record)
     events.add(TaskStatusChanged(record))
     if job.room_id != INTERNAL_ROOM:
@@ -110,7 +112,7 @@ async def claim_tasks(
     """Hand the worker up to ``max_tasks`` of the oldest pending tasks of its jobs, each
     with a fresh claim token, in one atomic statement (which also checks ownership)."""
     events = EventBatch()
-    async with db.write() as conn:
+    async with db.autocommit() as conn:
         statement = claim_statement(db.dialect, check_owner=not principal.is_superuser)
         params = {
             "worker_id": worker_id,
@@ -146,9 +148,10 @@ async def update_task(
     """Apply a PATCH — a transition, or (``status=None``) a progress report while running —
     as one guarded ``UPDATE … WHERE id = ? AND status IN (allowed
     predecessors) AND <caller may> [AND claim_token = ?] RETURNING``. Only when it matches
-    nothing is the task read again, to say why (404, 403, stale claim, bad transition)."""
+    nothing is the task read again, to say why (404, 403, stale claim, bad transition).
+    Every write here is one self-guarded statement, so none needs a transaction."""
     events = EventBatch()
-    async with db.write() as conn:
+    async with db.autocommit() as conn:
         values = _transition_values(status, error, result)
         if progress is not None:
             values["progress"] = progress
@@ -198,7 +201,19 @@ def _update_statement(
     return update(task).where(*guard).values(values).returning(*task.c)
 
 
-_INSERT_TASK = insert(task)
+_INSERT_TASK_OF_LIVE_JOB = insert(task).from_select(
+    ["id", "job_id", "room_id", "status", "payload", "created_at", "submitted_by", "attempt"],
+    select(
+        bindparam("b_id", type_=task.c.id.type),
+        job_table.c.id,
+        bindparam("b_room_id", type_=task.c.room_id.type),
+        literal(TaskStatus.PENDING.value, type_=task.c.status.type),
+        bindparam("b_payload", type_=task.c.payload.type),
+        bindparam("b_created_at", type_=task.c.created_at.type),
+        bindparam("b_submitted_by", type_=task.c.submitted_by.type),
+        bindparam("b_attempt", type_=task.c.attempt.type),
+    ).where(job_table.c.id == bindparam("b_job_id"), job_table.c.deleted.is_(False)),
+)
 
 
 def _transition_values(target: TaskStatus | None, error: str | None, result: Any) -> dict[str, Any]:

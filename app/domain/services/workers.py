@@ -47,7 +47,7 @@ async def heartbeat(
     ``cancelled_within``, also report the worker's tasks cancelled in that many seconds,
     so a worker that missed the ``task_cancelled`` event still stops those runs."""
     now = utcnow()
-    async with db.write() as conn:
+    async with db.autocommit() as conn:
         params = {"b_worker_id": worker_id, "b_user_id": principal.id, "b_now": now}
         beat = _BEAT_ANY if principal.is_superuser else _BEAT_OWN
         row = (await conn.execute(beat, params)).first()
