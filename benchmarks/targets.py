@@ -9,7 +9,7 @@ import secrets
 import socket
 import sys
 from collections.abc import AsyncIterator, Callable
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
@@ -248,3 +248,33 @@ FACTORIES: dict[str, TargetFactory] = {
     "sqlite": sqlite_target,
     "postgres": postgres_target,
 }
+
+
+@asynccontextmanager
+async def postgres_replicas(
+    options: TargetOptions, count: int, redis_url: str
+) -> AsyncIterator[list[Target]]:
+    """``count`` ``taskhub serve`` processes on one fresh PostgreSQL database, sharing Redis
+    (Socket.IO fan-out and long-poll wake-ups across replicas)."""
+    require_local(options.pg_admin_url)
+    require_local(redis_url.replace("redis://", "http://"))
+    token = secrets.token_urlsafe(24)
+    database = f"bench_{secrets.token_hex(6)}"
+    env = _hub_env(_database_url(options.pg_admin_url, database), token, options)
+    env["TASKHUB_REDIS_URL"] = redis_url
+    log = options.workdir / "replicas.log"
+    await _pg_admin(options.pg_admin_url, f'CREATE DATABASE "{database}"')
+    try:
+        await _run_to_end([*taskhub_command(), "migrate"], env, log)
+        async with AsyncExitStack() as stack:
+            replicas = []
+            for index in range(count):
+                port = free_port()
+                replicas.append(
+                    await stack.enter_async_context(
+                        served(f"replica{index}", _serve_argv(port), env, port, token, log)
+                    )
+                )
+            yield replicas
+    finally:
+        await _pg_admin(options.pg_admin_url, f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
