@@ -22,10 +22,11 @@ if TYPE_CHECKING:
 
 
 @functools.cache
-def claim_statement(dialect: str, *, check_owner: bool) -> Executable:
-    """Claim up to ``:limit`` of the oldest pending tasks of ``:worker_id``'s jobs,
+def claim_statement(dialect: str, *, check_owner: bool, limit: int) -> Executable:
+    """Claim up to ``limit`` of the oldest pending tasks of ``:worker_id``'s jobs,
     atomically, setting ``:claim_token``; with ``check_owner`` only if the worker belongs to
-    ``:owner_id``. Built once per shape.
+    ``:owner_id``. Built once per shape (``limit`` is part of the shape: a bound LIMIT would
+    be re-rendered on every execution).
 
     PostgreSQL: ``WITH picked AS (SELECT … ORDER BY … LIMIT n FOR UPDATE SKIP LOCKED)
     UPDATE task … FROM picked RETURNING``. Concurrent claimers skip each other's rows
@@ -57,7 +58,7 @@ def claim_statement(dialect: str, *, check_owner: bool) -> Executable:
         select(task.c.id)
         .where(task.c.status == TaskStatus.PENDING.value, task.c.job_id.in_(served_jobs))
         .order_by(task.c.created_at, task.c.id)
-        .limit(bindparam("limit"))
+        .limit(limit)
     )
     if dialect == "postgresql":
         picked = candidates.with_for_update(skip_locked=True).cte("picked")

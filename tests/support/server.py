@@ -4,6 +4,9 @@
 or a new PostgreSQL database migrated with ``taskhub migrate``), starts ``taskhub serve`` on a
 free port of 127.0.0.1, waits for ``/healthz``, and on exit stops the server (SIGTERM, then
 SIGKILL) and drops the database. PostgreSQL that cannot be reached is an error, never a skip.
+``running_replicas(backend, directory, count)`` does the same for several servers sharing one
+database (pass ``env={"TASKHUB_REDIS_URL": ...}`` for cross-replica fan-out), and
+``HubServer.create_user`` issues tokens for further users with ``taskhub users create``.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import tempfile
 import time
 from collections.abc import Coroutine, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Any, Literal, TypeVar
@@ -97,6 +100,32 @@ def migrate(database_url: str, timeout: float = 120.0) -> None:
         )
 
 
+def create_user(
+    database_url: str, name: str, *, superuser: bool = False, timeout: float = 60.0
+) -> str:
+    """Create a user with ``taskhub users create`` and return its token (the last line).
+    The database must be migrated already (on SQLite, a started server has done that)."""
+    args = ["users", "create", name, *(["--superuser"] if superuser else [])]
+    env = server_env(database_url, new_admin_token(), None)
+    env.pop("TASKHUB_ADMIN_TOKEN")  # the command needs no admin; do not create one
+    result = subprocess.run(
+        taskhub_command(*args),
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    lines = result.stdout.strip().splitlines()
+    if result.returncode != 0 or not lines:
+        raise ServerError(
+            f"taskhub users create exited with {result.returncode}:\n"
+            f"{result.stdout}\n{result.stderr}"
+        )
+    return lines[-1].strip()
+
+
 @contextmanager
 def provisioned_database(backend: Backend, directory: Path) -> Iterator[str]:
     """A fresh, ready-to-serve database URL for ``backend``; PostgreSQL ones are dropped after."""
@@ -124,11 +153,12 @@ class HubServer:
         log_dir: Path | None = None,
         env: Mapping[str, str] | None = None,
         startup_timeout: float = 60.0,
+        log_name: str = "server.log",
     ) -> None:
         self.database_url = database_url
         self.admin_token = admin_token or new_admin_token()
         self.log_dir = log_dir or Path(tempfile.mkdtemp(prefix="taskhub-server-"))
-        self.log_path = self.log_dir / "server.log"
+        self.log_path = self.log_dir / log_name
         self.extra_env = dict(env or {})
         self.startup_timeout = startup_timeout
         self.port = 0
@@ -144,6 +174,10 @@ class HubServer:
     @property
     def admin_headers(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.admin_token}"}
+
+    def create_user(self, name: str, *, superuser: bool = False) -> str:
+        """A new user of this server's database; returns the user's token."""
+        return create_user(self.database_url, name, superuser=superuser)
 
     def output(self) -> str:
         """Everything the server has written to stdout and stderr so far."""
@@ -250,3 +284,27 @@ def running_hub(
         server = HubServer(url, log_dir=directory, env=env)
         with server:
             yield server
+
+
+@contextmanager
+def running_replicas(
+    backend: Backend, directory: Path, count: int = 2, *, env: Mapping[str, str] | None = None
+) -> Iterator[list[HubServer]]:
+    """``count`` servers on one fresh database of ``backend``, sharing the admin token; each
+    logs to ``server-<i>.log`` in ``directory``. Started one after the other (so the admin
+    token is created once), all stopped and the database dropped after."""
+    with provisioned_database(backend, directory) as url, ExitStack() as stack:
+        admin_token = new_admin_token()
+        servers = [
+            HubServer(
+                url,
+                admin_token=admin_token,
+                log_dir=directory,
+                env=env,
+                log_name=f"server-{index}.log",
+            )
+            for index in range(count)
+        ]
+        for server in servers:
+            stack.enter_context(server)
+        yield servers

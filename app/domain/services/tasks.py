@@ -6,7 +6,7 @@ import functools
 from typing import Any, Protocol
 from uuid import UUID, uuid4
 
-from sqlalchemy import bindparam, exists, func, insert, literal, or_, select, update
+from sqlalchemy import bindparam, exists, false, func, insert, literal, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.domain.errors import (
@@ -113,13 +113,10 @@ async def claim_tasks(
     with a fresh claim token, in one atomic statement (which also checks ownership)."""
     events = EventBatch()
     async with db.autocommit() as conn:
-        statement = claim_statement(db.dialect, check_owner=not principal.is_superuser)
-        params = {
-            "worker_id": worker_id,
-            "claim_token": uuid4(),
-            "limit": max_tasks,
-            "owner_id": principal.id,
-        }
+        statement = claim_statement(
+            db.dialect, check_owner=not principal.is_superuser, limit=max_tasks
+        )
+        params = {"worker_id": worker_id, "claim_token": uuid4(), "owner_id": principal.id}
         rows = (await conn.execute(statement, params)).all()
         if not rows:  # nothing claimed: say whether the worker is unknown or not the caller's
             await owned_worker(conn, principal, worker_id)
@@ -184,7 +181,9 @@ def _update_statement(
     allowed = predecessors(target) if target is not None else {TaskStatus.RUNNING}
     guard: list[Any] = [
         task.c.id == bindparam("b_task_id"),
-        task.c.status.in_([s.value for s in allowed]),
+        # OR of equalities, not IN (…): an IN list is re-expanded on every execution.
+        # false() keeps a target without predecessors (pending) from matching anything.
+        or_(false(), *(task.c.status == s.value for s in sorted(allowed))),
     ]
     if with_token:
         guard.append(task.c.claim_token == bindparam("b_claim_token"))

@@ -3,7 +3,10 @@ enter or leave rooms. Errors come back in the acknowledgement as problem objects
 
 from __future__ import annotations
 
+import functools
+import logging
 import re
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 from uuid import UUID
@@ -17,6 +20,8 @@ from app.domain.services.workers import heartbeat
 from app.runtime import Hub
 from app.transport.http.problems import problem_body
 
+log = logging.getLogger(__name__)
+Ack = Callable[[str, Any], Awaitable[dict[str, Any]]]
 _BEARER = re.compile(r"^\s*Bearer\s+(\S+)\s*$", re.IGNORECASE)
 
 
@@ -49,25 +54,43 @@ def _worker_id(data: Any) -> UUID:
         ) from None
 
 
+def _acknowledged(handler: Ack) -> Ack:
+    """Every client event gets an answer: an unexpected error becomes a 500 problem (logged,
+    no trace sent) instead of a client left waiting for an acknowledgement."""
+
+    @functools.wraps(handler)
+    async def answer(sid: str, data: Any = None) -> dict[str, Any]:
+        try:
+            return await handler(sid, data)
+        except Exception:
+            log.exception("socket event %s failed", handler.__name__)
+            return problem_body(
+                500, "internal-error", "Internal Server Error", "The event could not be handled."
+            )
+
+    return answer
+
+
 class SocketHandlers:
     def __init__(self, sio: socketio.AsyncServer, hub: Hub) -> None:
         self.sio = sio
         self.hub = hub
         self.sessions: dict[str, SocketSession] = {}
-        for name in ("connect", "disconnect", "join_job_room", "leave_job_room"):
-            sio.on(name, getattr(self, name))
-        sio.on("room_join", self.room_join)
-        sio.on("room_leave", self.room_leave)
+        sio.on("connect", self.connect)
+        sio.on("disconnect", self.disconnect)
+        for name in ("join_job_room", "leave_job_room", "room_join", "room_leave"):
+            sio.on(name, _acknowledged(getattr(self, name)))
 
     async def connect(self, sid: str, environ: dict[str, Any], auth: Any = None) -> None:
         token = auth.get("token") if isinstance(auth, dict) else None
-        if not token:
+        if not isinstance(token, str) or not token:
             match = _BEARER.match(environ.get("HTTP_AUTHORIZATION", ""))
             token = match.group(1) if match else None
         principal = await self.hub.auth.authenticate(token) if token else None
         if principal is None:
             refusal = Unauthorized("A valid token is required: connect with auth={'token': ...}.")
-            raise socketio.exceptions.ConnectionRefusedError(_problem(refusal))
+            # The client's connect_error gets {"message": detail, "data": problem}.
+            raise socketio.exceptions.ConnectionRefusedError(refusal.detail, _problem(refusal))
         self.sessions[sid] = SocketSession(principal)
 
     async def disconnect(self, sid: str, *_reason: Any) -> None:

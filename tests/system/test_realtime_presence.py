@@ -1,0 +1,182 @@
+"""Worker presence over Socket.IO on a real server (SQLite and PostgreSQL).
+
+PROTOCOL.md: when a socket that joined job rooms for a worker disconnects and the worker
+does not come back (re-join on another socket, or heartbeat) within the grace period, the
+worker is cleaned up as by ``DELETE /workers/{id}``: its claimed/running tasks fail with
+"Worker disconnected", its links go, and jobs left orphaned without pending tasks are
+soft-deleted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.support.api import ApiClient, assert_problem
+from tests.support.server import HubServer, running_hub
+from tests.support.sockets import SocketProbe, assert_problem_ack, assert_task_status_payload
+
+GRACE = 1.0
+# Long enough that a removal due after GRACE would have happened (and been announced).
+BEYOND_GRACE = 2.5 * GRACE
+ROOM = "lab"
+DOOMED = f"{ROOM}:modifiers:Doomed"
+BUSY = f"{ROOM}:modifiers:Busy"
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def hub(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[HubServer]:
+    """A server whose disconnect grace is one second."""
+    env = {"TASKHUB_SOCKET_DISCONNECT_GRACE_SECONDS": str(GRACE)}
+    with running_hub(request.param, tmp_path, env=env) as server:
+        yield server
+
+
+@dataclass
+class Scene:
+    """Alice's worker serving one job in ``lab``, holding one claimed task."""
+
+    server: HubServer
+    alice_token: str
+    admin: ApiClient
+    alice: ApiClient
+    worker_id: str
+    task_id: str
+    probes: list[SocketProbe] = field(default_factory=list)
+
+    async def connect(self, name: str, token: str) -> SocketProbe:
+        """A connected probe, disconnected at the end of the test whatever happens."""
+        probe = SocketProbe(name)
+        self.probes.append(probe)
+        await probe.connect(self.server.base_url, token)
+        return probe
+
+    async def worker_ids(self) -> set[str]:
+        response = await self.admin.get("/workers", params={"limit": 500})
+        assert response.status_code == 200, response.text
+        return {item["id"] for item in response.json()["items"]}
+
+    async def connect_worker(self, name: str, *jobs: str) -> SocketProbe:
+        probe = await self.connect(name, self.alice_token)
+        for job in jobs:
+            await probe.join_job_room(job, self.worker_id)
+        return probe
+
+    async def assert_worker_kept(self) -> None:
+        assert self.worker_id in await self.worker_ids()
+        task = await self.admin.task(self.task_id)
+        assert (task["status"], task["worker_id"]) == ("claimed", self.worker_id)
+
+
+@pytest.fixture
+async def http(hub: HubServer) -> AsyncIterator[httpx.AsyncClient]:
+    async with httpx.AsyncClient(base_url=hub.base_url, timeout=15.0, trust_env=False) as client:
+        yield client
+
+
+@pytest.fixture
+async def scene(hub: HubServer, http: httpx.AsyncClient) -> AsyncIterator[Scene]:
+    alice_token = hub.create_user("alice")
+    admin, alice = ApiClient(http, hub.admin_token), ApiClient(http, alice_token)
+    worker_id = (await alice.register(room=ROOM, name="Doomed", schema={}))["worker_id"]
+    task = await admin.submit(DOOMED, room=ROOM)
+    claimed = await alice.claim(worker_id)
+    assert claimed is not None and claimed["id"] == task["id"]
+    built = Scene(hub, alice_token, admin, alice, worker_id, task["id"])
+    yield built
+    for probe in built.probes:
+        await probe.disconnect()
+
+
+async def browser_in(scene: Scene, room: str) -> SocketProbe:
+    browser = await scene.connect("browser", scene.server.admin_token)
+    await browser.room_join(room)
+    return browser
+
+
+async def test_worker_is_removed_when_its_socket_stays_away_past_the_grace(scene: Scene) -> None:
+    await scene.alice.register(room=ROOM, name="Busy", schema={}, worker_id=scene.worker_id)
+    waiting = await scene.admin.submit(BUSY, room=ROOM)  # keeps Busy alive once orphaned
+    browser = await browser_in(scene, ROOM)
+    worker = await scene.connect_worker("worker", DOOMED, BUSY)
+    start = browser.mark()
+    disconnected_at = time.monotonic()
+    await worker.disconnect()
+    await scene.assert_worker_kept()  # not before the grace period is over
+
+    failed = await browser.wait_status(scene.task_id, "failed")
+    assert time.monotonic() - disconnected_at >= 0.9 * GRACE
+    assert_task_status_payload(failed.data)
+    assert failed.data["error"] == "Worker disconnected"
+    assert failed.data["worker_id"] == scene.worker_id
+    assert failed.data["completed_at"] is not None
+
+    assert scene.worker_id not in await scene.worker_ids()
+    task = await scene.admin.task(scene.task_id)
+    assert (task["status"], task["error"]) == ("failed", "Worker disconnected")
+    assert (await scene.admin.task(waiting["id"]))["status"] == "pending"
+    listed = await scene.admin.get(f"/rooms/{ROOM}/jobs", params={"limit": 500})
+    names = {job["full_name"]: job for job in listed.json()["items"]}
+    assert DOOMED not in names  # orphaned, nothing pending: soft-deleted
+    assert names[BUSY]["workers"] == []  # orphaned, but a task still waits for it
+    assert_problem(await scene.admin.get(f"/rooms/{ROOM}/jobs/{DOOMED}"), 404, "job-not-found")
+
+    # Sentinel: cancelling Busy's last pending task (which also soft-deletes Busy).
+    assert (await scene.admin.transition(waiting["id"], "cancelled")).status_code == 200
+    cancelled = await browser.wait_status(waiting["id"], "cancelled")
+    await browser.wait_for("jobs_invalidate", after=cancelled.index)
+    # One removal: one failure event and one jobs_invalidate for the room of both jobs.
+    assert browser.between(start) == [
+        ("task_status_event", failed.data),
+        ("jobs_invalidate", {}),
+        ("task_status_event", cancelled.data),
+        ("jobs_invalidate", {}),
+    ]
+
+
+async def test_worker_that_rejoins_on_a_new_socket_within_the_grace_is_kept(
+    scene: Scene,
+) -> None:
+    browser = await browser_in(scene, ROOM)
+    first = await scene.connect_worker("first-socket", DOOMED)
+    start = browser.mark()
+    await first.disconnect()
+    second = await scene.connect_worker("second-socket", DOOMED)  # the SDK's reconnect
+    await asyncio.sleep(BEYOND_GRACE)
+    await scene.assert_worker_kept()
+    assert browser.between(start) == []
+
+    # The new socket now carries the worker: losing it starts a fresh grace period.
+    await second.disconnect()
+    failed = await browser.wait_status(scene.task_id, "failed")
+    assert failed.data["error"] == "Worker disconnected"
+    assert scene.worker_id not in await scene.worker_ids()
+
+
+async def test_heartbeat_within_the_grace_keeps_the_worker(scene: Scene) -> None:
+    browser = await browser_in(scene, ROOM)
+    worker = await scene.connect_worker("worker", DOOMED)
+    start = browser.mark()
+    await worker.disconnect()
+    await asyncio.sleep(0.3 * GRACE)  # let the server see the disconnect first
+    beat = await scene.alice.patch(f"/workers/{scene.worker_id}")
+    assert beat.status_code == 200, beat.text
+    await asyncio.sleep(BEYOND_GRACE)
+    await scene.assert_worker_kept()
+    assert browser.between(start) == []
+
+
+async def test_a_refused_join_does_not_tie_the_worker_to_that_socket(scene: Scene) -> None:
+    """Bob's socket was refused alice's worker (403): bob leaving does not remove it."""
+    bob = await scene.connect("bob", scene.server.create_user("bob"))
+    ack = await bob.call("join_job_room", {"job_name": DOOMED, "worker_id": scene.worker_id})
+    assert_problem_ack(ack, 403, "forbidden")
+    await bob.disconnect()
+    await asyncio.sleep(BEYOND_GRACE)
+    await scene.assert_worker_kept()
