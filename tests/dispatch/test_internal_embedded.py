@@ -53,10 +53,13 @@ async def test_a_failing_internal_job_ends_failed_with_its_error(alice):
     assert "not found" in done["error"]
 
 
-async def test_internal_payload_is_validated_by_the_job_model(alice):
-    task = await alice.submit(VALIDATE, payload={"payload": {}})  # "job" missing
-    done = await wait_done(alice, task["id"])
-    assert done["status"] == "failed" and "job" in done["error"]
+async def test_internal_payload_is_checked_against_the_jobs_schema_at_submit(alice):
+    response = await alice.post(
+        f"/rooms/room1/tasks/{VALIDATE}", json={"payload": {"payload": {}}}
+    )  # "job" missing
+    problem = assert_problem(response, 422, "validation-error")
+    assert problem["errors"][0]["loc"] == ["body", "payload"]
+    assert (await alice.get("/rooms/room1/tasks")).json()["total"] == 0
 
 
 async def test_internal_tasks_are_never_claimed_by_remote_workers(admin):

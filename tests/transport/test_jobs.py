@@ -157,3 +157,13 @@ async def test_room_workers_lists_workers_serving_visible_jobs(alice, admin):
     page = (await alice.get("/rooms/room1/workers")).json()
     assert {w["id"] for w in page["items"]} == {mine["worker_id"], shared["worker_id"]}
     assert all(w["job_count"] == 1 for w in page["items"])
+
+
+async def test_a_schema_must_be_a_valid_json_schema(alice):
+    response = await alice.put(
+        "/rooms/room1/jobs",
+        json={"category": "modifiers", "name": "Bad", "schema": {"type": "no-such-type"}},
+    )
+    problem = assert_problem(response, 422, "validation-error")
+    assert problem["errors"][0]["loc"][:2] == ["body", "schema"]
+    assert await alice.room_jobs() == []

@@ -329,3 +329,32 @@ async def test_progress_by_the_submitter_is_forbidden(alice, bob, job):
 async def test_malformed_updates_are_422(alice, job, body):
     task = await alice.submit(JOB)
     assert_problem(await alice.patch(f"/tasks/{task['id']}", json=body), 422, "validation-error")
+
+
+async def test_payload_is_validated_against_the_jobs_schema(alice):
+    schema = {
+        "type": "object",
+        "properties": {"angle": {"type": "number"}, "axis": {"enum": ["x", "y", "z"]}},
+        "required": ["angle"],
+    }
+    await alice.register(schema=schema)
+    response = await alice.post(
+        f"/rooms/room1/tasks/{JOB}", json={"payload": {"angle": "steep", "axis": "w"}}
+    )
+    problem = assert_problem(response, 422, "validation-error")
+    assert {tuple(e["loc"]) for e in problem["errors"]} == {
+        ("body", "payload", "angle"),
+        ("body", "payload", "axis"),
+    }
+    missing = await alice.post(f"/rooms/room1/tasks/{JOB}", json={"payload": {}})
+    assert_problem(missing, 422, "validation-error")
+    assert (await alice.get("/rooms/room1/tasks")).json()["total"] == 0
+    assert (await alice.submit(JOB, payload={"angle": 1.5, "axis": "z"}))["status"] == "pending"
+
+
+async def test_a_revived_job_validates_against_its_new_schema(alice, job):
+    await alice.delete(f"/workers/{job['worker_id']}")
+    await alice.register(schema={"type": "object", "required": ["v2"]})
+    assert_problem(
+        await alice.post(f"/rooms/room1/tasks/{JOB}", json={"payload": {}}), 422, "validation-error"
+    )

@@ -20,6 +20,7 @@ from app.domain.naming import (
     validate_room_id,
     visible_job_rooms,
 )
+from app.domain.payloads import check_schema
 from app.domain.records import JobRecord, Page, Principal
 from app.domain.services.ownership import owned_worker
 from app.domain.states import TaskStatus
@@ -79,6 +80,7 @@ async def register_job(
         raise Forbidden(f"Only superusers may register jobs in {room_id!r}.")
     validate_category(category, allowed_categories)
     validate_job_name(name)
+    check_schema(schema)
     events = EventBatch()
     async with db.write() as conn:
         if worker_id is None:

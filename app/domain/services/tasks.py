@@ -25,6 +25,7 @@ from app.domain.events import (
     TaskStatusChanged,
 )
 from app.domain.naming import INTERNAL_ROOM, validate_room_id
+from app.domain.payloads import validate_payload
 from app.domain.records import Page, Principal, TaskRecord
 from app.domain.services.jobs import JobNames, find_visible_job, soft_delete_if_orphaned
 from app.domain.services.ownership import owned_worker
@@ -69,6 +70,7 @@ async def submit_task(
             raise InternalJobNotConfigured(
                 f"Internal job {job_name!r} is registered but no executor is available."
             )
+        validate_payload((job.id, job.updated_at), job.schema, payload)
         record = TaskRecord(
             id=new_id(),
             job_id=job.id,
