@@ -64,7 +64,7 @@ def create_app(settings: Settings | None = None) -> TaskhubApp:
     settings = settings or Settings()
     hub = Hub.create(settings)
     manager = (
-        socketio.AsyncRedisManager(settings.redis_url, channel="taskhub-socketio")
+        socketio.AsyncRedisManager(settings.redis_url, channel=settings.redis_key("socketio"))
         if settings.redis_url
         else None
     )

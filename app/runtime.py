@@ -49,7 +49,11 @@ class Hub:
         """Build the hub; nothing connects until ``start``."""
         db = Database(settings)
         waiters = TaskWaiters()
-        bus = RedisWakeBus(settings.redis_url, waiters) if settings.redis_url else None
+        bus = (
+            RedisWakeBus(settings.redis_url, settings.redis_key("task-ended"), waiters)
+            if settings.redis_url
+            else None
+        )
         publisher = Publisher(waiters, bus)
         registry = InternalRegistry.from_modules(
             [*BUILT_IN_MODULES, *settings.internal_job_modules]

@@ -18,6 +18,7 @@ class Settings(BaseSettings):
 
     database_url: str = DEFAULT_SQLITE_URL
     redis_url: str | None = None
+    redis_namespace: str = Field(default="taskhub", pattern=r"^[A-Za-z0-9_.-]{1,64}$")
     admin_token: str | None = Field(default=None, repr=False)
     allowed_categories: Annotated[list[str], NoDecode] = ["modifiers", "selections", "analysis"]
 
@@ -60,6 +61,10 @@ class Settings(BaseSettings):
         if value not in {"OFF", "NORMAL", "FULL", "EXTRA"}:
             raise ValueError("must be one of OFF, NORMAL, FULL, EXTRA")
         return value
+
+    def redis_key(self, name: str) -> str:
+        """A Redis channel or key of this deployment (deployments may share one Redis)."""
+        return f"{self.redis_namespace}:{name}"
 
     @cached_property
     def is_sqlite(self) -> bool:

@@ -26,11 +26,15 @@ broker = make_broker(settings)
 @broker.on_event(TaskiqEvents.WORKER_STARTUP)
 async def start_runtime(state: TaskiqState) -> None:
     db = Database(settings)
-    bus = RedisWakeBus(settings.redis_url, TaskWaiters()) if settings.redis_url else None
+    bus = (
+        RedisWakeBus(settings.redis_url, settings.redis_key("task-ended"), TaskWaiters())
+        if settings.redis_url
+        else None
+    )
     publisher = Publisher(TaskWaiters(), bus)
     if settings.redis_url:
         manager = socketio.AsyncRedisManager(
-            settings.redis_url, channel="taskhub-socketio", write_only=True
+            settings.redis_url, channel=settings.redis_key("socketio"), write_only=True
         )
         publisher.add_sink(SocketSink(manager))
     registry = InternalRegistry.from_modules([*BUILT_IN_MODULES, *settings.internal_job_modules])

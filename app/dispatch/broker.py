@@ -18,7 +18,6 @@ from app.dispatch.executor import InternalRuntime, execute
 from app.settings import Settings
 
 TASK_NAME = "taskhub.run_internal"
-STREAM = "taskhub:internal"
 
 
 async def run_internal(task_id: str, attempt: int, context: Context = TaskiqDepends()) -> None:
@@ -32,8 +31,8 @@ def make_broker(settings: Settings) -> AsyncBroker:
     if settings.redis_url:
         broker = RedisStreamBroker(
             settings.redis_url,
-            queue_name=STREAM,
-            consumer_group_name="taskhub",
+            queue_name=settings.redis_key("internal"),
+            consumer_group_name=settings.redis_key("executors"),
             unacknowledged_lock_timeout=settings.internal_redelivery_seconds,
         )
     else:

@@ -19,12 +19,12 @@ import redis.asyncio as redis
 from app.realtime.waiters import TaskWaiters
 
 log = logging.getLogger(__name__)
-CHANNEL = "taskhub:task-ended"
 
 
 class RedisWakeBus:
-    def __init__(self, url: str, waiters: TaskWaiters) -> None:
+    def __init__(self, url: str, channel: str, waiters: TaskWaiters) -> None:
         self._redis = redis.Redis.from_url(url)
+        self._channel = channel
         self._waiters = waiters
         self._listener: asyncio.Task[None] | None = None
         self._subscribed = asyncio.Event()
@@ -36,13 +36,13 @@ class RedisWakeBus:
     async def publish(self, task_ids: Iterable[UUID]) -> None:
         ids = [str(task_id) for task_id in task_ids]
         if ids:
-            await self._redis.publish(CHANNEL, ",".join(ids))
+            await self._redis.publish(self._channel, ",".join(ids))
 
     async def _listen(self) -> None:
         while True:
             try:
                 async with self._redis.pubsub() as pubsub:
-                    await pubsub.subscribe(CHANNEL)
+                    await pubsub.subscribe(self._channel)
                     self._subscribed.set()
                     async for message in pubsub.listen():
                         if message.get("type") != "message":
