@@ -12,6 +12,8 @@ from app.domain.errors import DomainError
 from app.domain.services import users
 from app.persistence import migrations
 from app.persistence.database import Database
+from app.sdk.cli import add_arguments as add_worker_arguments
+from app.sdk.cli import run_worker
 from app.settings import Settings
 
 
@@ -124,6 +126,10 @@ def build_parser() -> argparse.ArgumentParser:
     token_create = tokens_sub.add_parser("create", help="issue another token for a user")
     token_create.add_argument("name")
     token_create.set_defaults(func=cmd_tokens_create)
+
+    worker = commands.add_parser("worker", help="serve Extension classes as a worker")
+    add_worker_arguments(worker)
+    worker.set_defaults(func=lambda _settings, args: run_worker(args))
     return parser
 
 

@@ -24,7 +24,6 @@ import httpx
 import pytest
 import redis
 
-from app.dispatch.broker import STREAM as INTERNAL_STREAM
 from tests.support.api import ApiClient
 from tests.support.databases import REDIS_URL
 from tests.support.server import HubServer, running_replicas
@@ -45,30 +44,25 @@ class Cluster:
     alice_token: str
 
 
-def _unused_stream(client: redis.Redis, key: str) -> bool:
-    """The stream never carried a message and no consumer ever joined its groups."""
-    info = client.xinfo_stream(key)
-    groups = client.xinfo_groups(key)
-    return info["entries-added"] == 0 and all(group["consumers"] == 0 for group in groups)
-
-
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    """Replicas A and B (sharing one migrated PostgreSQL database and Redis)."""
+    """Replicas A and B (sharing one migrated PostgreSQL database and Redis, under a Redis
+    namespace of their own)."""
     directory: Path = tmp_path_factory.mktemp("replicas")
+    namespace = f"test-{uuid.uuid4().hex[:12]}"
     env = {
         "TASKHUB_REDIS_URL": REDIS_URL,
+        "TASKHUB_REDIS_NAMESPACE": namespace,
         "TASKHUB_SOCKET_DISCONNECT_GRACE_SECONDS": str(GRACE),
     }
-    with redis.Redis.from_url(REDIS_URL) as client:
-        stream_existed = bool(client.exists(INTERNAL_STREAM))
-        try:
-            with running_replicas("postgres", directory, 2, env=env) as (a, b):
-                yield Cluster(a, b, a.create_user("alice"))
-        finally:
-            ours = not stream_existed and client.exists(INTERNAL_STREAM)
-            if ours and _unused_stream(client, INTERNAL_STREAM):
-                client.delete(INTERNAL_STREAM)
+    try:
+        with running_replicas("postgres", directory, 2, env=env) as (a, b):
+            yield Cluster(a, b, a.create_user("alice"))
+    finally:
+        with redis.Redis.from_url(REDIS_URL) as client:
+            keys = list(client.scan_iter(f"{namespace}:*"))
+            if keys:
+                client.delete(*keys)
 
 
 @pytest.fixture

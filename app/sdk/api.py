@@ -1,0 +1,65 @@
+"""The worker's REST calls (PROTOCOL.md, "Endpoints"), typed."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from app.sdk.extension import JobSpec
+from app.sdk.http import AsyncHub, segment
+from app.sdk.models import ClaimedTask, Heartbeat, Task
+
+
+class WorkerApi:
+    def __init__(self, hub: AsyncHub) -> None:
+        self.hub = hub
+
+    async def create_worker(self, *, retry_for: float | None = None) -> str:
+        # Retried even after a lost answer: at worst an empty worker is left for the sweeper.
+        response = await self.hub.request("POST", "/workers", retry_for=retry_for)
+        return str(response.json()["id"])
+
+    async def register_job(
+        self, spec: JobSpec, worker_id: str, *, retry_for: float | None = None
+    ) -> dict[str, Any]:
+        body = {
+            "category": spec.category,
+            "name": spec.name,
+            "schema": spec.schema,
+            "worker_id": worker_id,
+        }
+        response = await self.hub.request(
+            "PUT", f"/rooms/{segment(spec.room)}/jobs", json=body, retry_for=retry_for
+        )
+        return dict(response.json())
+
+    async def heartbeat(self, worker_id: str, *, retry_for: float | None = None) -> Heartbeat:
+        response = await self.hub.request("PATCH", f"/workers/{worker_id}", retry_for=retry_for)
+        return Heartbeat.model_validate(response.json())
+
+    async def delete_worker(self, worker_id: str, *, retry_for: float | None = None) -> None:
+        await self.hub.request("DELETE", f"/workers/{worker_id}", retry_for=retry_for)
+
+    async def claim(self, worker_id: str, max_tasks: int) -> list[ClaimedTask]:
+        response = await self.hub.request(
+            "POST", "/tasks/claim", json={"worker_id": worker_id, "max_tasks": max_tasks}
+        )
+        body = response.json()
+        items = body.get("tasks")
+        if items is None:  # a hub without batch claims answers with one task
+            items = [body["task"]] if body.get("task") else []
+        return [ClaimedTask.model_validate(item) for item in items]
+
+    async def update_task(
+        self, task: ClaimedTask, body: dict[str, Any], *, retry_for: float | None = None
+    ) -> Task:
+        response = await self.hub.request(
+            "PATCH",
+            f"/tasks/{task.id}",
+            json={**body, "claim_token": task.claim_token},
+            retry_for=retry_for,
+        )
+        return Task.model_validate(response.json())
+
+    async def get_task(self, task_id: str) -> Task:
+        response = await self.hub.request("GET", f"/tasks/{task_id}")
+        return Task.model_validate(response.json())

@@ -1,0 +1,277 @@
+"""Submitting tasks and waiting for their results: ``Client`` (blocking) and
+``AsyncClient``. Waiting is one long-poll (``Prefer: wait=N``) at a time, never a loop
+of quick reads::
+
+    with Client("http://127.0.0.1:8000", token) as hub:
+        task = hub.submit(Rotate(angle=45), room="lab")
+        print(task.result(timeout=60))      # raises TaskFailed / TaskCancelled
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from types import TracebackType
+from typing import Any
+
+import httpx
+
+from app.sdk.errors import NotFound, TaskCancelled, TaskFailed
+from app.sdk.extension import GLOBAL_ROOM, Extension, job_identity
+from app.sdk.http import AsyncHub, SyncHub, segment
+from app.sdk.models import Task
+
+LONG_POLL_SECONDS = 60  # the hub caps it anyway (TASKHUB_LONG_POLL_MAX_WAIT_SECONDS)
+EARLY_ANSWER_PAUSE = 0.5  # a hub that answers at once without waiting is not hammered
+
+
+def _candidates(
+    job: Extension | str, payload: dict[str, Any] | None, room: str, job_room: str | None
+) -> tuple[list[str], dict[str, Any]]:
+    """Full names to try, in order, and the payload. For an Extension instance without
+    ``job_room``: the room's own job if it has one, else the ``@global`` one."""
+    if isinstance(job, str):
+        return [job], dict(payload or {})
+    if payload is not None:
+        raise TypeError("pass either an Extension instance or a job name with a payload")
+    category, name = job_identity(type(job))
+    rooms = [job_room] if job_room else list(dict.fromkeys([room, GLOBAL_ROOM]))
+    return [f"{r}:{category}:{name}" for r in rooms], job.model_dump(mode="json")
+
+
+def _wait_seconds(deadline: float | None) -> int:
+    if deadline is None:
+        return LONG_POLL_SECONDS
+    remaining = deadline - time.monotonic()
+    if remaining <= 0:
+        raise TimeoutError("the task did not finish in time")
+    return max(1, min(LONG_POLL_SECONDS, math.ceil(remaining)))
+
+
+def _deadline(timeout: float | None) -> float | None:
+    return None if timeout is None else time.monotonic() + timeout
+
+
+def _waited(response: httpx.Response) -> bool:
+    return "preference-applied" in response.headers
+
+
+def outcome(task: Task) -> Any:
+    """The result of a terminal task; ``TaskFailed``/``TaskCancelled`` otherwise."""
+    if task.status == "failed":
+        raise TaskFailed(task)
+    if task.status == "cancelled":
+        raise TaskCancelled(task.id, task)
+    return task.result
+
+
+class Client:
+    """Blocking client for scripts that submit tasks."""
+
+    def __init__(self, url: str, token: str, *, timeout: float = 10.0) -> None:
+        self._timeout = timeout
+        self._hub = SyncHub(url, token, timeout=timeout)
+
+    def submit(
+        self,
+        job: Extension | str,
+        payload: dict[str, Any] | None = None,
+        *,
+        room: str,
+        job_room: str | None = None,
+    ) -> TaskHandle:
+        """Submit ``job`` (an Extension instance, or a full job name plus ``payload``)
+        into ``room``."""
+        names, body = _candidates(job, payload, room, job_room)
+        for index, name in enumerate(names):
+            try:
+                response = self._hub.request(
+                    "POST",
+                    f"/rooms/{segment(room)}/tasks/{segment(name)}",
+                    json={"payload": body},
+                    idempotent=False,
+                )
+            except NotFound:
+                if index == len(names) - 1:
+                    raise
+                continue
+            return TaskHandle(self, Task.model_validate(response.json()))
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def task(self, task_id: str) -> TaskHandle:
+        return TaskHandle(self, self.get(task_id))
+
+    def get(self, task_id: str) -> Task:
+        return Task.model_validate(self._hub.request("GET", f"/tasks/{task_id}").json())
+
+    def wait(self, task_id: str, timeout: float | None = None) -> Task:
+        """The task once terminal; ``TimeoutError`` after ``timeout`` seconds."""
+        deadline = _deadline(timeout)
+        while True:
+            seconds = _wait_seconds(deadline)
+            response = self._hub.request(
+                "GET",
+                f"/tasks/{task_id}",
+                headers={"Prefer": f"wait={seconds}"},
+                http_timeout=seconds + self._timeout,
+            )
+            task = Task.model_validate(response.json())
+            if task.is_terminal:
+                return task
+            if not _waited(response):
+                time.sleep(EARLY_ANSWER_PAUSE)
+
+    def cancel(self, task_id: str) -> Task:
+        response = self._hub.request("PATCH", f"/tasks/{task_id}", json={"status": "cancelled"})
+        return Task.model_validate(response.json())
+
+    def close(self) -> None:
+        self._hub.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+class TaskHandle:
+    """A submitted task."""
+
+    def __init__(self, client: Client, task: Task) -> None:
+        self.client = client
+        self.task = task  # the latest snapshot
+
+    @property
+    def id(self) -> str:
+        return self.task.id
+
+    def refresh(self) -> Task:
+        self.task = self.client.get(self.id)
+        return self.task
+
+    def wait(self, timeout: float | None = None) -> Task:
+        self.task = self.client.wait(self.id, timeout)
+        return self.task
+
+    def result(self, timeout: float | None = None) -> Any:
+        """Wait for the task and return its result (raises if it failed or was cancelled)."""
+        return outcome(self.wait(timeout))
+
+    def cancel(self) -> Task:
+        self.task = self.client.cancel(self.id)
+        return self.task
+
+    def __repr__(self) -> str:
+        return f"TaskHandle({self.id!r}, {self.task.job_name!r}, status={self.task.status!r})"
+
+
+class AsyncClient:
+    """``Client`` for asyncio code."""
+
+    def __init__(self, url: str, token: str, *, timeout: float = 10.0) -> None:
+        self._timeout = timeout
+        self._hub = AsyncHub(url, token, timeout=timeout)
+
+    async def submit(
+        self,
+        job: Extension | str,
+        payload: dict[str, Any] | None = None,
+        *,
+        room: str,
+        job_room: str | None = None,
+    ) -> AsyncTaskHandle:
+        names, body = _candidates(job, payload, room, job_room)
+        for index, name in enumerate(names):
+            try:
+                response = await self._hub.request(
+                    "POST",
+                    f"/rooms/{segment(room)}/tasks/{segment(name)}",
+                    json={"payload": body},
+                    idempotent=False,
+                )
+            except NotFound:
+                if index == len(names) - 1:
+                    raise
+                continue
+            return AsyncTaskHandle(self, Task.model_validate(response.json()))
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def task(self, task_id: str) -> AsyncTaskHandle:
+        return AsyncTaskHandle(self, await self.get(task_id))
+
+    async def get(self, task_id: str) -> Task:
+        response = await self._hub.request("GET", f"/tasks/{task_id}")
+        return Task.model_validate(response.json())
+
+    async def wait(self, task_id: str, timeout: float | None = None) -> Task:  # noqa: ASYNC109
+        deadline = _deadline(timeout)
+        while True:
+            seconds = _wait_seconds(deadline)
+            response = await self._hub.request(
+                "GET",
+                f"/tasks/{task_id}",
+                headers={"Prefer": f"wait={seconds}"},
+                http_timeout=seconds + self._timeout,
+            )
+            task = Task.model_validate(response.json())
+            if task.is_terminal:
+                return task
+            if not _waited(response):
+                await asyncio.sleep(EARLY_ANSWER_PAUSE)
+
+    async def cancel(self, task_id: str) -> Task:
+        response = await self._hub.request(
+            "PATCH", f"/tasks/{task_id}", json={"status": "cancelled"}
+        )
+        return Task.model_validate(response.json())
+
+    async def aclose(self) -> None:
+        await self._hub.aclose()
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+
+class AsyncTaskHandle:
+    """A submitted task, for asyncio code."""
+
+    def __init__(self, client: AsyncClient, task: Task) -> None:
+        self.client = client
+        self.task = task
+
+    @property
+    def id(self) -> str:
+        return self.task.id
+
+    async def refresh(self) -> Task:
+        self.task = await self.client.get(self.id)
+        return self.task
+
+    async def wait(self, timeout: float | None = None) -> Task:  # noqa: ASYNC109
+        self.task = await self.client.wait(self.id, timeout)
+        return self.task
+
+    async def result(self, timeout: float | None = None) -> Any:  # noqa: ASYNC109
+        return outcome(await self.wait(timeout))
+
+    async def cancel(self) -> Task:
+        self.task = await self.client.cancel(self.id)
+        return self.task
+
+    def __repr__(self) -> str:
+        return f"AsyncTaskHandle({self.id!r}, {self.task.job_name!r}, status={self.task.status!r})"

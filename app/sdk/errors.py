@@ -1,0 +1,87 @@
+"""Exceptions raised by the Taskhub SDK."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from app.sdk.models import Task
+
+
+class TaskhubError(Exception):
+    """Base class of every SDK error."""
+
+
+class HubUnavailable(TaskhubError):
+    """The hub could not be reached, or kept failing, within the retry budget."""
+
+
+class ProblemError(TaskhubError):
+    """The hub refused a request with an RFC 9457 problem document."""
+
+    def __init__(self, status: int, problem: dict[str, Any]) -> None:
+        self.status = status
+        self.type = str(problem.get("type") or f"/v1/problems/http-{status}")
+        self.title = str(problem.get("title") or "")
+        self.detail = str(problem.get("detail") or "")
+        self.errors: list[dict[str, Any]] = list(problem.get("errors") or [])
+        super().__init__(f"{status} {self.title or self.slug}: {self.detail}".rstrip(": "))
+
+    @property
+    def slug(self) -> str:
+        """The problem's kebab-case name, e.g. ``stale-claim``."""
+        return self.type.rsplit("/", 1)[-1]
+
+
+class AuthError(ProblemError):
+    """401 (bad or missing token) or 403 (the token may not do this)."""
+
+
+class NotFound(ProblemError):
+    """404: the worker, job or task does not exist (any more)."""
+
+
+class Conflict(ProblemError):
+    """409: the request conflicts with the current state."""
+
+
+class StaleClaim(Conflict):
+    """409 ``stale-claim``: the task was claimed again since; this claim is void."""
+
+
+class InvalidTransition(Conflict):
+    """409 ``invalid-task-transition``: e.g. the task was cancelled meanwhile."""
+
+
+class TaskFailed(TaskhubError):
+    """The awaited task ended FAILED; ``task.error`` says why."""
+
+    def __init__(self, task: Task) -> None:
+        self.task = task
+        super().__init__(f"Task {task.id} failed: {task.error}")
+
+
+class TaskCancelled(TaskhubError):
+    """The task was cancelled: raised to a submitter waiting for its result, and inside a
+    run by ``ctx.raise_if_cancelled()`` (the worker then drops the run's outcome)."""
+
+    def __init__(self, task_id: str, task: Task | None = None) -> None:
+        self.task_id = task_id
+        self.task = task
+        super().__init__(f"Task {task_id} was cancelled")
+
+
+_BY_STATUS: dict[int, type[ProblemError]] = {401: AuthError, 403: AuthError, 404: NotFound}
+_BY_SLUG: dict[str, type[ProblemError]] = {
+    "stale-claim": StaleClaim,
+    "invalid-task-transition": InvalidTransition,
+}
+
+
+def problem_error(status: int, problem: dict[str, Any]) -> ProblemError:
+    """The most specific exception for a problem document."""
+    slug = str(problem.get("type") or "").rsplit("/", 1)[-1]
+    cls = _BY_SLUG.get(slug) or _BY_STATUS.get(status)
+    if cls is None:
+        cls = Conflict if status == 409 else ProblemError
+    return cls(status, problem)

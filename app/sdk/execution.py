@@ -1,0 +1,290 @@
+"""One claimed task on a worker: move it to RUNNING, run the Extension, report progress
+and the outcome, each update carrying the claim token.
+
+A cancelled run's outcome is dropped, and so is one the hub refuses as stale (409): the
+task has moved on without this worker, which is not an error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from pydantic import ValidationError
+from pydantic_core import PydanticSerializationError, to_jsonable_python
+
+from app.sdk.api import WorkerApi
+from app.sdk.context import TaskContext
+from app.sdk.errors import (
+    AuthError,
+    Conflict,
+    HubUnavailable,
+    InvalidTransition,
+    NotFound,
+    ProblemError,
+)
+from app.sdk.extension import JobSpec
+from app.sdk.models import ClaimedTask
+
+log = logging.getLogger("taskhub.sdk")
+T = TypeVar("T")
+UPDATE_RETRY_SECONDS = 60.0
+PROGRESS_RETRY_SECONDS = 5.0
+
+
+async def run_in_thread(fn: Callable[[], T], name: str) -> T:
+    """Run ``fn`` in a fresh daemon thread (so a run that never returns cannot keep the
+    process alive after the worker gave up on it) and await its result."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[T] = loop.create_future()
+
+    def settle(result: Any, error: BaseException | None) -> None:
+        if future.done():
+            return
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(result)
+
+    def target() -> None:
+        try:
+            outcome: tuple[Any, BaseException | None] = (fn(), None)
+        except BaseException as exc:
+            outcome = (None, exc)
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits any more
+            loop.call_soon_threadsafe(settle, *outcome)
+
+    threading.Thread(target=target, name=name, daemon=True).start()
+    return await future
+
+
+class ProgressReporter:
+    """Sends a run's progress in order, one request at a time, coalesced (newest wins)."""
+
+    def __init__(
+        self, send: Callable[[float, str | None], Awaitable[bool]], min_interval: float = 0.1
+    ) -> None:
+        self._send = send
+        self._min_interval = min_interval
+        self._latest: tuple[float, str | None] | None = None
+        self._wake = asyncio.Event()
+        self._closing = False
+        self._enabled = True
+        self._pump_task = asyncio.create_task(self._pump(), name="taskhub-progress")
+
+    def update(self, fraction: float, message: str | None) -> None:
+        if self._enabled and not self._closing:
+            self._latest = (fraction, message)
+            self._wake.set()
+
+    async def _pump(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            latest, self._latest = self._latest, None
+            if latest is not None and self._enabled:
+                self._enabled = await self._send(*latest)
+            if self._closing:
+                if self._latest is None or not self._enabled:
+                    return
+            else:
+                await asyncio.sleep(self._min_interval)
+
+    async def close(self) -> None:
+        """Send the last pending report, then stop."""
+        self._closing = True
+        self._wake.set()
+        await self._pump_task
+
+    def abort(self) -> None:
+        self._pump_task.cancel()
+
+
+@dataclass(frozen=True)
+class Outcome:
+    result: Any = None
+    error: str | None = None
+
+
+def describe(exc: BaseException) -> str:
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _payload_errors(exc: ValidationError) -> str:
+    parts = [
+        f"{'.'.join(str(p) for p in error['loc']) or 'payload'}: {error['msg']}"
+        for error in exc.errors(include_url=False)
+    ]
+    return "Invalid payload: " + "; ".join(parts)
+
+
+class TaskRun:
+    """Executes one claimed task; ``cancel()`` signals the run cooperatively."""
+
+    def __init__(
+        self,
+        task: ClaimedTask,
+        spec: JobSpec,
+        api: WorkerApi,
+        *,
+        worker_id: str,
+        on_auth_lost: Callable[[AuthError], None],
+    ) -> None:
+        self.task = task
+        self.spec = spec
+        self.api = api
+        self.worker_id = worker_id
+        self._on_auth_lost = on_auth_lost
+        self._reporter: ProgressReporter | None = None
+        self.ctx = TaskContext(
+            task_id=task.id,
+            job_name=task.job_name,
+            room_id=task.room_id,
+            attempt=task.attempt,
+            payload=task.payload,
+            progress_sink=self._on_progress,
+            loop=asyncio.get_running_loop(),
+        )
+
+    @property
+    def id(self) -> str:
+        return self.task.id
+
+    @property
+    def cancelled(self) -> bool:
+        return self.ctx.cancelled
+
+    def cancel(self) -> None:
+        if not self.ctx.cancelled:
+            log.info("Task %s cancelled; signalling its run", self.id)
+        self.ctx._cancel()
+
+    async def execute(self) -> None:
+        if self.cancelled or not await self._start():
+            return
+        self._reporter = ProgressReporter(self._send_progress)
+        try:
+            outcome = await self._run()
+        except asyncio.CancelledError:
+            self._reporter.abort()
+            raise
+        await self._reporter.close()
+        await self._finish(outcome)
+
+    async def fail(self, error: str) -> None:
+        """Report the task failed (used when the worker gives up on an unfinished run)."""
+        if not self.cancelled:
+            await self._report_end({"status": "failed", "error": error}, retry_for=5.0)
+
+    async def _start(self) -> bool:
+        try:
+            await self.api.update_task(
+                self.task, {"status": "running"}, retry_for=UPDATE_RETRY_SECONDS
+            )
+            log.info("Task %s (%s) running", self.id, self.task.job_name)
+            return True
+        except InvalidTransition:
+            return await self._started_by_earlier_attempt()
+        except (ProblemError, HubUnavailable) as exc:
+            self._refused(exc, "start")
+            return False
+
+    async def _started_by_earlier_attempt(self) -> bool:
+        """A retried PATCH may find its first attempt applied; anything else means the task
+        was cancelled before it started."""
+        with contextlib.suppress(ProblemError, HubUnavailable):
+            current = await self.api.get_task(self.id)
+            if current.status == "running" and current.worker_id == self.worker_id:
+                return True
+        log.info("Task %s was cancelled before it started", self.id)
+        return False
+
+    async def _run(self) -> Outcome:
+        try:
+            extension = self.spec.extension.model_validate(self.task.payload)
+        except ValidationError as exc:
+            return Outcome(error=_payload_errors(exc))
+        try:
+            if self.spec.is_async:
+                result = await extension.run(self.ctx)
+            else:
+                result = await run_in_thread(
+                    lambda: extension.run(self.ctx), name=f"taskhub-task-{self.id}"
+                )
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:
+            if not self.cancelled:
+                log.error("Task %s (%s) failed", self.id, self.task.job_name, exc_info=exc)
+            return Outcome(error=describe(exc))
+        return Outcome(result=result)
+
+    async def _finish(self, outcome: Outcome) -> None:
+        if self.cancelled:
+            log.info("Task %s was cancelled; its outcome is dropped", self.id)
+            return
+        if outcome.error is not None:
+            await self._report_end({"status": "failed", "error": outcome.error})
+            return
+        try:
+            result = to_jsonable_python(outcome.result)
+        except PydanticSerializationError as exc:
+            error = f"The result is not JSON-serialisable: {exc}"
+            await self._report_end({"status": "failed", "error": error})
+            return
+        body: dict[str, Any] = {"status": "completed"}
+        if result is not None:
+            body["result"] = result
+        if await self._report_end(body) == "refused-result":
+            error = "The hub refused the result (too large or not accepted)."
+            await self._report_end({"status": "failed", "error": error})
+
+    async def _report_end(
+        self, body: dict[str, Any], retry_for: float = UPDATE_RETRY_SECONDS
+    ) -> str:
+        try:
+            await self.api.update_task(self.task, body, retry_for=retry_for)
+        except ProblemError as exc:
+            if exc.status in (413, 422) and "result" in body:
+                log.warning("Task %s: the hub refused its result: %s", self.id, exc)
+                return "refused-result"
+            self._refused(exc, f"report {body['status']}")
+            return "dropped"
+        except HubUnavailable as exc:
+            self._refused(exc, f"report {body['status']}")
+            return "dropped"
+        log.info("Task %s %s", self.id, body["status"])
+        return "reported"
+
+    def _refused(self, exc: ProblemError | HubUnavailable, action: str) -> None:
+        if isinstance(exc, Conflict | NotFound):
+            log.info("Task %s: could not %s (%s); dropping it", self.id, action, exc)
+        elif isinstance(exc, AuthError) and exc.status == 401:
+            self._on_auth_lost(exc)
+        else:
+            log.warning("Task %s: could not %s: %s", self.id, action, exc)
+
+    def _on_progress(self, fraction: float, message: str | None) -> None:
+        if self._reporter is not None and not self.cancelled:
+            self._reporter.update(fraction, message)
+
+    async def _send_progress(self, fraction: float, message: str | None) -> bool:
+        """One progress PATCH; False stops further reports for this run."""
+        body: dict[str, Any] = {"progress": fraction}
+        if message is not None:
+            body["progress_message"] = message
+        try:
+            await self.api.update_task(self.task, body, retry_for=PROGRESS_RETRY_SECONDS)
+        except ProblemError as exc:
+            if exc.status == 422:
+                log.warning("Task %s: the hub does not accept progress reports: %s", self.id, exc)
+            return False
+        except HubUnavailable as exc:
+            log.debug("Task %s: progress report lost: %s", self.id, exc)
+        return True

@@ -1,0 +1,215 @@
+"""REST plumbing shared by the worker and the submit client: authentication, problem
+documents mapped to exceptions, and retries of transient failures with backoff.
+
+Retry rule: a connection that was never established is always retried; other transport
+errors and 429/500/502/503/504 answers are retried only for requests that are safe to
+repeat (``idempotent=True``). 401/403/404/409/422 are never retried.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+
+from app.sdk.errors import HubUnavailable, problem_error
+
+log = logging.getLogger("taskhub.sdk")
+
+API_PREFIX = "/v1/joblib"
+TRANSIENT_STATUSES = frozenset({429, 500, 502, 503, 504})
+PERMANENT_SLUGS = frozenset({"internal-job-not-configured"})
+NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
+
+
+@dataclass(frozen=True)
+class Backoff:
+    """Exponential backoff with ±``jitter`` relative randomisation."""
+
+    initial: float = 0.2
+    maximum: float = 5.0
+    factor: float = 2.0
+    jitter: float = 0.2
+
+    def delays(self) -> Iterator[float]:
+        delay = self.initial
+        while True:
+            yield delay * random.uniform(1 - self.jitter, 1 + self.jitter)
+            delay = min(delay * self.factor, self.maximum)
+
+
+def raise_for_problem(response: httpx.Response) -> httpx.Response:
+    """Return a successful response; raise the matching ``ProblemError`` otherwise."""
+    if response.status_code < 400:
+        return response
+    try:
+        body = response.json()
+    except ValueError:
+        body = None
+    if not isinstance(body, dict):
+        body = {"title": response.reason_phrase, "detail": response.text[:500]}
+    raise problem_error(response.status_code, body)
+
+
+def _is_transient_response(response: httpx.Response) -> bool:
+    if response.status_code not in TRANSIENT_STATUSES:
+        return False
+    try:
+        slug = str(response.json().get("type", "")).rsplit("/", 1)[-1]
+    except (ValueError, AttributeError):
+        return True
+    return slug not in PERMANENT_SLUGS
+
+
+def _describe(outcome: httpx.Response | Exception) -> str:
+    if isinstance(outcome, httpx.Response):
+        return f"HTTP {outcome.status_code}"
+    return f"{type(outcome).__name__}: {outcome}" if str(outcome) else type(outcome).__name__
+
+
+class _Attempts:
+    """Book-keeping of one request's retries (shared by the sync and async clients)."""
+
+    def __init__(self, what: str, retry_for: float, backoff: Backoff, idempotent: bool) -> None:
+        self.what = what
+        self.deadline = time.monotonic() + retry_for
+        self.delays = backoff.delays()
+        self.idempotent = idempotent
+
+    def next_delay(self, outcome: httpx.Response | Exception) -> float:
+        """Seconds to wait before retrying after ``outcome``; raise when it is final."""
+        if isinstance(outcome, httpx.Response):
+            if not _is_transient_response(outcome) or not self.idempotent:
+                raise_for_problem(outcome)
+        elif not isinstance(outcome, NOT_SENT) and not self.idempotent:
+            raise HubUnavailable(
+                f"{self.what} failed: {_describe(outcome)} (it may or may not have been applied)"
+            ) from outcome
+        delay = next(self.delays)
+        remaining = self.deadline - time.monotonic()
+        if remaining <= 0:
+            raise HubUnavailable(f"{self.what} failed: {_describe(outcome)}") from (
+                outcome if isinstance(outcome, Exception) else None
+            )
+        log.debug("%s: %s; retrying in %.2fs", self.what, _describe(outcome), delay)
+        return min(delay, remaining)
+
+
+def segment(value: str) -> str:
+    """A room id or job full name as one URL path segment (``@`` and ``:`` stay raw)."""
+    return quote(value, safe="@:")
+
+
+def _headers(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}", "User-Agent": "taskhub-sdk"}
+
+
+class AsyncHub:
+    """Authenticated async REST client of one hub."""
+
+    def __init__(
+        self,
+        url: str,
+        token: str,
+        *,
+        timeout: float = 10.0,
+        retry_for: float = 30.0,
+        backoff: Backoff = Backoff(),
+    ) -> None:
+        self.url = url.rstrip("/")
+        self.retry_for = retry_for
+        self.backoff = backoff
+        self._http = httpx.AsyncClient(
+            base_url=self.url + API_PREFIX, headers=_headers(token), timeout=timeout
+        )
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        json: Any = None,
+        headers: dict[str, str] | None = None,
+        http_timeout: float | None = None,
+        retry_for: float | None = None,
+        idempotent: bool = True,
+    ) -> httpx.Response:
+        attempts = _Attempts(
+            f"{method} {path}",
+            self.retry_for if retry_for is None else retry_for,
+            self.backoff,
+            idempotent,
+        )
+        extra: dict[str, Any] = {} if http_timeout is None else {"timeout": http_timeout}
+        while True:
+            outcome: httpx.Response | Exception
+            try:
+                outcome = await self._http.request(
+                    method, path, json=json, headers=headers, **extra
+                )
+                if outcome.status_code < 400:
+                    return outcome
+            except httpx.TransportError as exc:
+                outcome = exc
+            await asyncio.sleep(attempts.next_delay(outcome))
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+
+class SyncHub:
+    """Authenticated blocking REST client of one hub."""
+
+    def __init__(
+        self,
+        url: str,
+        token: str,
+        *,
+        timeout: float = 10.0,
+        retry_for: float = 30.0,
+        backoff: Backoff = Backoff(),
+    ) -> None:
+        self.url = url.rstrip("/")
+        self.retry_for = retry_for
+        self.backoff = backoff
+        self._http = httpx.Client(
+            base_url=self.url + API_PREFIX, headers=_headers(token), timeout=timeout
+        )
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        json: Any = None,
+        headers: dict[str, str] | None = None,
+        http_timeout: float | None = None,
+        retry_for: float | None = None,
+        idempotent: bool = True,
+    ) -> httpx.Response:
+        attempts = _Attempts(
+            f"{method} {path}",
+            self.retry_for if retry_for is None else retry_for,
+            self.backoff,
+            idempotent,
+        )
+        extra: dict[str, Any] = {} if http_timeout is None else {"timeout": http_timeout}
+        while True:
+            outcome: httpx.Response | Exception
+            try:
+                outcome = self._http.request(method, path, json=json, headers=headers, **extra)
+                if outcome.status_code < 400:
+                    return outcome
+            except httpx.TransportError as exc:
+                outcome = exc
+            time.sleep(attempts.next_delay(outcome))
+
+    def close(self) -> None:
+        self._http.close()

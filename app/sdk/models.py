@@ -1,0 +1,49 @@
+"""Wire objects the SDK reads (PROTOCOL.md, "Objects"); unknown keys are ignored."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+TERMINAL_STATUSES = frozenset({"completed", "failed", "cancelled"})
+
+
+class Task(BaseModel):
+    """A task as the hub reports it."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    id: str
+    job_name: str
+    room_id: str
+    status: str
+    payload: dict[str, Any] = {}
+    created_at: datetime | None = None
+    started_at: datetime | None = None
+    completed_at: datetime | None = None
+    worker_id: str | None = None
+    error: str | None = None
+    queue_position: int | None = None
+    result: Any = None
+    progress: float | None = None
+    progress_message: str | None = None
+    attempt: int = 0
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.status in TERMINAL_STATUSES
+
+
+class ClaimedTask(Task):
+    """A task handed to this worker; every update must carry its ``claim_token``."""
+
+    claim_token: str | None = None
+
+
+class Heartbeat(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    id: str
+    cancelled_tasks: list[str] = []

@@ -1,0 +1,152 @@
+"""The worker's Socket.IO link: wake-ups (``task_available``) and cancel notices
+(``task_cancelled``). Only hints: the worker polls anyway, so a link that is down or
+blocked costs latency, never a task.
+
+The link (re)connects on its own, and after every (re)connection joins the job rooms of
+the current worker id again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import socketio
+
+from app.sdk.http import Backoff
+
+log = logging.getLogger("taskhub.sdk")
+Callback = Callable[[], None]
+ACK_TIMEOUT = 10.0
+
+
+class SocketLink:
+    def __init__(
+        self,
+        url: str,
+        token: str,
+        *,
+        path: str = "socket.io",
+        on_task_available: Callback,
+        on_task_cancelled: Callable[[str], None],
+        on_joined: Callback,
+        on_dropped: Callback,
+    ) -> None:
+        self._url = url.rstrip("/")
+        self._token = token
+        self._path = path
+        self._on_task_available = on_task_available
+        self._on_task_cancelled = on_task_cancelled
+        self._on_joined = on_joined
+        self._on_dropped = on_dropped
+        self._worker_id = ""
+        self._jobs: list[str] = []
+        self._listening = asyncio.Event()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._closed = False
+        self._sio = socketio.AsyncClient(
+            reconnection=True, reconnection_delay=0.5, reconnection_delay_max=5.0
+        )
+        self._sio.on("connect", self._connected)
+        self._sio.on("disconnect", self._disconnected)
+        self._sio.on("task_available", self._task_available)
+        self._sio.on("task_cancelled", self._task_cancelled)
+
+    @property
+    def listening(self) -> bool:
+        """Connected, and every job room joined."""
+        return self._listening.is_set()
+
+    def bind(self, worker_id: str, jobs: list[str]) -> None:
+        """Serve ``jobs`` as ``worker_id`` (again, after the worker got a new id)."""
+        self._worker_id = worker_id
+        self._jobs = list(jobs)
+        if self._sio.connected:
+            self._spawn(self._join_all())
+
+    def start(self) -> None:
+        self._spawn(self._connect_until_up())
+
+    async def leave_all(self) -> None:
+        if not self._sio.connected:
+            return
+        for job in self._jobs:
+            with contextlib.suppress(Exception):
+                await self._sio.call(
+                    "leave_job_room",
+                    {"job_name": job, "worker_id": self._worker_id},
+                    timeout=ACK_TIMEOUT,
+                )
+        self._listening.clear()
+
+    async def close(self) -> None:
+        self._closed = True
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self._sio.shutdown(), 5.0)
+
+    def _spawn(self, coroutine: Any) -> None:
+        task = asyncio.create_task(coroutine)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _connect_until_up(self) -> None:
+        """The first connection (the client's own reconnection covers later drops)."""
+        delays = Backoff(initial=0.5, maximum=10.0).delays()
+        while not self._closed and not self._sio.connected:
+            try:
+                await self._sio.connect(
+                    self._url,
+                    auth={"token": self._token},
+                    socketio_path=self._path,
+                    wait_timeout=5,
+                )
+                return
+            except socketio.exceptions.ConnectionError as exc:
+                delay = next(delays)
+                log.info(
+                    "Socket.IO connect failed (%s); polling meanwhile, retry in %.1fs", exc, delay
+                )
+                await asyncio.sleep(delay)
+
+    async def _connected(self) -> None:
+        self._spawn(self._join_all())
+
+    async def _join_all(self) -> None:
+        """Join every job room (also enters ``worker:{id}``, for cancel notices)."""
+        self._listening.clear()
+        worker_id, jobs = self._worker_id, list(self._jobs)
+        for job in jobs:
+            try:
+                ack = await self._sio.call(
+                    "join_job_room", {"job_name": job, "worker_id": worker_id}, timeout=ACK_TIMEOUT
+                )
+            except Exception as exc:  # timeouts, a connection that dropped meanwhile
+                log.info("join_job_room %s failed: %s", job, exc)
+                return
+            if isinstance(ack, dict) and "status" in ack and "type" in ack:
+                log.warning("join_job_room %s refused: %s", job, ack.get("detail"))
+                return
+        if worker_id == self._worker_id and self._sio.connected:
+            self._listening.set()
+            log.info("Socket.IO: listening on %d job room(s)", len(jobs))
+            self._on_joined()
+
+    async def _disconnected(self, *_reason: Any) -> None:
+        self._listening.clear()
+        if not self._closed:
+            log.info("Socket.IO connection dropped; reconnecting, polling meanwhile")
+            self._on_dropped()
+
+    async def _task_available(self, _data: Any = None) -> None:
+        self._on_task_available()
+
+    async def _task_cancelled(self, data: Any = None) -> None:
+        task_id = data.get("task_id") if isinstance(data, dict) else None
+        if isinstance(task_id, str):
+            self._on_task_cancelled(task_id)

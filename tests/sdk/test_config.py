@@ -1,0 +1,112 @@
+"""Configuration and authorisation errors are reported clearly, before or at start."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from app.cli import main
+from app.sdk import AuthError, Extension, TaskContext, Worker
+from app.sdk.extension import JobSpec
+from tests.sdk.conftest import Hub
+from tests.sdk.extensions import Echo
+from tests.support.server import REPO_ROOT
+
+URL = "http://127.0.0.1:9"  # never contacted by these checks
+
+
+def test_heartbeat_interval_is_at_most_a_third_of_the_server_timeout() -> None:
+    with pytest.raises(ValueError, match="at most a third"):
+        Worker(URL, "t", [Echo], server_timeout=60, heartbeat_interval=21)
+    with pytest.raises(ValueError, match="at most a third"):
+        Worker(URL, "t", [Echo], server_timeout=3, heartbeat_interval=1.5)
+    assert Worker(URL, "t", [Echo], server_timeout=60, heartbeat_interval=20).config
+    assert Worker(URL, "t", [Echo], server_timeout=60).config.heartbeat_interval == 15
+
+
+def test_extension_declarations() -> None:
+    class Named(Extension):
+        category = "analysis"
+        name = "Renamed"
+
+        def run(self, ctx: TaskContext) -> None: ...
+
+    class HasNameField(Extension):
+        category = "selections"
+        name: str = "a parameter, not the job name"
+
+        def run(self, ctx: TaskContext) -> str:
+            return self.name
+
+    class NoCategory(Extension):
+        def run(self, ctx: TaskContext) -> None: ...
+
+    class NoRun(Extension):
+        category = "analysis"
+
+    assert JobSpec.of(Named, "lab").full_name == "lab:analysis:Renamed"
+    assert JobSpec.of(HasNameField).full_name == "@global:selections:HasNameField"
+    assert "name" in JobSpec.of(HasNameField).schema["properties"]
+    with pytest.raises(TypeError, match="category"):
+        JobSpec.of(NoCategory)
+    with pytest.raises(TypeError, match="run"):
+        JobSpec.of(NoRun)
+
+
+def test_a_bad_token_stops_the_worker_at_start(hub: Hub, room: str) -> None:
+    with pytest.raises(AuthError) as raised:
+        Worker(hub.url, "th_not-a-token", [Echo], room=room).start(timeout=30)
+    assert raised.value.status == 401
+
+
+def test_a_plain_user_may_not_register_global_jobs(hub: Hub) -> None:
+    with pytest.raises(AuthError) as raised:
+        Worker(hub.url, hub.user_token, [Echo]).start(timeout=30)
+    assert raised.value.status == 403
+    assert "superuser" in str(raised.value).lower() or raised.value.slug == "forbidden"
+
+
+def test_cli_worker_exits_with_the_hub_refusal(hub: Hub, room: str) -> None:
+    env = {key: value for key, value in os.environ.items() if not key.startswith("TASKHUB_")}
+    result = subprocess.run(
+        [
+            *(sys.executable, "-m", "app.cli", "worker", "tests.sdk.extensions:Echo"),
+            *("--url", hub.url, "--token", "th_not-a-token", "--room", room),
+        ],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 1
+    assert "taskhub worker: 401" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["no.such.module:Thing"], "No module named 'no'"),
+        (["tests.sdk.extensions:Missing"], "has no attribute 'Missing'"),
+        (["tests.sdk.extensions"], "expected MODULE:CLASS"),
+        (["tests.sdk.extensions:GATES"], "is not an Extension subclass"),
+        (["tests.sdk.extensions:Echo", "--heartbeat-interval", "30"], "at most a third"),
+    ],
+)
+def test_cli_worker_rejects_bad_arguments(
+    args: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["worker", *args, "--url", URL, "--token", "t"]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_cli_worker_needs_a_token(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.delenv("TASKHUB_TOKEN", raising=False)
+    assert main(["worker", "tests.sdk.extensions:Echo", "--url", URL]) == 2
+    assert "token is required" in capsys.readouterr().err

@@ -1,0 +1,97 @@
+"""Socket.IO is only a hint: without it tasks still complete (polling); after a drop the
+worker re-joins its rooms; a worker the hub forgot registers again."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from app.sdk import Client, Worker
+from tests.sdk.conftest import HUB_ENV, Hub, eventually
+from tests.sdk.extensions import OBSERVED_CANCEL, STARTED, Echo, Gate
+from tests.support.server import HubServer, provisioned_database
+
+FAST_POLL = 0.3
+
+
+@pytest.mark.parametrize(
+    "socket_options",
+    [{"sockets": False}, {"socketio_path": "not-socket-io"}],
+    ids=["sockets-disabled", "wrong-socket-path"],
+)
+def test_tasks_complete_by_polling_without_socketio(
+    hub: Hub, room: str, socket_options: dict[str, object]
+) -> None:
+    with (
+        Worker(
+            hub.url, hub.user_token, [Echo], room=room, poll_interval=FAST_POLL, **socket_options
+        ) as worker,
+        Client(hub.url, hub.user_token) as client,
+    ):
+        handles = [client.submit(Echo(text=str(i)), room=room) for i in range(3)]
+        started = time.monotonic()
+        assert [h.result(timeout=10)["echo"] for h in handles] == ["0", "1", "2"]
+        assert time.monotonic() - started < 5
+        assert not worker.listening
+
+
+class RestartableServer(HubServer):
+    def restart(self) -> None:
+        """Stop the server and start it again on the same port and database."""
+        self.stop()
+        self._spawn()
+        self._wait_healthy()
+
+
+def test_worker_rejoins_its_rooms_after_the_hub_restarts(tmp_path: Path, room: str) -> None:
+    with (
+        provisioned_database("sqlite", tmp_path) as url,
+        RestartableServer(url, log_dir=tmp_path, env=HUB_ENV) as server,
+        Worker(server.base_url, server.admin_token, [Echo], room=room, poll_interval=60) as worker,
+        Client(server.base_url, server.admin_token) as client,
+    ):
+        eventually(lambda: worker.listening, 10, "the worker to join its rooms")
+        worker_id = worker.worker_id
+        server.restart()
+        eventually(lambda: worker.listening, 20, "the worker to re-join after the restart")
+        # with a 60 s backstop poll, only a task_available on the re-joined room is this fast
+        started = time.monotonic()
+        assert client.submit(Echo(text="again"), room=room).result(timeout=10)["echo"] == "again"
+        assert time.monotonic() - started < 5
+        assert worker.worker_id == worker_id, "the same worker, not a new registration"
+
+
+def test_worker_forgotten_by_the_hub_registers_again(hub: Hub, room: str, key: str) -> None:
+    with (
+        Worker(
+            hub.url,
+            hub.user_token,
+            [Echo, Gate],
+            room=room,
+            concurrency=2,
+            heartbeat_interval=0.3,
+            poll_interval=5,
+        ) as worker,
+        Client(hub.url, hub.user_token) as client,
+        hub.rest() as rest,
+    ):
+        first_id = worker.worker_id
+        in_flight = client.submit(Gate(key=key), room=room)
+        assert STARTED[key].wait(10)
+        # e.g. the sweeper after a network partition: the hub fails the task and forgets us
+        assert rest.delete(f"/workers/{first_id}").status_code == 204
+        second_id = eventually(
+            lambda: worker.worker_id != first_id and worker.worker_id, 10, "a new worker id"
+        )
+        assert OBSERVED_CANCEL[key].wait(5), "the run of the lost task was told to stop"
+        assert client.submit(Echo(text="still here"), room=room).result(timeout=10)["echo"] == (
+            "still here"
+        )
+        workers = hub.worker_ids()
+        assert second_id in workers
+        assert first_id not in workers
+    task = hub.task(in_flight.id)
+    assert (task["status"], task["error"]) == ("failed", "Worker disconnected")
+    assert task["result"] is None, "the lost run's outcome did not overwrite the failure"

@@ -1,0 +1,110 @@
+"""Register → submit → served → result, from sync and async code, on both backends."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from app.sdk import AsyncClient, Client, TaskFailed, Worker
+from tests.sdk.conftest import Hub, eventually
+from tests.sdk.extensions import GATES, STARTED, AsyncEcho, Boom, Echo, Gate, Results
+
+# With a 30 s backstop poll, a task served within seconds proves the Socket.IO wake-up.
+SLOW_POLL = 30.0
+
+
+def test_sync_worker_and_client_round_trip(hub: Hub, room: str) -> None:
+    with (
+        Worker(hub.url, hub.user_token, [Echo], room=room, poll_interval=SLOW_POLL) as worker,
+        Client(hub.url, hub.user_token) as client,
+    ):
+        assert worker.jobs == [f"{room}:analysis:Echo"]
+        eventually(lambda: worker.listening, 5, "the worker to join its job room")
+        started = time.monotonic()
+        handle = client.submit(Echo(text="hello"), room=room)
+        result = handle.result(timeout=10)
+        assert time.monotonic() - started < 5, "woken by task_available, not by polling"
+    assert result == {"echo": "hello", "task_id": handle.id, "room_id": room, "sync": True}
+    task = hub.task(handle.id)
+    assert task["status"] == "completed"
+    assert task["result"] == result
+    assert task["worker_id"] is not None
+
+
+async def test_async_worker_and_client_round_trip(hub: Hub, room: str) -> None:
+    async with (
+        Worker(hub.url, hub.user_token, [AsyncEcho], room=room, poll_interval=SLOW_POLL),
+        AsyncClient(hub.url, hub.user_token) as client,
+    ):
+        handles = [await client.submit(AsyncEcho(text=str(i)), room=room) for i in range(3)]
+        results = [await handle.result(timeout=10) for handle in handles]
+    assert [r["echo"] for r in results] == ["0", "1", "2"]
+    assert all(
+        r["task_id"] == h.id and r["sync"] is False for r, h in zip(results, handles, strict=True)
+    )
+    assert handles[0].task.job_name == f"{room}:analysis:EchoAsync"  # the class's ``name``
+
+
+def test_failure_reaches_the_submitter(hub: Hub, room: str) -> None:
+    with (
+        Worker(hub.url, hub.user_token, [Boom, Echo], room=room),
+        Client(hub.url, hub.user_token) as client,
+    ):
+        failing = client.submit(Boom(message="bad angle"), room=room)
+        with pytest.raises(TaskFailed) as raised:
+            failing.result(timeout=10)
+        # the worker goes on serving after a failed run
+        assert client.submit(Echo(text="after"), room=room).result(timeout=10)["echo"] == "after"
+    assert raised.value.task.error == "ValueError: bad angle"
+    assert hub.task(failing.id)["status"] == "failed"
+
+
+def test_progress_is_reported_while_running(hub: Hub, room: str, key: str) -> None:
+    with (
+        Worker(hub.url, hub.user_token, [Gate], room=room),
+        Client(hub.url, hub.user_token) as client,
+    ):
+        handle = client.submit(Gate(key=key), room=room)
+        assert STARTED[key].wait(10)
+        running = eventually(
+            lambda: (task := hub.task(handle.id))["progress"] == 0.5 and task, 5, "progress"
+        )
+        assert running["status"] == "running"
+        assert running["progress_message"] == "waiting at the gate"
+        GATES[key].set()
+        assert handle.result(timeout=10) == "passed"
+
+
+def test_submit_resolves_the_room_job_then_the_global_one(hub: Hub, room: str) -> None:
+    other_room = f"{room}-other"
+    with (
+        Worker(hub.url, hub.admin_token, [Echo]) as global_worker,  # @global needs a superuser
+        Worker(hub.url, hub.user_token, [Echo], room=room),
+        Client(hub.url, hub.user_token) as client,
+    ):
+        assert global_worker.jobs == ["@global:analysis:Echo"]
+        own = client.submit(Echo(text="own"), room=room)
+        fallback = client.submit(Echo(text="global"), room=other_room)
+        by_name = client.submit("@global:analysis:Echo", {"text": "named"}, room=room)
+        assert [h.result(timeout=10)["echo"] for h in (own, fallback, by_name)] == [
+            "own",
+            "global",
+            "named",
+        ]
+    assert own.task.job_name == f"{room}:analysis:Echo"
+    assert fallback.task.job_name == "@global:analysis:Echo"
+    assert fallback.task.room_id == other_room
+    assert by_name.task.job_name == "@global:analysis:Echo"
+
+
+def test_results_are_sent_as_json_or_the_task_fails(hub: Hub, room: str) -> None:
+    with (
+        Worker(hub.url, hub.user_token, [Results], room=room),
+        Client(hub.url, hub.user_token) as client,
+    ):
+        model = client.submit(Results(), room=room)
+        opaque = client.submit(Results(opaque=True), room=room)
+        assert model.result(timeout=10) == {"corners": 4, "label": "square"}
+        with pytest.raises(TaskFailed, match="not JSON-serialisable"):
+            opaque.result(timeout=10)
