@@ -13,10 +13,12 @@ class WorkerApi:
     def __init__(self, hub: AsyncHub) -> None:
         self.hub = hub
 
-    async def create_worker(self, *, retry_for: float | None = None) -> str:
+    async def create_worker(self, *, retry_for: float | None = None) -> tuple[str, float | None]:
+        """The new worker's id, and the hub's heartbeat timeout when it says (Taskhub does)."""
         # Retried even after a lost answer: at worst an empty worker is left for the sweeper.
         response = await self.hub.request("POST", "/workers", retry_for=retry_for)
-        return str(response.json()["id"])
+        body = response.json()
+        return str(body["id"]), body.get("worker_timeout_seconds")
 
     async def register_job(
         self, spec: JobSpec, worker_id: str, *, retry_for: float | None = None

@@ -52,6 +52,7 @@ class WorkerEngine:
         on_ready: Callable[[], None] | None = None,
     ) -> None:
         self.config = config
+        self.heartbeat_interval = config.heartbeat_interval  # tightened to the hub's timeout
         self._on_ready = on_ready
         self.specs = {spec.full_name: spec for spec in specs}
         self.worker_id: str | None = None
@@ -139,7 +140,16 @@ class WorkerEngine:
             raise self.fatal
 
     async def _register(self, *, retry_for: float | None = None) -> None:
-        worker_id = await self.api.create_worker(retry_for=retry_for)
+        worker_id, hub_timeout = await self.api.create_worker(retry_for=retry_for)
+        if hub_timeout and self.heartbeat_interval > hub_timeout / 3:
+            log.warning(
+                "Heartbeat interval %.1fs is more than a third of the hub's worker timeout "
+                "(%.1fs); beating every %.1fs instead",
+                self.heartbeat_interval,
+                hub_timeout,
+                hub_timeout / 4,
+            )
+            self.heartbeat_interval = hub_timeout / 4
         for spec in self.specs.values():
             await self.api.register_job(spec, worker_id, retry_for=retry_for)
         self.worker_id = worker_id
@@ -184,8 +194,8 @@ class WorkerEngine:
             self._give_up(exc)
 
     async def _heartbeat_loop(self) -> None:
-        interval = self.config.heartbeat_interval
         while True:
+            interval = self.heartbeat_interval
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._beat_now.wait(), interval)
             self._beat_now.clear()

@@ -110,3 +110,20 @@ def test_cli_worker_needs_a_token(
     monkeypatch.delenv("TASKHUB_TOKEN", raising=False)
     assert main(["worker", "tests.sdk.extensions:Echo", "--url", URL]) == 2
     assert "token is required" in capsys.readouterr().err
+
+
+async def test_the_worker_adopts_a_third_or_less_of_the_hubs_timeout(hub) -> None:
+    """The hub announces its worker timeout (60 s by default); a worker configured for a
+    longer timeout beats every quarter of the hub's instead."""
+    from app.sdk.engine import WorkerConfig, WorkerEngine
+
+    config = WorkerConfig(
+        url=hub.url, token=hub.admin_token, concurrency=1, heartbeat_interval=50,
+        poll_interval=1, drain_timeout=1, startup_timeout=10, sockets=False,
+        socketio_path="socket.io", http_timeout=10,
+    )  # fmt: skip
+    engine = WorkerEngine(config, [])
+    await engine._register()
+    assert engine.heartbeat_interval == 15
+    await engine.api.hub.request("DELETE", f"/workers/{engine.worker_id}")
+    await engine._close()

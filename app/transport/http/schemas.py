@@ -24,16 +24,29 @@ class WorkerOut(BaseModel):
         return cls(id=record.id, last_heartbeat=record.last_heartbeat)
 
 
-class HeartbeatOut(WorkerOut):
+class WorkerCreatedOut(WorkerOut):
+    """Taskhub extension: the hub's heartbeat timeout (beat at most every third of it)."""
+
+    worker_timeout_seconds: float
+
+    @classmethod
+    def of_timeout(cls, record: WorkerRecord, timeout: float) -> WorkerCreatedOut:
+        return cls(
+            id=record.id, last_heartbeat=record.last_heartbeat, worker_timeout_seconds=timeout
+        )
+
+
+class HeartbeatOut(WorkerCreatedOut):
     """Taskhub extension: ids of this worker's tasks cancelled recently (stop those runs)."""
 
     cancelled_tasks: list[UUID]
 
     @classmethod
-    def of(cls, record: WorkerRecord) -> HeartbeatOut:
+    def of_timeout(cls, record: WorkerRecord, timeout: float) -> HeartbeatOut:
         return cls(
             id=record.id,
             last_heartbeat=record.last_heartbeat,
+            worker_timeout_seconds=timeout,
             cancelled_tasks=record.cancelled_tasks,
         )
 

@@ -10,7 +10,7 @@ from app.transport.http.schemas import (
     HeartbeatOut,
     PageOut,
     PageQuery,
-    WorkerOut,
+    WorkerCreatedOut,
     WorkerSummaryOut,
     page_of,
 )
@@ -18,11 +18,12 @@ from app.transport.http.schemas import (
 api = Api()
 
 
-@api.route("POST", "/workers", status=201, response=WorkerOut)
+@api.route("POST", "/workers", status=201, response=WorkerCreatedOut)
 async def create_worker(req: ApiRequest) -> Response:
     """Create a worker owned by the caller."""
     record = await service.create_worker(req.hub.db, req.principal)
-    return json_response(WorkerOut.of(record), 201)
+    timeout = req.hub.settings.worker_timeout_seconds
+    return json_response(WorkerCreatedOut.of_timeout(record, timeout), 201)
 
 
 @api.route("GET", "/workers", query=PageQuery, response=PageOut[WorkerSummaryOut])
@@ -42,7 +43,7 @@ async def heartbeat(req: ApiRequest) -> Response:
         req.uuid("worker_id"),
         cancelled_within=req.hub.settings.worker_timeout_seconds,
     )
-    return json_response(HeartbeatOut.of(record))
+    return json_response(HeartbeatOut.of_timeout(record, req.hub.settings.worker_timeout_seconds))
 
 
 @api.route("DELETE", "/workers/{worker_id}", status=204, errors=(403, 404, 422))
