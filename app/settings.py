@@ -23,6 +23,7 @@ class Settings(BaseSettings):
     allowed_categories: Annotated[list[str], NoDecode] = ["modifiers", "selections", "analysis"]
 
     worker_timeout_seconds: float = Field(default=60, gt=0)
+    task_lease_seconds: float = Field(default=120, gt=0)
     sweeper_interval_seconds: float = Field(default=30, gt=0)
     sweeper_enabled: bool = True
     internal_task_timeout_seconds: float = Field(default=3600, gt=0)

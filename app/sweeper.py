@@ -30,6 +30,7 @@ SWEEPER_LOCK = "taskhub.sweeper"
 class SweepReport:
     ran: bool
     workers_removed: int = 0
+    leases_expired: int = 0
     tasks_failed: int = 0
     events: EventBatch = field(default_factory=EventBatch)
 
@@ -53,13 +54,19 @@ class Sweeper:
             report.workers_removed, removed = await sweeps.sweep_stale_workers(
                 self.db, worker_cutoff
             )
+            report.leases_expired, expired = await sweeps.fail_expired_leases(self.db, now)
             stuck = await sweeps.fail_stuck_internal_tasks(self.db, internal_cutoff)
             report.tasks_failed = len(stuck)
-            report.events.extend(removed)
-            report.events.extend(stuck)
+            for events in (removed, expired, stuck):
+                report.events.extend(events)
         await self.publisher.publish(report.events)
         if len(report.events):
-            log.info("sweeper: %s events from removed workers and stuck tasks", len(report.events))
+            log.info(
+                "sweeper: %d workers removed, %d leases expired, %d internal tasks timed out",
+                report.workers_removed,
+                report.leases_expired,
+                report.tasks_failed,
+            )
         return report
 
     async def _loop(self) -> None:

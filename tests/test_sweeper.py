@@ -201,3 +201,75 @@ async def test_a_failing_cycle_is_logged_and_the_next_one_runs(app, caplog):
     await flaky.stop()
     assert len(cycles) >= 3
     assert "sweeper cycle failed" in caplog.text
+
+
+async def lease_of(db, task_id: str):
+    from sqlalchemy import select
+
+    async with db.read() as conn:
+        return await conn.scalar(
+            select(task_table.c.lease_expires_at).where(task_table.c.id == UUID(task_id))
+        )
+
+
+async def expire_lease(db, task_id: str) -> None:
+    async with db.write() as conn:
+        await conn.execute(
+            update(task_table)
+            .where(task_table.c.id == UUID(task_id))
+            .values(lease_expires_at=utcnow() - timedelta(seconds=1))
+        )
+
+
+async def test_a_claim_takes_a_lease_and_running_extends_it(alice, db, settings):
+    job = await alice.register()
+    task = await alice.submit(JOB)
+    before = utcnow()
+    await alice.claim(job["worker_id"])
+    lease = await lease_of(db, task["id"])
+    assert lease >= before + timedelta(seconds=settings.task_lease_seconds - 1)
+    await expire_lease(db, task["id"])
+    await alice.transition(task["id"], "running")
+    assert await lease_of(db, task["id"]) > utcnow()
+
+
+async def test_heartbeats_extend_all_or_only_the_listed_leases(alice, db):
+    job = await alice.register()
+    mine, forgotten = [await alice.submit(JOB) for _ in range(2)]
+    await alice.post("/tasks/claim", json={"worker_id": job["worker_id"], "max_tasks": 2})
+    for task in (mine, forgotten):
+        await expire_lease(db, task["id"])
+    await alice.patch(f"/workers/{job['worker_id']}")  # no body: every active task
+    assert await lease_of(db, forgotten["id"]) > utcnow()
+    for task in (mine, forgotten):
+        await expire_lease(db, task["id"])
+    await alice.patch(f"/workers/{job['worker_id']}", json={"tasks": [mine["id"]]})
+    assert await lease_of(db, mine["id"]) > utcnow()
+    assert await lease_of(db, forgotten["id"]) < utcnow()
+
+
+async def test_an_expired_lease_fails_the_task_and_tells_its_worker(alice, db, sweeper, published):
+    job = await alice.register()
+    kept, lost = [await alice.submit(JOB) for _ in range(2)]
+    await alice.post("/tasks/claim", json={"worker_id": job["worker_id"], "max_tasks": 2})
+    await expire_lease(db, lost["id"])
+    report = await sweeper.run_once()
+    assert report.leases_expired == 1
+    failed = await alice.task(lost["id"])
+    assert (failed["status"], failed["error"]) == ("failed", "Lease expired")
+    assert (await alice.task(kept["id"]))["status"] == "claimed"
+    assert (await alice.get("/workers")).json()["total"] == 1  # the worker itself is alive
+    told = [e.payload() for e in published if e.name == "task_cancelled"]
+    assert told == [{"task_id": lost["id"], "job_name": JOB, "worker_id": job["worker_id"]}]
+
+
+async def test_internal_tasks_have_no_lease(alice, db, sweeper):
+    task = await alice.submit("@internal:analysis:RoomSummary")
+    await alice.get(f"/tasks/{task['id']}", headers={"Prefer": "wait=5"})
+    assert await lease_of(db, task["id"]) is None
+
+
+async def test_heartbeat_body_must_list_task_ids(alice):
+    worker = (await alice.post("/workers")).json()
+    response = await alice.patch(f"/workers/{worker['id']}", json={"tasks": ["nope"]})
+    assert_problem(response, 422, "validation-error")

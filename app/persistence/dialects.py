@@ -73,6 +73,7 @@ def claim_statement(dialect: str, *, check_owner: bool, limit: int) -> Executabl
             worker_id=bindparam("worker_id"),
             claim_token=bindparam("claim_token"),
             attempt=task.c.attempt + 1,
+            lease_expires_at=bindparam("lease_until"),
         )
         .returning(*task.c)
     )

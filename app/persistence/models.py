@@ -133,6 +133,9 @@ class Task(TaskhubModel, table=True):
     result: Any = Field(default=None, sa_column=Column(JSONDocument, nullable=True))
     progress: float | None = Field(default=None)
     progress_message: str | None = Field(default=None, sa_type=Text)
+    # Claimed/running tasks only: extended by the worker's heartbeat and progress; the
+    # sweeper fails a task whose lease ran out (a lost claim reply, a wedged worker).
+    lease_expires_at: datetime | None = Field(default=None, sa_type=UTCDateTime, index=True)
 
 
 user_table = User.__table__

@@ -34,8 +34,14 @@ class WorkerApi:
         )
         return dict(response.json())
 
-    async def heartbeat(self, worker_id: str, *, retry_for: float | None = None) -> Heartbeat:
-        response = await self.hub.request("PATCH", f"/workers/{worker_id}", retry_for=retry_for)
+    async def heartbeat(
+        self, worker_id: str, running: list[str], *, retry_for: float | None = None
+    ) -> Heartbeat:
+        """Keep the worker alive and the leases of the tasks it ``running`` (only those: a
+        task whose claim reply was lost runs out of lease and goes back to the hub)."""
+        response = await self.hub.request(
+            "PATCH", f"/workers/{worker_id}", json={"tasks": running}, retry_for=retry_for
+        )
         return Heartbeat.model_validate(response.json())
 
     async def delete_worker(self, worker_id: str, *, retry_for: float | None = None) -> None:

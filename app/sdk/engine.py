@@ -202,7 +202,7 @@ class WorkerEngine:
             worker_id = self.worker_id
             assert worker_id is not None
             try:
-                reply = await self.api.heartbeat(worker_id, retry_for=interval)
+                reply = await self.api.heartbeat(worker_id, list(self.runs), retry_for=interval)
             except NotFound:
                 await self._reincarnate(worker_id)
                 continue

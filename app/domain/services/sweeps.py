@@ -8,7 +8,7 @@ from uuid import UUID
 
 from sqlalchemy import func, select, update
 
-from app.domain.events import EventBatch, TaskStatusChanged
+from app.domain.events import EventBatch, TaskCancelled, TaskStatusChanged
 from app.domain.naming import INTERNAL_ROOM
 from app.domain.services.internal_tasks import INTERNAL_TIMEOUT
 from app.domain.services.jobs import JobNames
@@ -20,6 +20,7 @@ from app.persistence.models import job_table, task_table, worker_table
 from app.persistence.types import utcnow
 
 BATCH = 500
+LEASE_EXPIRED = "Lease expired"
 
 
 async def stale_workers(db: Database, cutoff: datetime, limit: int = BATCH) -> list[UUID]:
@@ -44,6 +45,33 @@ async def sweep_stale_workers(db: Database, cutoff: datetime) -> tuple[int, Even
             removed += 1
             events.extend(outcome)
     return removed, events
+
+
+async def fail_expired_leases(db: Database, now: datetime) -> tuple[int, EventBatch]:
+    """Claimed/running tasks whose lease ran out fail with "Lease expired", and their worker
+    is told to stop the run (one guarded statement: a heartbeat that extended the lease
+    meanwhile wins)."""
+    task = task_table
+    async with db.write() as conn:
+        rows = (
+            await conn.execute(
+                update(task)
+                .where(
+                    task.c.status.in_([s.value for s in ACTIVE_STATUSES]),
+                    task.c.lease_expires_at < now,
+                )
+                .values(status=TaskStatus.FAILED.value, error=LEASE_EXPIRED, completed_at=now)
+                .returning(*task.c)
+            )
+        ).all()
+        names = await JobNames.resolve(conn, {row.job_id for row in rows})
+    events = EventBatch()
+    for row in rows:
+        record = task_record(row, names[row.job_id])
+        events.add(TaskStatusChanged(record))
+        if record.worker_id is not None:
+            events.add(TaskCancelled(str(record.id), record.job_name, str(record.worker_id)))
+    return len(rows), events
 
 
 async def fail_stuck_internal_tasks(db: Database, cutoff: datetime) -> EventBatch:

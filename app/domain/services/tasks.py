@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+from datetime import timedelta
 from typing import Any, Protocol
 from uuid import UUID, uuid4
 
@@ -109,7 +110,12 @@ async def submit_task(
 
 
 async def claim_tasks(
-    db: Database, principal: Principal, worker_id: UUID, max_tasks: int = 1
+    db: Database,
+    principal: Principal,
+    worker_id: UUID,
+    max_tasks: int = 1,
+    *,
+    lease_seconds: float,
 ) -> tuple[list[TaskRecord], EventBatch]:
     """Hand the worker up to ``max_tasks`` of the oldest pending tasks of its jobs, each
     with a fresh claim token, in one atomic statement (which also checks ownership)."""
@@ -118,7 +124,12 @@ async def claim_tasks(
         statement = claim_statement(
             db.dialect, check_owner=not principal.is_superuser, limit=max_tasks
         )
-        params = {"worker_id": worker_id, "claim_token": uuid4(), "owner_id": principal.id}
+        params = {
+            "worker_id": worker_id,
+            "claim_token": uuid4(),
+            "owner_id": principal.id,
+            "lease_until": utcnow() + timedelta(seconds=lease_seconds),
+        }
         rows = (await conn.execute(statement, params)).all()
         if not rows:  # nothing claimed: say whether the worker is unknown or not the caller's
             await owned_worker(conn, principal, worker_id)
@@ -143,6 +154,7 @@ async def update_task(
     result: Any = None,
     progress: float | None = None,
     progress_message: str | None = None,
+    lease_seconds: float | None = None,
 ) -> tuple[TaskRecord, EventBatch]:
     """Apply a PATCH — a transition, or (``status=None``) a progress report while running —
     as one guarded ``UPDATE … WHERE id = ? AND status IN (allowed
@@ -156,6 +168,8 @@ async def update_task(
             values["progress"] = progress
         if progress_message is not None:
             values["progress_message"] = progress_message
+        if lease_seconds is not None and (status is None or status == TaskStatus.RUNNING):
+            values["lease_expires_at"] = utcnow() + timedelta(seconds=lease_seconds)
         statement = _update_statement(
             status, claim_token is not None, principal.is_superuser, tuple(sorted(values))
         )

@@ -41,11 +41,20 @@ async def create_worker(db: Database, principal: Principal) -> WorkerRecord:
 
 
 async def heartbeat(
-    db: Database, principal: Principal, worker_id: UUID, *, cancelled_within: float | None = None
+    db: Database,
+    principal: Principal,
+    worker_id: UUID,
+    *,
+    cancelled_within: float | None = None,
+    lease_seconds: float | None = None,
+    running: list[UUID] | None = None,
 ) -> WorkerRecord:
     """Record that the worker is alive (one guarded statement on the common path). With
     ``cancelled_within``, also report the worker's tasks cancelled in that many seconds,
-    so a worker that missed the ``task_cancelled`` event still stops those runs."""
+    so a worker that missed the ``task_cancelled`` event still stops those runs. With
+    ``lease_seconds``, extend the leases of the worker's claimed/running tasks — only of
+    those in ``running`` when the worker says which it runs, so a task it never heard of
+    (a lost claim reply) runs out of lease and is recovered."""
     now = utcnow()
     async with db.autocommit() as conn:
         params = {"b_worker_id": worker_id, "b_user_id": principal.id, "b_now": now}
@@ -55,6 +64,11 @@ async def heartbeat(
             await owned_worker(conn, principal, worker_id)  # raises 404 or 403
             raise WorkerNotFound(f"Worker {worker_id} not found.")  # pragma: no cover
         record = WorkerRecord(id=row.id, user_id=row.user_id, last_heartbeat=row.last_heartbeat)
+        if lease_seconds is not None:
+            until = now + timedelta(seconds=lease_seconds)
+            params = {"b_worker_id": worker_id, "b_until": until, "b_ids": running or []}
+            extend = _EXTEND_ALL_LEASES if running is None else _EXTEND_LISTED_LEASES
+            await conn.execute(extend, params)
         if cancelled_within is not None:
             record.cancelled_tasks = list(
                 await conn.scalars(
@@ -75,6 +89,17 @@ _BEAT_ANY = (
     .returning(worker.c.id, worker.c.user_id, worker.c.last_heartbeat)
 )
 _BEAT_OWN = _BEAT_ANY.where(worker.c.user_id == bindparam("b_user_id"))
+_EXTEND_ALL_LEASES = (
+    update(task_table)
+    .where(
+        task_table.c.worker_id == bindparam("b_worker_id"),
+        task_table.c.status.in_([s.value for s in ACTIVE_STATUSES]),
+    )
+    .values(lease_expires_at=bindparam("b_until"))
+)
+_EXTEND_LISTED_LEASES = _EXTEND_ALL_LEASES.where(
+    task_table.c.id.in_(bindparam("b_ids", expanding=True))
+)
 
 
 async def delete_worker(

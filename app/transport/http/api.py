@@ -77,8 +77,15 @@ class ApiRequest:
     def header(self, name: str) -> str | None:
         return self.request.headers.get(name)
 
-    async def body(self, model: type[M]) -> M:
+    async def optional_body(self, model: type[M]) -> M | None:
+        """Like ``body``, but an empty body is ``None`` (for bodies that are extensions)."""
         raw = await self._read_limited(self.hub.settings.max_body_bytes)
+        return self._parse(raw, model) if raw.strip() else None
+
+    async def body(self, model: type[M]) -> M:
+        return self._parse(await self._read_limited(self.hub.settings.max_body_bytes), model)
+
+    def _parse(self, raw: bytes, model: type[M]) -> M:
         try:
             data = orjson.loads(raw) if raw else None
         except orjson.JSONDecodeError as exc:

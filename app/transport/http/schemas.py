@@ -51,6 +51,13 @@ class HeartbeatOut(WorkerCreatedOut):
         )
 
 
+class HeartbeatIn(BaseModel):
+    """Optional heartbeat body (Taskhub extension): the tasks this worker is running; only
+    their leases are extended. Without it, all of the worker's active tasks are."""
+
+    tasks: list[UUID] | None = Field(default=None, max_length=1000)
+
+
 class WorkerSummaryOut(WorkerOut):
     job_count: int
 

@@ -67,7 +67,11 @@ async def claim_task(req: ApiRequest) -> Response:
     """Claim the oldest pending task(s) of the worker's jobs."""
     body = await req.body(TaskClaimIn)
     records, events = await service.claim_tasks(
-        req.hub.db, req.principal, body.worker_id, body.max_tasks or 1
+        req.hub.db,
+        req.principal,
+        body.worker_id,
+        body.max_tasks or 1,
+        lease_seconds=req.hub.settings.task_lease_seconds,
     )
     await req.hub.publisher.publish(events)
     claimed = [ClaimedTaskOut.of(record) for record in records]
@@ -141,6 +145,7 @@ async def update_task(req: ApiRequest) -> Response:
         result=body.result,
         progress=body.progress,
         progress_message=body.progress_message,
+        lease_seconds=req.hub.settings.task_lease_seconds,
     )
     await req.hub.publisher.publish(events)
     return json_response(TaskOut.of(record))

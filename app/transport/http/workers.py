@@ -7,6 +7,7 @@ from starlette.responses import Response
 from app.domain.services import workers as service
 from app.transport.http.api import Api, ApiRequest, json_response
 from app.transport.http.schemas import (
+    HeartbeatIn,
     HeartbeatOut,
     PageOut,
     PageQuery,
@@ -34,14 +35,25 @@ async def list_workers(req: ApiRequest) -> Response:
     return json_response(page_of(WorkerSummaryOut, result))
 
 
-@api.route("PATCH", "/workers/{worker_id}", response=HeartbeatOut, errors=(403, 404, 422))
+@api.route(
+    "PATCH",
+    "/workers/{worker_id}",
+    body=HeartbeatIn,
+    response=HeartbeatOut,
+    errors=(403, 404, 413, 422),
+)
 async def heartbeat(req: ApiRequest) -> Response:
-    """Heartbeat: record that the worker is alive; learn which of its tasks were cancelled."""
+    """Heartbeat: record that the worker is alive, extend its task leases, and learn which
+    of its tasks were cancelled."""
+    worker_id = req.uuid("worker_id")
+    body = await req.optional_body(HeartbeatIn)
     record = await service.heartbeat(
         req.hub.db,
         req.principal,
-        req.uuid("worker_id"),
+        worker_id,
         cancelled_within=req.hub.settings.worker_timeout_seconds,
+        lease_seconds=req.hub.settings.task_lease_seconds,
+        running=body.tasks if body is not None else None,
     )
     return json_response(HeartbeatOut.of_timeout(record, req.hub.settings.worker_timeout_seconds))
 
