@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import asyncio
+from collections.abc import AsyncIterator, Awaitable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import socketio
 from sqlalchemy import text
@@ -23,6 +25,8 @@ from app.transport.sockets.handlers import SocketHandlers
 
 API_PREFIX = "/v1/joblib"
 STATIC_DIR = Path(__file__).resolve().parent.parent / "static"
+# The page's one dependency, the Socket.IO browser client, installed by npm (package.json).
+SOCKETIO_CLIENT_DIR = STATIC_DIR.parent / "node_modules" / "socket.io-client" / "dist"
 # Order matters: ".../jobs/{full_name}/tasks" must be tried before ".../jobs/{full_name}".
 ENDPOINTS = [*tasks.api.endpoints, *jobs.api.endpoints, *workers.api.endpoints]
 
@@ -36,15 +40,27 @@ async def room_page(_request: Request) -> Response:
 
 
 async def readyz(request: Request) -> Response:
+    """Ready when the database and (if configured) Redis — which also carries the taskiq
+    broker — answer within two seconds."""
     hub: Hub = request.app.state.hub
-    try:
-        async with hub.db.read() as conn:
-            await conn.execute(text("SELECT 1"))
-    except Exception as exc:
+    checks: dict[str, Awaitable[Any]] = {"database": _ping_database(hub)}
+    if hub.wake_bus is not None:
+        checks["redis"] = hub.wake_bus.ping()
+    names = list(checks)
+    outcomes = await asyncio.gather(
+        *(asyncio.wait_for(check, 2.0) for check in checks.values()), return_exceptions=True
+    )
+    failed = [name for name, outcome in zip(names, outcomes, strict=True) if outcome is not None]
+    if failed:
         return problem_response(
-            503, "not-ready", "Service Unavailable", f"database unreachable: {type(exc).__name__}"
+            503, "not-ready", "Service Unavailable", f"unreachable: {', '.join(failed)}"
         )
-    return JSONResponse({"status": "ready", "checks": {"database": "ok"}})
+    return JSONResponse({"status": "ready", "checks": dict.fromkeys(names, "ok")})
+
+
+async def _ping_database(hub: Hub) -> None:
+    async with hub.db.read() as conn:
+        await conn.execute(text("SELECT 1"))
 
 
 class TaskhubApp(socketio.ASGIApp):
@@ -93,6 +109,8 @@ def create_web_app(hub: Hub) -> Starlette:
         Route("/", room_page, methods=["GET"]),
         Mount("/static", StaticFiles(directory=STATIC_DIR), name="static"),
     ]
+    if SOCKETIO_CLIENT_DIR.is_dir():
+        routes.append(Mount("/vendor/socket.io", StaticFiles(directory=SOCKETIO_CLIENT_DIR)))
     web = Starlette(routes=routes, exception_handlers=EXCEPTION_HANDLERS, lifespan=lifespan)
     web.state.hub = hub
     return web

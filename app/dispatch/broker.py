@@ -33,7 +33,8 @@ def make_broker(settings: Settings) -> AsyncBroker:
             settings.redis_url,
             queue_name=settings.redis_key("internal"),
             consumer_group_name=settings.redis_key("executors"),
-            unacknowledged_lock_timeout=settings.internal_redelivery_seconds,
+            # A message taken by a worker that died unacknowledged is redelivered after this.
+            idle_timeout=int(settings.internal_redelivery_seconds * 1000),
         )
     else:
         broker = InMemoryBroker()

@@ -33,6 +33,10 @@ class RedisWakeBus:
         self._listener = asyncio.create_task(self._listen(), name="taskhub-wake-bus")
         await asyncio.wait_for(self._subscribed.wait(), 10)
 
+    async def ping(self) -> None:
+        """Raise unless Redis answers (readiness)."""
+        await self._redis.ping()
+
     async def publish(self, task_ids: Iterable[UUID]) -> None:
         ids = [str(task_id) for task_id in task_ids]
         if ids:

@@ -22,7 +22,7 @@ import tempfile
 import time
 from collections.abc import Coroutine, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack, contextmanager, suppress
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Any, Literal, TypeVar
@@ -308,3 +308,172 @@ def running_replicas(
         for server in servers:
             stack.enter_context(server)
         yield servers
+
+
+def _exited(process: subprocess.Popen[bytes]) -> bool:
+    """Whether ``process`` has exited, without reaping it: while it stays unreaped its pid
+    (and so its process-group id) cannot be reused, so signalling the group stays safe."""
+    if process.returncode is not None:
+        return True
+    return os.waitid(os.P_PID, process.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+
+
+TASKIQ_WORKER = (sys.executable, "-m", "taskiq", "worker", "internal_jobs.broker:broker")
+
+
+class TaskiqWorker:
+    """``taskiq worker internal_jobs.broker:broker --workers 1``: the process that executes
+    ``@internal`` tasks, with the same ``TASKHUB_*`` settings as the hub (pass the hub's
+    ``env``). It runs in a session of its own, so ``kill`` takes taskiq's child worker
+    process down with it; a context manager (start, then stop)."""
+
+    READY = "Listening started."
+
+    def __init__(
+        self,
+        database_url: str,
+        *,
+        env: Mapping[str, str] | None = None,
+        log_dir: Path | None = None,
+        log_name: str = "taskiq-worker.log",
+        startup_timeout: float = 60.0,
+    ) -> None:
+        self.database_url = database_url
+        self.extra_env = dict(env or {})
+        self.log_dir = log_dir or Path(tempfile.mkdtemp(prefix="taskhub-taskiq-"))
+        self.log_path = self.log_dir / log_name
+        self.startup_timeout = startup_timeout
+        self.process: subprocess.Popen[bytes] | None = None
+        self._log: IO[bytes] | None = None
+
+    def output(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    def start(self) -> TaskiqWorker:
+        """Spawn the worker and wait until its child process listens on the broker."""
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        offset = len(self.output())
+        env = server_env(self.database_url, new_admin_token(), self.extra_env)
+        env.pop("TASKHUB_ADMIN_TOKEN")
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
+        self._log = self.log_path.open("ab")
+        self.process = subprocess.Popen(
+            [*TASKIQ_WORKER, "--workers", "1", "--shutdown-timeout", "5"],
+            cwd=REPO_ROOT,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        deadline = time.monotonic() + self.startup_timeout
+        while self.READY not in self.output()[offset:]:
+            if _exited(self.process) or time.monotonic() > deadline:
+                self.stop()
+                raise ServerError(f"taskiq worker did not start:\n{self.output()[offset:]}")
+            time.sleep(0.05)
+        return self
+
+    def kill(self) -> None:
+        """SIGKILL the whole process group at once (a crash of the worker host)."""
+        if self.process is not None and not _exited(self.process):
+            os.killpg(self.process.pid, signal.SIGKILL)
+        self.stop()
+
+    def stop(self, timeout: float = 15.0) -> int | None:
+        """SIGTERM (taskiq drains its child), then SIGKILL to whatever is left of the group."""
+        process = self.process
+        if process is not None:
+            if not _exited(process):
+                process.send_signal(signal.SIGTERM)
+            deadline = time.monotonic() + timeout
+            while not _exited(process) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            with suppress(ProcessLookupError):  # the leader is not reaped yet: still our group
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait(10)
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+        return None if process is None else process.returncode
+
+    def __enter__(self) -> TaskiqWorker:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+class RedisServer:
+    """A private ``redis-server`` on a free port of 127.0.0.1 (no persistence), for tests that
+    take Redis away; a context manager (start, then stop)."""
+
+    def __init__(self, directory: Path, *, startup_timeout: float = 10.0) -> None:
+        self.directory = directory
+        self.startup_timeout = startup_timeout
+        self.port = 0
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://{HOST}:{self.port}/0"
+
+    def start(self) -> RedisServer:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.port = free_port()
+        log = (self.directory / f"redis-{self.port}.log").open("ab")
+        with log:
+            self.process = subprocess.Popen(
+                [
+                    *("redis-server", "--port", str(self.port), "--bind", HOST),
+                    *("--save", "", "--appendonly", "no", "--daemonize", "no"),
+                    *("--dir", str(self.directory)),
+                ],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        deadline = time.monotonic() + self.startup_timeout
+        while not self._answers_ping():
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise ServerError(f"redis-server did not start on port {self.port}")
+            time.sleep(0.05)
+        return self
+
+    def _answers_ping(self) -> bool:
+        try:
+            with socket.create_connection((HOST, self.port), timeout=1.0) as sock:
+                sock.sendall(b"PING\r\n")
+                return sock.recv(16).startswith(b"+PONG")
+        except OSError:
+            return False
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """SIGTERM, then SIGKILL; afterwards nothing listens on ``port``."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(10)
+
+    def __enter__(self) -> RedisServer:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.stop()
