@@ -3,9 +3,13 @@
 - ``longpoll``: from the completing ``PATCH`` returning to a waiting ``GET /tasks/{id}``
   (``Prefer: wait=N``) returning; on one replica (SQLite, embedded) and across two replicas
   (PostgreSQL + Redis: the long-poll waits on replica A, the task completes on replica B).
-- ``notify``: from a submit's response to ``task_available`` arriving at worker sockets that
-  joined the job's room, with 1 and with 200 connected sockets (all in the room, so each
-  submit fans out to every one of them).
+- ``notify``: from a submit's response to ``task_available`` arriving at the worker socket
+  that joined the job's room, with 1 and with 200 connected sockets (the others are
+  browser-like sockets in the task's room, so every submit also fans a
+  ``task_status_event`` out to them).
+- ``fanout``: the same, with every socket joined to the job's room: ``task_available``
+  reaches all of them (one client process receives every copy, so this also measures the
+  client).
 
 Prints one JSON line per scenario on stdout and a markdown table on stderr.
 
@@ -89,10 +93,12 @@ async def longpoll_latencies(waiter: Target, completer: Target, runs: int) -> li
 
 
 @asynccontextmanager
-async def worker_sockets(
-    target: Target, worker_id: str, count: int
+async def connected_sockets(
+    target: Target, worker_id: str, workers: int, watchers: int
 ) -> AsyncIterator[list[socketio.AsyncClient]]:
-    """``count`` sockets, each joined to the job room for ``worker_id``."""
+    """``workers`` sockets joined to the job room for ``worker_id`` (returned), plus
+    ``watchers`` sockets joined to the task's room, like browsers watching it."""
+    count = workers + watchers
     sockets = [socketio.AsyncClient(reconnection=False) for _ in range(count)]
     try:
         for batch_start in range(0, count, 25):
@@ -105,31 +111,36 @@ async def worker_sockets(
                     for sock in batch
                 )
             )
-        for sock in sockets:
-            ack = await sock.call(
-                "join_job_room", {"job_name": JOB, "worker_id": worker_id}, timeout=10
-            )
+        for index, sock in enumerate(sockets):
+            if index < workers:
+                event, data = "join_job_room", {"job_name": JOB, "worker_id": worker_id}
+            else:
+                event, data = "room_join", {"room_id": ROOM}
+            ack = await sock.call(event, data, timeout=10)
             if "type" in ack:
                 raise RuntimeError(f"join refused: {ack}")
-        yield sockets
+        yield sockets[:workers]
     finally:
         await asyncio.gather(*(sock.disconnect() for sock in sockets), return_exceptions=True)
 
 
-async def notify_latencies(target: Target, sockets: int, runs: int) -> dict[str, list[float]]:
-    """Seconds from each submit's response to ``task_available`` at each socket."""
+async def notify_latencies(
+    target: Target, sockets: int, runs: int, *, all_workers: bool
+) -> dict[str, list[float]]:
+    """Seconds from each submit's response to ``task_available`` at the worker socket(s)."""
     first: list[float] = []
     every: list[float] = []
+    workers = sockets if all_workers else 1
     async with client(target) as http:
         worker_id = await register(http)
-        async with worker_sockets(target, worker_id, sockets) as clients:
+        async with connected_sockets(target, worker_id, workers, sockets - workers) as clients:
             arrivals: dict[str, list[float]] = {}
             all_arrived: dict[str, asyncio.Event] = {}
 
             def on_available(data: dict[str, Any]) -> None:
                 times = arrivals.setdefault(data["task_id"], [])
                 times.append(time.perf_counter())
-                if len(times) == sockets:
+                if len(times) == workers:
                     all_arrived.setdefault(data["task_id"], asyncio.Event()).set()
 
             for sock in clients:
@@ -143,7 +154,7 @@ async def notify_latencies(target: Target, sockets: int, runs: int) -> dict[str,
                     await asyncio.wait_for(done.wait(), 10)
                 except TimeoutError:
                     got = len(arrivals.get(task_id, ()))
-                    raise RuntimeError(f"only {got}/{sockets} sockets got {task_id}") from None
+                    raise RuntimeError(f"only {got}/{workers} sockets got {task_id}") from None
                 times = arrivals[task_id]
                 every.extend(t - answered for t in times)
                 first.append(min(times) - answered)
@@ -174,14 +185,17 @@ async def bench_longpoll(options: TargetOptions, runs: int) -> list[dict[str, An
 
 
 async def bench_notify(
-    options: TargetOptions, runs: int, socket_counts: list[int]
+    options: TargetOptions, runs: int, socket_counts: list[int], *, fanout: bool
 ) -> list[dict[str, Any]]:
     results = []
     async with sqlite_target(options) as hub:
         for count in socket_counts:
-            lat = await notify_latencies(hub, count, runs)
-            results.append(summary("notify", lat["first"], sockets=count, measured="first"))
-            results.append(summary("notify", lat["every"], sockets=count, measured="every"))
+            lat = await notify_latencies(hub, count, runs, all_workers=fanout)
+            if fanout:
+                results.append(summary("fanout", lat["first"], sockets=count, measured="first"))
+                results.append(summary("fanout", lat["every"], sockets=count, measured="every"))
+            else:
+                results.append(summary("notify", lat["first"], sockets=count, measured="worker"))
     return results
 
 
@@ -191,7 +205,7 @@ def table(results: list[dict[str, Any]]) -> str:
         "|---|---|---:|---:|---:|---:|",
     ]
     for r in results:
-        setup = r.get("topology") or f"{r['sockets']} sockets, {r['measured']} arrival"
+        setup = r.get("topology") or f"{r['sockets']} sockets, at {r['measured']} socket(s)"
         lines.append(
             f"| {r['scenario']} | {setup} | {r['samples']} | {r['p50_ms']} | {r['p99_ms']} "
             f"| {r['max_ms']} |"
@@ -203,7 +217,7 @@ async def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=30)
     parser.add_argument("--sockets", default="1,200", help="socket counts for notify")
-    parser.add_argument("--scenarios", default="longpoll,notify")
+    parser.add_argument("--scenarios", default="longpoll,notify,fanout")
     parser.add_argument("--pg-admin-url", default="postgresql://postgres@127.0.0.1:5432/test")
     args = parser.parse_args(argv)
     fail_fast_sniffio_import()
@@ -218,9 +232,11 @@ async def main(argv: list[str] | None = None) -> int:
         )
         if "longpoll" in scenarios:
             results += await bench_longpoll(options, args.runs)
+        counts = [int(c) for c in args.sockets.split(",")]
         if "notify" in scenarios:
-            counts = [int(c) for c in args.sockets.split(",")]
-            results += await bench_notify(options, args.runs, counts)
+            results += await bench_notify(options, args.runs, counts, fanout=False)
+        if "fanout" in scenarios:
+            results += await bench_notify(options, args.runs, counts[-1:], fanout=True)
     for result in results:
         print(json.dumps(result), flush=True)
     print(table(results), file=sys.stderr)
