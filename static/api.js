@@ -1,0 +1,74 @@
+// The hub's REST API (/v1/joblib), with the bearer token. Errors are RFC 9457 problems.
+
+const BASE = "/v1/joblib";
+
+/** A failed request: `status` (0 when the hub could not be reached) and the problem body. */
+export class ApiError extends Error {
+  constructor(status, problem) {
+    super(problem?.detail || problem?.title || `HTTP ${status}`);
+    this.status = status;
+    this.problem = problem ?? {};
+  }
+}
+
+const enc = encodeURIComponent;
+
+export class Api {
+  constructor(token) {
+    this.token = token;
+  }
+
+  async request(method, path, body) {
+    const headers = { Authorization: `Bearer ${this.token}`, Accept: "application/json" };
+    const init = { method, headers };
+    if (body !== undefined) {
+      headers["Content-Type"] = "application/json";
+      init.body = JSON.stringify(body);
+    }
+    let response;
+    try {
+      response = await fetch(BASE + path, init);
+    } catch {
+      throw new ApiError(0, { title: "Network error", detail: "The hub could not be reached." });
+    }
+    if (response.status === 204) return null;
+    const data = await response.json().catch(() => null);
+    if (!response.ok) throw new ApiError(response.status, data ?? { title: response.statusText });
+    return data;
+  }
+
+  /** Any authenticated read: does the hub accept this token? */
+  check() {
+    return this.request("GET", "/workers?limit=1");
+  }
+
+  jobs(room) {
+    return this.request("GET", `/rooms/${enc(room)}/jobs?limit=500`);
+  }
+
+  job(room, fullName) {
+    return this.request("GET", `/rooms/${enc(room)}/jobs/${enc(fullName)}`);
+  }
+
+  workers(room) {
+    return this.request("GET", `/rooms/${enc(room)}/workers?limit=500`);
+  }
+
+  tasks(room, { status = "", limit = 50, offset = 0 } = {}) {
+    const query = new URLSearchParams({ limit, offset });
+    if (status) query.set("status", status);
+    return this.request("GET", `/rooms/${enc(room)}/tasks?${query}`);
+  }
+
+  task(id) {
+    return this.request("GET", `/tasks/${enc(id)}`);
+  }
+
+  submit(room, fullName, payload) {
+    return this.request("POST", `/rooms/${enc(room)}/tasks/${enc(fullName)}`, { payload });
+  }
+
+  cancel(id) {
+    return this.request("PATCH", `/tasks/${enc(id)}`, { status: "cancelled" });
+  }
+}

@@ -1,0 +1,503 @@
+// Taskhub's room page: sign in, choose a room (kept in the URL: /?room=lab, or #/lab),
+// see its jobs, workers and tasks live, submit from a schema-generated form, cancel.
+
+import { Api, ApiError } from "./api.js";
+import { $, announce, h, setFieldError, toast } from "./dom.js";
+import { jobLabel, shortId } from "./format.js";
+import { renderJobs, renderWorkers } from "./jobs.js";
+import { Live } from "./live.js";
+import { SchemaForm } from "./schema-form.js";
+import { TaskList } from "./tasks.js";
+
+const TOKEN_KEY = "taskhub.token";
+const ROOMS_KEY = "taskhub.rooms";
+const SHARED_ROOMS = ["@global", "@internal"]; // their jobs are listed in every room
+const PAGE = 50;
+const CONNECTION_LABELS = {
+  connecting: "Connecting…",
+  connected: "Connected",
+  reconnecting: "Reconnecting…",
+  offline: "Offline",
+};
+
+const session = {
+  api: null,
+  live: null,
+  room: null, // the open room, or null
+};
+
+// -- routing --------------------------------------------------------------------------
+
+function routeFromUrl() {
+  const params = new URLSearchParams(location.search);
+  let room = params.get("room");
+  if (!room && location.hash.startsWith("#/")) {
+    try {
+      room = decodeURIComponent(location.hash.slice(2));
+    } catch {
+      room = location.hash.slice(2); // not percent-encoded after all
+    }
+    if (room) history.replaceState(null, "", roomUrl(room));
+  }
+  return { room: room || null, job: params.get("job") };
+}
+
+function roomUrl(room, job = null) {
+  const params = new URLSearchParams({ room });
+  if (job) params.set("job", job);
+  return `/?${params}`;
+}
+
+function validateRoom(room) {
+  if (!room) return "Enter a room name.";
+  if (room.length > 128) return "At most 128 characters.";
+  if (/[@:]/.test(room)) return "A room name cannot contain @ or :.";
+  return null;
+}
+
+function show() {
+  const { room, job } = routeFromUrl();
+  const signedIn = Boolean(session.api);
+  $("#sign-in-view").hidden = signedIn;
+  $("#room-form").hidden = !signedIn;
+  $("#sign-out").hidden = !signedIn;
+  $("#connection").hidden = !signedIn;
+  const usable = room && !validateRoom(room);
+  $("#lobby-view").hidden = !signedIn || usable;
+  $("#room-view").hidden = !signedIn || !usable;
+  if (!signedIn) {
+    closeRoom();
+    document.title = "Sign in · Taskhub";
+    return;
+  }
+  if (!usable) {
+    closeRoom();
+    renderRecentRooms();
+    if (room) {
+      $("#room-input").value = room;
+      setFieldError($("#room-input"), $("#room-error"), validateRoom(room));
+    }
+    document.title = "Taskhub";
+    return;
+  }
+  $("#room-input").value = room;
+  setFieldError($("#room-input"), $("#room-error"), "");
+  if (room !== session.room) openRoom(room);
+  if (job !== roomState.selected) selectJob(job, { push: false });
+}
+
+// -- sign in / out ----------------------------------------------------------------------
+
+async function signIn(event) {
+  event.preventDefault();
+  const input = $("#token-input");
+  const error = $("#token-error");
+  const token = input.value.trim();
+  if (!token) {
+    setFieldError(input, error, "Paste a token.");
+    input.focus();
+    return;
+  }
+  try {
+    await new Api(token).check();
+  } catch (failure) {
+    const refused = failure instanceof ApiError && failure.status === 401;
+    setFieldError(input, error, refused ? "The hub did not accept this token." : failure.message);
+    input.focus();
+    return;
+  }
+  setFieldError(input, error, "");
+  input.value = "";
+  localStorage.setItem(TOKEN_KEY, token);
+  start(token);
+  $(routeFromUrl().room ? "#main" : "#room-input").focus();
+}
+
+function signOut(message = "") {
+  localStorage.removeItem(TOKEN_KEY);
+  session.live?.close();
+  session.live = null;
+  session.api = null;
+  show();
+  if (message) setFieldError($("#token-input"), $("#token-error"), message);
+  $("#token-input").focus();
+}
+
+function start(token) {
+  session.api = new Api(token);
+  session.live = new Live(token, {
+    state: setConnection,
+    taskStatus: onTaskStatus,
+    jobsInvalidate: () => scheduleJobsRefresh(),
+    synced: () => session.room && refreshAll(),
+    refused: () => signOut("The hub refused this token. Sign in again."),
+    joinFailed: (room, error) => toast(`Could not follow room ${room}: ${error.message}`),
+  });
+  setConnection("connecting");
+  show();
+}
+
+function setConnection(state, detail = "") {
+  const el = $("#connection");
+  el.dataset.state = state;
+  el.querySelector(".label").textContent = CONNECTION_LABELS[state] ?? state;
+  el.title = detail || (state === "connected" ? "Live updates are on." : "Updates are paused.");
+}
+
+/** A REST failure: 401 signs out; anything else is shown briefly. */
+function failed(error, what) {
+  if (error instanceof ApiError && error.status === 401) {
+    signOut("The hub no longer accepts this token. Sign in again.");
+    return;
+  }
+  toast(`${what}: ${error.message}`);
+}
+
+// -- rooms --------------------------------------------------------------------------------
+
+function recentRooms() {
+  try {
+    const rooms = JSON.parse(localStorage.getItem(ROOMS_KEY) ?? "[]");
+    return Array.isArray(rooms) ? rooms.filter((r) => typeof r === "string") : [];
+  } catch {
+    return [];
+  }
+}
+
+function rememberRoom(room) {
+  const rooms = [room, ...recentRooms().filter((r) => r !== room)].slice(0, 8);
+  localStorage.setItem(ROOMS_KEY, JSON.stringify(rooms));
+  $("#recent-rooms").replaceChildren(...rooms.map((r) => new Option(r)));
+}
+
+function renderRecentRooms() {
+  const rooms = recentRooms();
+  $("#recent-rooms").replaceChildren(...rooms.map((r) => new Option(r)));
+  const open = (room) => (event) => {
+    if (event.metaKey || event.ctrlKey || event.shiftKey) return; // a new tab or window
+    navigate(event, room);
+  };
+  $("#recent-list").replaceChildren(
+    ...rooms.map((r) => h("li", {}, h("a", { href: roomUrl(r), onclick: open(r) }, r))),
+  );
+  if (!rooms.length) $("#recent-list").append(h("li", { class: "empty" }, "None yet."));
+}
+
+function navigate(event, room) {
+  event?.preventDefault();
+  history.pushState(null, "", roomUrl(room));
+  show();
+}
+
+function onRoomForm(event) {
+  event.preventDefault();
+  const input = $("#room-input");
+  const room = input.value.trim();
+  const problem = validateRoom(room);
+  setFieldError(input, $("#room-error"), problem);
+  if (problem) {
+    input.focus();
+    return;
+  }
+  navigate(null, room);
+}
+
+// -- the open room ---------------------------------------------------------------------------
+
+const roomState = {
+  generation: 0, // bumped on every room change: late answers for another room are dropped
+  jobs: null, // null until the first answer
+  workers: [],
+  selected: null, // full name of the job whose form is shown
+  job: null, // that job (with its schema)
+  form: null, // its SchemaForm
+  loaded: 0, // tasks fetched from the server so far (for "Load more")
+  total: 0, // the server's count of them when last fetched
+};
+
+const taskList = new TaskList($("#tasks"), $("#tasks-empty"), {
+  cancel: cancelTask,
+  changed: announceTask,
+});
+
+function openRoom(room) {
+  session.room = room;
+  roomState.generation += 1;
+  roomState.jobs = null;
+  roomState.selected = null;
+  roomState.job = null;
+  roomState.loaded = 0;
+  roomState.total = 0;
+  rememberRoom(room);
+  document.title = `${room} · Taskhub`;
+  $("#room-name").textContent = room;
+  $("#jobs").replaceChildren();
+  $("#jobs").setAttribute("aria-busy", "true");
+  $("#submit-panel").hidden = true;
+  taskList.reset([]);
+  session.live.setRooms([room, ...SHARED_ROOMS]);
+  refreshAll();
+}
+
+function closeRoom() {
+  if (!session.room) return;
+  session.room = null;
+  roomState.generation += 1;
+  roomState.selected = null;
+  session.live?.setRooms([]);
+}
+
+function refreshAll() {
+  refreshJobs();
+  refreshTasks();
+}
+
+let jobsTimer;
+
+function scheduleJobsRefresh() {
+  clearTimeout(jobsTimer);
+  jobsTimer = setTimeout(() => session.room && refreshJobs(), 120);
+}
+
+/** Jobs, workers, and the selected job's schema (it may have changed). */
+async function refreshJobs() {
+  const { generation } = roomState;
+  const room = session.room;
+  try {
+    const [jobs, workers] = await Promise.all([session.api.jobs(room), session.api.workers(room)]);
+    if (generation !== roomState.generation) return;
+    roomState.jobs = jobs.items;
+    roomState.workers = workers.items;
+    drawJobs();
+    renderWorkers($("#workers"), roomState.workers);
+    if (roomState.selected) await loadJob(roomState.selected, { keepForm: true });
+  } catch (error) {
+    failed(error, "Could not load the jobs");
+  }
+}
+
+function drawJobs() {
+  if (!roomState.jobs) return; // still loading
+  renderJobs($("#jobs"), roomState.jobs, {
+    room: session.room,
+    selected: roomState.selected,
+    onSelect: (fullName) => selectJob(fullName === roomState.selected ? null : fullName),
+  });
+  updateJobNote();
+}
+
+async function refreshTasks() {
+  const { generation } = roomState;
+  try {
+    const page = await session.api.tasks(session.room, { status: taskList.filter, limit: PAGE });
+    if (generation !== roomState.generation) return;
+    taskList.reset(page.items);
+    roomState.loaded = page.items.length;
+    updateTaskCount(page.total);
+  } catch (error) {
+    failed(error, "Could not load the tasks");
+  }
+}
+
+async function loadMoreTasks() {
+  const { generation } = roomState;
+  try {
+    const page = await session.api.tasks(session.room, {
+      status: taskList.filter,
+      limit: PAGE,
+      offset: roomState.loaded,
+    });
+    if (generation !== roomState.generation) return;
+    taskList.addSnapshots(page.items, { quiet: true });
+    roomState.loaded += page.items.length;
+    updateTaskCount(page.total);
+  } catch (error) {
+    failed(error, "Could not load more tasks");
+  }
+}
+
+/** "N tasks", and "Load more" while the server's page said there are more. */
+function updateTaskCount(total = roomState.total) {
+  roomState.total = total;
+  const shown = taskList.size;
+  $("#tasks-count").textContent = shown === 1 ? "1 task" : `${shown} tasks`;
+  $("#tasks-more").hidden = roomState.loaded >= total;
+}
+
+function onTaskStatus(event) {
+  if (event.room_id !== session.room) return;
+  const isNew = taskList.applyEvent(event);
+  updateTaskCount();
+  if (isNew) fillPayload(event.id, roomState.generation); // events carry no payload
+}
+
+async function fillPayload(id, generation) {
+  try {
+    const task = await session.api.task(id);
+    if (generation === roomState.generation) taskList.addSnapshots([task], { quiet: true });
+  } catch {
+    // the payload is only shown in the task's details; the live state is already there
+  }
+}
+
+function announceTask(task, previous) {
+  const { name } = jobLabel(task.job_name);
+  const subject = `${name} ${shortId(task.id)}`;
+  if (!previous) announce(`New task ${subject}: ${task.status}.`);
+  else if (previous.status !== task.status) announce(`Task ${subject} is ${task.status}.`);
+}
+
+async function cancelTask(task, view) {
+  view.showMessage("");
+  try {
+    taskList.addSnapshots([await session.api.cancel(task.id)]);
+  } catch (error) {
+    if (error instanceof ApiError && error.status === 401) failed(error, "");
+    else view.showMessage(`Could not cancel: ${error.message}`);
+  }
+}
+
+// -- the submit form ------------------------------------------------------------------------
+
+async function selectJob(fullName, { push = true } = {}) {
+  roomState.selected = fullName || null;
+  if (push && session.room) history.pushState(null, "", roomUrl(session.room, roomState.selected));
+  drawJobs();
+  if (!fullName) {
+    $("#submit-panel").hidden = true;
+    roomState.job = null;
+    return;
+  }
+  await loadJob(fullName, { keepForm: false });
+}
+
+/** Fetch the job and (re)build its form; with keepForm, only when its schema changed. */
+async function loadJob(fullName, { keepForm }) {
+  const { generation } = roomState;
+  let job;
+  try {
+    job = await session.api.job(session.room, fullName);
+  } catch (error) {
+    if (generation !== roomState.generation || fullName !== roomState.selected) return;
+    if (error instanceof ApiError && error.status === 404) {
+      showJobMissing(fullName, keepForm);
+      return;
+    }
+    failed(error, "Could not load the job");
+    return;
+  }
+  if (generation !== roomState.generation || fullName !== roomState.selected) return;
+  const sameSchema = JSON.stringify(job.schema) === JSON.stringify(roomState.job?.schema);
+  roomState.job = job;
+  updateJobNote();
+  if (keepForm && sameSchema && roomState.form) return;
+  const { name, scope } = jobLabel(job.full_name);
+  $("#submit-job-name").textContent = name;
+  $("#submit-job-name").title = job.full_name;
+  $("#job-description").textContent = job.schema?.description || `${scope} job ${job.full_name}`;
+  roomState.form = new SchemaForm(job.schema, "payload");
+  $("#form-fields").replaceChildren(roomState.form.element);
+  showFormErrors([]);
+  $("#submit-status").textContent = "";
+  $("#submit-panel").hidden = false;
+}
+
+/** The selected job is not (or no longer) visible from the room. */
+function showJobMissing(fullName, keepForm) {
+  if (keepForm) {
+    updateJobNote(); // the form stays: submitting explains what happened
+    return;
+  }
+  roomState.job = null;
+  $("#submit-panel").hidden = true;
+  toast(`The job ${fullName} is not offered in this room.`);
+}
+
+function updateJobNote() {
+  const note = $("#job-note");
+  const listed = roomState.jobs?.find((job) => job.full_name === roomState.selected);
+  let text = "";
+  if (roomState.jobs && roomState.selected && !listed) {
+    text = "No worker offers this job now; submitting will fail.";
+  } else if (listed && !listed.full_name.startsWith("@internal:") && !listed.workers.length) {
+    text = "No worker serves this job right now: tasks wait in the queue until one does.";
+  }
+  note.textContent = text;
+  note.hidden = !text;
+}
+
+function showFormErrors(messages) {
+  const box = $("#form-errors");
+  box.replaceChildren(...messages.map((message) => h("p", {}, message)));
+  box.hidden = !messages.length;
+}
+
+async function onSubmit(event) {
+  event.preventDefault();
+  const { form, job } = roomState;
+  if (!form || !job) return;
+  const status = $("#submit-status");
+  showFormErrors([]);
+  const { value, errors } = form.read();
+  if (errors.length) {
+    showFormErrors(form.showErrors(errors));
+    const count = errors.length;
+    status.textContent = count === 1
+      ? "1 field needs attention."
+      : `${count} fields need attention.`;
+    return;
+  }
+  form.clearErrors();
+  const button = event.submitter ?? $("#submit-form button[type=submit]");
+  button.disabled = true;
+  status.textContent = "Submitting…";
+  try {
+    const task = await session.api.submit(session.room, job.full_name, value);
+    taskList.addSnapshots([task]);
+    updateTaskCount();
+    status.textContent = `Submitted task ${shortId(task.id)}.`;
+  } catch (error) {
+    if (error instanceof ApiError && error.status === 422 && error.problem.errors) {
+      showFormErrors(form.showServerErrors(error.problem.errors));
+      status.textContent = "The hub rejected the input; see the highlighted fields.";
+    } else if (error instanceof ApiError && error.status === 401) {
+      failed(error, "");
+    } else {
+      showFormErrors([error.message]);
+      status.textContent = "The task was not submitted.";
+    }
+  } finally {
+    button.disabled = false;
+  }
+}
+
+function resetForm() {
+  if (!roomState.job) return;
+  roomState.form = new SchemaForm(roomState.job.schema, "payload");
+  $("#form-fields").replaceChildren(roomState.form.element);
+  showFormErrors([]);
+  $("#submit-status").textContent = "Form reset to the defaults.";
+}
+
+// -- start ---------------------------------------------------------------------------------------
+
+function init() {
+  $("#sign-in-form").addEventListener("submit", signIn);
+  $("#sign-out").addEventListener("click", () => signOut());
+  $("#room-form").addEventListener("submit", onRoomForm);
+  $("#submit-form").addEventListener("submit", onSubmit);
+  $("#reset-form").addEventListener("click", resetForm);
+  $("#tasks-more").addEventListener("click", loadMoreTasks);
+  $("#status-filter").addEventListener("change", (event) => {
+    taskList.setFilter(event.target.value);
+    refreshTasks();
+  });
+  window.addEventListener("popstate", show);
+  // Relative "seen … ago" times of the workers.
+  setInterval(() => session.room && renderWorkers($("#workers"), roomState.workers), 5000);
+  const token = localStorage.getItem(TOKEN_KEY);
+  if (token) start(token);
+  else show();
+}
+
+init();

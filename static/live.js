@@ -1,0 +1,88 @@
+// The Socket.IO connection: authenticates with the token, keeps the wanted rooms joined
+// (again after every reconnect) and reports its state: connecting / connected /
+// reconnecting / offline.
+
+import { io } from "socket.io-client";
+
+export class Live {
+  /**
+   * handlers: { state(state, detail), taskStatus(event), jobsInvalidate(event),
+   *             synced() — rooms (re)joined after a connect: refetch what may be missed,
+   *             refused(message) — the hub refused the token }
+   */
+  constructor(token, handlers) {
+    this.handlers = handlers;
+    this.rooms = new Set();
+    this.state = "connecting";
+    this.socket = io({ auth: { token }, reconnectionDelayMax: 4000 });
+    this.socket.on("connect", () => this.#connected());
+    this.socket.on("disconnect", (reason) => this.#disconnected(reason));
+    this.socket.on("connect_error", (error) => this.#failed(error));
+    this.socket.on("task_status_event", (event) => handlers.taskStatus?.(event));
+    this.socket.on("jobs_invalidate", (event) => handlers.jobsInvalidate?.(event));
+    this.onOnline = () => this.#setState(this.socket.connected ? "connected" : "reconnecting");
+    this.onOffline = () => this.#setState("offline", "This device is offline.");
+    window.addEventListener("online", this.onOnline);
+    window.addEventListener("offline", this.onOffline);
+    if (!navigator.onLine) this.onOffline();
+  }
+
+  /** Join exactly these rooms (room:{id} on the hub); leaves the others. */
+  async setRooms(ids) {
+    const wanted = new Set(ids);
+    const leaving = [...this.rooms].filter((id) => !wanted.has(id));
+    const joining = [...wanted].filter((id) => !this.rooms.has(id));
+    this.rooms = wanted;
+    if (!this.socket.connected) return; // joined on connect
+    for (const id of leaving) this.socket.emit("room_leave", { room_id: id });
+    await Promise.all(joining.map((id) => this.#join(id)));
+  }
+
+  close() {
+    window.removeEventListener("online", this.onOnline);
+    window.removeEventListener("offline", this.onOffline);
+    this.socket.removeAllListeners();
+    this.socket.disconnect();
+  }
+
+  async #join(id) {
+    try {
+      const ack = await this.socket.timeout(5000).emitWithAck("room_join", { room_id: id });
+      if (ack?.status) throw new Error(ack.detail || ack.title);
+    } catch (error) {
+      this.handlers.joinFailed?.(id, error);
+    }
+  }
+
+  async #connected() {
+    await Promise.all([...this.rooms].map((id) => this.#join(id)));
+    if (!this.socket.connected) return;
+    this.#setState("connected");
+    this.handlers.synced?.();
+  }
+
+  #disconnected(reason) {
+    if (reason === "io client disconnect") return;
+    if (reason === "io server disconnect") {
+      // The hub closed this socket (e.g. it restarts); Socket.IO does not retry by itself.
+      setTimeout(() => this.socket.connect(), 1000);
+    }
+    this.#setState(navigator.onLine ? "reconnecting" : "offline");
+  }
+
+  #failed(error) {
+    if (!this.socket.active) {
+      // Refused by the hub's connect handler: the token is not (or no longer) valid.
+      this.#setState("offline", "The hub refused the token.");
+      this.handlers.refused?.(error.message);
+      return;
+    }
+    this.#setState(navigator.onLine ? "reconnecting" : "offline");
+  }
+
+  #setState(state, detail = "") {
+    if (state === this.state && !detail) return;
+    this.state = state;
+    this.handlers.state?.(state, detail);
+  }
+}

@@ -1,0 +1,411 @@
+// A form generated from a job's JSON Schema (as pydantic writes it): string, number,
+// integer and boolean properties, enums, defaults, required, nested objects, $ref into
+// $defs, nullable fields (anyOf with null). Anything else (arrays, free objects) is a JSON
+// text field. `read()` validates in the browser; `showErrors()` puts messages (the
+// browser's, or the hub's 422 `errors`) next to the field they concern.
+
+import { h, setFieldError } from "./dom.js";
+
+const MAX_DEPTH = 5;
+
+export class SchemaForm {
+  constructor(schema, idPrefix = "field") {
+    this.root = schema && typeof schema === "object" ? schema : {};
+    this.idPrefix = idPrefix;
+    this.nodes = []; // every field and group, for placing errors
+    this.element = h("div", { class: "schema-form" });
+    const top = this.#resolve(this.root);
+    if (Object.keys(top.properties ?? {}).length) {
+      this.top = this.#object(top, [], this.element, top.default, 0);
+    } else if (top.additionalProperties === false) {
+      this.element.append(h("p", { class: "hint" }, "This job takes no parameters."));
+      this.top = { path: [], read: () => ({ present: true, value: {} }) };
+    } else {
+      // The schema names no fields: the whole payload as JSON (empty = {}).
+      const f = { prop: top, path: [], label: "Payload", container: this.element, required: false };
+      this.top = this.#json({ ...f, dflt: top.default });
+    }
+  }
+
+  /** The payload and the browser-side errors: `{ value, errors: [{path, msg}] }`. */
+  read() {
+    const errors = [];
+    const { value } = this.top.read(errors);
+    return { value: value ?? {}, errors };
+  }
+
+  clearErrors() {
+    for (const node of this.nodes) setFieldError(node.input, node.errorEl, "");
+  }
+
+  /** Show `[{path, msg}]` next to the deepest field each path is inside; returns the
+   * messages that belong to no field (e.g. about the payload as a whole). */
+  showErrors(errors) {
+    this.clearErrors();
+    const byNode = new Map();
+    const unplaced = [];
+    for (const { path, msg } of errors) {
+      const node = this.#nodeFor(path);
+      if (!node) {
+        unplaced.push(path.length ? `${path.join(".")}: ${msg}` : msg);
+        continue;
+      }
+      const rest = path.slice(node.path.length);
+      const where = rest.map((p) => (typeof p === "number" ? `[${p}]` : `.${p}`)).join("");
+      const list = byNode.get(node) ?? [];
+      list.push(where ? `${where.replace(/^\./, "")}: ${msg}` : msg);
+      byNode.set(node, list);
+    }
+    for (const [node, messages] of byNode) {
+      setFieldError(node.input, node.errorEl, messages.join("\n"));
+    }
+    const first = this.nodes.find((node) => byNode.has(node));
+    (first?.input ?? first?.focusTarget)?.focus();
+    return unplaced;
+  }
+
+  /** The hub's 422 `errors` (`loc` = ["body", "payload", ...path]) → `showErrors`. */
+  showServerErrors(problemErrors) {
+    const errors = [];
+    const elsewhere = [];
+    for (const { loc = [], msg = "invalid" } of problemErrors ?? []) {
+      if (loc[0] !== "body" || loc[1] !== "payload") {
+        elsewhere.push(`${loc.join(".")}: ${msg}`);
+        continue;
+      }
+      const path = loc.slice(2);
+      const missing = /^'(.+)' is a required property$/.exec(msg);
+      if (missing) errors.push({ path: [...path, missing[1]], msg: "Required." });
+      else errors.push({ path, msg });
+    }
+    return [...elsewhere, ...this.showErrors(errors)];
+  }
+
+  #nodeFor(path) {
+    let best = null;
+    for (const node of this.nodes) {
+      const inside = node.path.length <= path.length
+        && node.path.every((part, i) => String(part) === String(path[i]));
+      if (inside && node.path.length > (best?.path.length ?? -1)) {
+        best = node;
+      }
+    }
+    return best;
+  }
+
+  // -- schema handling -----------------------------------------------------------------
+
+  #lookup(ref) {
+    if (typeof ref !== "string" || !ref.startsWith("#/")) return {};
+    let target = this.root;
+    for (const raw of ref.slice(2).split("/")) {
+      target = target?.[raw.replaceAll("~1", "/").replaceAll("~0", "~")];
+    }
+    return target && typeof target === "object" ? target : {};
+  }
+
+  /** Follow $ref / single allOf; turn "X or null" into X with `nullable`. */
+  #resolve(schema) {
+    let s = schema && typeof schema === "object" ? schema : {};
+    for (let hops = 0; hops < 16; hops += 1) {
+      if (s.$ref) {
+        const { $ref, ...rest } = s;
+        s = { ...this.#lookup($ref), ...rest };
+      } else if (Array.isArray(s.allOf) && s.allOf.length === 1) {
+        const { allOf, ...rest } = s;
+        s = { ...this.#resolve(allOf[0]), ...rest };
+      } else break;
+    }
+    const alternatives = s.anyOf ?? s.oneOf;
+    if (Array.isArray(alternatives)) {
+      const real = alternatives.filter((alt) => alt?.type !== "null");
+      if (real.length === 1 && real.length < alternatives.length) {
+        const { anyOf, oneOf, ...rest } = s;
+        return { ...this.#resolve(real[0]), ...rest, nullable: true };
+      }
+    }
+    if (Array.isArray(s.type)) {
+      const types = s.type.filter((t) => t !== "null");
+      if (types.length === 1) return { ...s, type: types[0], nullable: s.type.includes("null") };
+    }
+    return s;
+  }
+
+  #id(path) {
+    const tail = path.length ? path.join("-") : "payload";
+    return `${this.idPrefix}-${tail}`.replace(/[^A-Za-z0-9_-]/g, "_");
+  }
+
+  // -- building ---------------------------------------------------------------------
+  // A field spec `f`: { prop (resolved schema), path, label, container, required, dflt }.
+
+  #object(s, path, container, fallbackDefault, depth) {
+    const required = new Set(s.required ?? []);
+    const children = [];
+    for (const [key, raw] of Object.entries(s.properties ?? {})) {
+      const prop = this.#resolve(raw);
+      const f = {
+        prop,
+        path: [...path, key],
+        label: raw?.title ?? humanize(key),
+        container,
+        required: required.has(key),
+        dflt: "default" in prop ? prop.default : fallbackDefault?.[key],
+      };
+      children.push([key, this.#field(f, depth)]);
+    }
+    return {
+      path,
+      read(errors) {
+        const value = {};
+        let present = false;
+        for (const [key, child] of children) {
+          const result = child.read(errors);
+          if (result.present) {
+            value[key] = result.value;
+            present = true;
+          }
+        }
+        return { present, value };
+      },
+    };
+  }
+
+  #field(f, depth) {
+    const { prop } = f;
+    if (Array.isArray(prop.enum) || "const" in prop) return this.#choice(f);
+    if (prop.type === "boolean") return this.#boolean(f);
+    if (prop.type === "integer" || prop.type === "number") return this.#number(f);
+    if (prop.type === "string") return this.#text(f);
+    const isObject = prop.type === "object" || (!prop.type && prop.properties);
+    if (isObject && prop.properties && depth < MAX_DEPTH) return this.#group(f, depth);
+    return this.#json(f);
+  }
+
+  #group({ prop, path, label, container, required, dflt }, depth) {
+    const id = this.#id(path);
+    const errorEl = h("p", { class: "field-error", id: `${id}-error`, hidden: true });
+    const legend = h("legend", {}, label, required ? requiredMark() : null);
+    const fieldset = h("fieldset", { class: "group", "aria-describedby": errorEl.id }, legend);
+    if (prop.description) fieldset.append(h("p", { class: "hint" }, prop.description));
+    container.append(fieldset);
+    const inner = this.#object(prop, path, fieldset, dflt, depth + 1);
+    fieldset.append(errorEl);
+    const node = {
+      path,
+      errorEl,
+      focusTarget: fieldset.querySelector("input, select, textarea"),
+      read(errors) {
+        const result = inner.read(errors);
+        return { present: result.present || required, value: result.value };
+      },
+    };
+    this.nodes.push(node);
+    return node;
+  }
+
+  /** Label, hint and error paragraph around `input`; registers the field's node, whose
+   * `read(errors)` reads the value with `read()` and checks it against the schema. */
+  #wrap(f, input, read, { inline = false } = {}) {
+    const { prop, path, label, container, required } = f;
+    const hintText = [prop.description, constraintHint(prop)].filter(Boolean).join(" ");
+    const hint = hintText ? h("p", { class: "hint", id: `${input.id}-hint` }, hintText) : null;
+    const errorEl = h("p", { class: "field-error", id: `${input.id}-error`, hidden: true });
+    input.setAttribute("aria-describedby", [hint?.id, errorEl.id].filter(Boolean).join(" "));
+    const labelEl = h("label", { for: input.id }, label, required ? requiredMark() : null);
+    const field = h("div", { class: inline ? "field inline" : "field" });
+    if (inline) field.append(h("div", { class: "check" }, input, labelEl), hint ?? "", errorEl);
+    else field.append(labelEl, input, hint ?? "", errorEl);
+    container.append(field);
+    const node = {
+      path,
+      input,
+      errorEl,
+      read: (errors) => {
+        const result = read();
+        const problem = result.error
+          ?? (!result.present && required ? "Required." : null)
+          ?? (result.present ? check(prop, result.value) : null);
+        if (problem) errors.push({ path, msg: problem });
+        return result;
+      },
+    };
+    this.nodes.push(node);
+    return node;
+  }
+
+  #input(f, attributes) {
+    return h("input", { id: this.#id(f.path), name: f.path.join("."), ...attributes });
+  }
+
+  #text(f) {
+    const input = this.#input(f, {
+      type: f.prop.format === "password" ? "password" : "text",
+      required: f.required,
+      autocomplete: "off",
+      value: typeof f.dflt === "string" ? f.dflt : "",
+    });
+    return this.#wrap(f, input, () => ({ present: input.value !== "", value: input.value }));
+  }
+
+  #number(f) {
+    const integer = f.prop.type === "integer";
+    const input = this.#input(f, {
+      type: "number",
+      inputmode: integer ? "numeric" : "decimal",
+      step: integer ? 1 : "any",
+      min: f.prop.minimum,
+      max: f.prop.maximum,
+      required: f.required,
+      value: typeof f.dflt === "number" ? String(f.dflt) : "",
+    });
+    return this.#wrap(f, input, () => {
+      if (input.validity.badInput) return { present: true, error: "Enter a number." };
+      if (input.value === "") return { present: false };
+      return { present: true, value: Number(input.value) };
+    });
+  }
+
+  #boolean(f) {
+    const input = this.#input(f, { type: "checkbox", checked: f.dflt === true });
+    const read = () => ({ present: true, value: input.checked });
+    return this.#wrap({ ...f, required: false }, input, read, { inline: true });
+  }
+
+  #choice(f) {
+    const values = Array.isArray(f.prop.enum) ? f.prop.enum : [f.prop.const];
+    const select = h("select", {
+      id: this.#id(f.path),
+      name: f.path.join("."),
+      required: f.required,
+    });
+    if (!values.some((v) => same(v, f.dflt))) {
+      select.append(h("option", { value: "" }, f.required ? "Choose…" : "(not set)"));
+    }
+    values.forEach((v, i) => {
+      select.append(h("option", { value: String(i), selected: same(v, f.dflt) }, display(v)));
+    });
+    return this.#wrap(f, select, () => {
+      if (select.value === "") return { present: false };
+      return { present: true, value: values[Number(select.value)] };
+    });
+  }
+
+  /** A JSON text field: arrays, free-form objects, anything the form has no control for. */
+  #json(f) {
+    const kind = f.prop.type ? `JSON ${[].concat(f.prop.type).join(" or ")}` : "JSON";
+    const textarea = h("textarea", {
+      id: this.#id(f.path),
+      name: f.path.join(".") || "payload",
+      class: "json",
+      rows: 3,
+      spellcheck: "false",
+      required: f.required,
+    });
+    textarea.value = f.dflt === undefined ? "" : JSON.stringify(f.dflt);
+    const read = () => {
+      if (textarea.value.trim() === "") {
+        return f.path.length ? { present: false } : { present: true, value: {} }; // payload: {}
+      }
+      try {
+        return { present: true, value: JSON.parse(textarea.value) };
+      } catch (error) {
+        return { present: true, error: `Not valid JSON (${error.message}).` };
+      }
+    };
+    return this.#wrap({ ...f, label: `${f.label} (${kind})` }, textarea, read);
+  }
+}
+
+// -- validation ---------------------------------------------------------------------------
+
+const JSON_TYPES = {
+  array: Array.isArray,
+  object: (v) => v !== null && typeof v === "object" && !Array.isArray(v),
+  string: (v) => typeof v === "string",
+  number: (v) => typeof v === "number",
+  integer: Number.isInteger,
+  boolean: (v) => typeof v === "boolean",
+  null: (v) => v === null,
+};
+
+/** The first constraint of `s` that `value` breaks, as a message; null when none. */
+export function check(s, value) {
+  const types = [].concat(s.type ?? []);
+  if (s.nullable && value === null) return null;
+  if (types.length && !types.some((t) => JSON_TYPES[t]?.(value) ?? true)) {
+    return types.includes("integer") && typeof value === "number"
+      ? "Must be a whole number."
+      : `Must be ${types.map(article).join(" or ")}.`;
+  }
+  if (Array.isArray(s.enum) && !s.enum.some((v) => same(v, value))) {
+    return `Must be one of: ${s.enum.map(display).join(", ")}.`;
+  }
+  if (typeof value === "number") return checkNumber(s, value);
+  if (typeof value === "string") return checkString(s, value);
+  if (Array.isArray(value)) {
+    if (s.minItems != null && value.length < s.minItems) return `At least ${s.minItems} items.`;
+    if (s.maxItems != null && value.length > s.maxItems) return `At most ${s.maxItems} items.`;
+  }
+  return null;
+}
+
+function checkNumber(s, v) {
+  if (s.minimum != null && v < s.minimum) return `Must be at least ${s.minimum}.`;
+  if (s.maximum != null && v > s.maximum) return `Must be at most ${s.maximum}.`;
+  if (typeof s.exclusiveMinimum === "number" && v <= s.exclusiveMinimum) {
+    return `Must be greater than ${s.exclusiveMinimum}.`;
+  }
+  if (typeof s.exclusiveMaximum === "number" && v >= s.exclusiveMaximum) {
+    return `Must be less than ${s.exclusiveMaximum}.`;
+  }
+  if (s.multipleOf > 0) {
+    const ratio = v / s.multipleOf;
+    if (Math.abs(ratio - Math.round(ratio)) > 1e-9) return `Must be a multiple of ${s.multipleOf}.`;
+  }
+  return null;
+}
+
+function checkString(s, v) {
+  const length = [...v].length;
+  if (s.minLength != null && length < s.minLength) {
+    return s.minLength === 1 ? "Required." : `At least ${s.minLength} characters.`;
+  }
+  if (s.maxLength != null && length > s.maxLength) return `At most ${s.maxLength} characters.`;
+  if (typeof s.pattern === "string") {
+    let pattern = null;
+    try {
+      pattern = new RegExp(s.pattern, "u");
+    } catch {
+      return null; // not an ECMAScript pattern: the hub checks it
+    }
+    if (!pattern.test(v)) return `Must match the pattern ${s.pattern}.`;
+  }
+  return null;
+}
+
+function constraintHint(s) {
+  const parts = [];
+  if (s.minimum != null && s.maximum != null) parts.push(`${s.minimum} to ${s.maximum}.`);
+  else if (s.minimum != null) parts.push(`At least ${s.minimum}.`);
+  else if (s.maximum != null) parts.push(`At most ${s.maximum}.`);
+  if (s.maxLength != null) parts.push(`Up to ${s.maxLength} characters.`);
+  return parts.join(" ");
+}
+
+// -- helpers ------------------------------------------------------------------------------
+
+function requiredMark() {
+  return h("span", { class: "required" }, h("span", { "aria-hidden": "true" }, " *"),
+    h("span", { class: "visually-hidden" }, " (required)"));
+}
+
+export function humanize(key) {
+  const words = String(key).replace(/[_-]+/g, " ").replace(/([a-z])([A-Z])/g, "$1 $2").trim();
+  return words.charAt(0).toUpperCase() + words.slice(1);
+}
+
+const same = (a, b) => JSON.stringify(a) === JSON.stringify(b);
+const display = (v) => (typeof v === "string" ? v : JSON.stringify(v));
+const ARTICLES = { array: "a list", object: "an object", integer: "an integer", null: "null" };
+const article = (type) => ARTICLES[type] ?? `a ${type}`;

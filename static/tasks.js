@@ -1,0 +1,252 @@
+// The room's task list: a store of tasks by id, kept up to date from REST snapshots and
+// live task_status_event payloads, and its view (newest first, filtered by status).
+
+import { h } from "./dom.js";
+import { clock, duration, jobLabel, json, shortId } from "./format.js";
+
+export const ACTIVE = new Set(["pending", "claimed", "running"]);
+const RANK = { pending: 0, claimed: 1, running: 2, completed: 3, failed: 3, cancelled: 3 };
+const LABELS = {
+  pending: "Pending",
+  claimed: "Claimed",
+  running: "Running",
+  completed: "Completed",
+  failed: "Failed",
+  cancelled: "Cancelled",
+};
+
+/** A task_status_event payload as a task (the event calls the job's full name `name`). */
+export function taskFromEvent(event) {
+  const { name, ...rest } = event;
+  return { ...rest, job_name: name };
+}
+
+/** Is a REST snapshot at least as far along as what we know? (Events arrive in order, but
+ * a response may come after the events of later changes, e.g. the submit's 202.) */
+function notOlder(snapshot, known) {
+  if (!known) return true;
+  const attempts = (snapshot.attempt ?? 0) - (known.attempt ?? 0);
+  return attempts !== 0 ? attempts > 0 : RANK[snapshot.status] >= RANK[known.status];
+}
+
+function newestFirst(a, b) {
+  return Date.parse(b.created_at) - Date.parse(a.created_at) || (a.id < b.id ? 1 : -1);
+}
+
+export class TaskList {
+  /** handlers: { cancel(task), changed(task, previous) } */
+  constructor(listEl, emptyEl, handlers) {
+    this.listEl = listEl;
+    this.emptyEl = emptyEl;
+    this.handlers = handlers;
+    this.filter = "";
+    this.tasks = new Map();
+    this.views = new Map();
+  }
+
+  /** Replace the list with a fetched page (keeping newer states we already know). */
+  reset(items) {
+    const old = this.tasks;
+    this.tasks = new Map();
+    for (const view of this.views.values()) view.root.remove();
+    this.views.clear();
+    for (const task of items) {
+      const known = old.get(task.id);
+      this.tasks.set(task.id, notOlder(task, known) ? { ...known, ...task } : known);
+    }
+    this.render();
+  }
+
+  /** Merge fetched tasks (a submit or cancel reply; with `quiet`, a further page). */
+  addSnapshots(items, { quiet = false } = {}) {
+    for (const task of items) {
+      const known = this.tasks.get(task.id);
+      if (notOlder(task, known)) this.#store({ ...known, ...task }, known, quiet);
+      else if (task.payload && !known.payload) {
+        this.tasks.set(task.id, { ...known, payload: task.payload }); // an event's task
+      }
+    }
+    this.render();
+  }
+
+  /** Apply a live event; returns true when the task was new to the list. */
+  applyEvent(event) {
+    const task = taskFromEvent(event);
+    const known = this.tasks.get(task.id);
+    this.#store({ ...known, ...task }, known);
+    this.render();
+    return !known;
+  }
+
+  has(id) {
+    return this.tasks.has(id);
+  }
+
+  setFilter(status) {
+    this.filter = status;
+    this.render();
+  }
+
+  get size() {
+    return [...this.tasks.values()].filter((task) => this.#visible(task)).length;
+  }
+
+  #store(task, previous, quiet = false) {
+    this.tasks.set(task.id, task);
+    if (previous?.status === "pending" && task.status !== "pending") this.#moveQueue(previous);
+    if (!quiet) this.handlers.changed?.(task, previous);
+  }
+
+  /** A task left the queue: those behind it in its job's queue move up one place. */
+  #moveQueue(left) {
+    if (left.queue_position == null) return;
+    for (const [id, other] of this.tasks) {
+      if (
+        other.status === "pending"
+        && other.job_name === left.job_name
+        && other.queue_position > left.queue_position
+      ) {
+        this.tasks.set(id, { ...other, queue_position: other.queue_position - 1 });
+      }
+    }
+  }
+
+  #visible(task) {
+    return !this.filter || task.status === this.filter;
+  }
+
+  /** Bring the DOM in line with the store, moving only items that are out of place
+   * (moving an element would take the keyboard focus away from it). */
+  render() {
+    const visible = [...this.tasks.values()].filter((t) => this.#visible(t)).sort(newestFirst);
+    const keep = new Set(visible.map((task) => task.id));
+    for (const [id, view] of this.views) {
+      if (!keep.has(id)) view.root.remove();
+    }
+    let cursor = this.listEl.firstElementChild;
+    for (const task of visible) {
+      let view = this.views.get(task.id);
+      if (!view) {
+        view = new TaskView(task, this.handlers);
+        this.views.set(task.id, view);
+      }
+      if (view.task !== task) view.update(task); // stored tasks are replaced, never mutated
+      if (view.root === cursor) cursor = cursor.nextElementSibling;
+      else this.listEl.insertBefore(view.root, cursor);
+    }
+    this.emptyEl.hidden = visible.length > 0;
+  }
+}
+
+/** One task's list item; built once, then updated in place. */
+class TaskView {
+  constructor(task, handlers) {
+    const id = `task-${task.id}`;
+    this.title = h("h3", { id: `${id}-title`, class: "task-title", tabindex: "-1" });
+    this.badge = h("span", { class: "badge" });
+    this.queue = h("span", { class: "queue" });
+    this.bar = h("span", { class: "bar-fill" });
+    this.meter = h("div", {
+      class: "bar",
+      role: "progressbar",
+      "aria-valuemin": "0",
+      "aria-valuemax": "100",
+      "aria-labelledby": `${id}-title`,
+    }, this.bar);
+    this.progressText = h("span", { class: "progress-text" });
+    this.progress = h("div", { class: "progress" }, this.meter, this.progressText);
+    this.times = h("dl", { class: "meta" });
+    this.outcome = h("div", { class: "outcome" });
+    this.payload = h("pre", { class: "json" });
+    this.cancelButton = h("button", { type: "button", class: "danger small" }, "Cancel");
+    this.cancelButton.addEventListener("click", () => handlers.cancel(this.task, this));
+    this.message = h("p", { class: "task-message", role: "alert" });
+    this.root = h(
+      "li",
+      { class: "task", id, "aria-labelledby": `${id}-title`, dataset: { taskId: task.id } },
+      h("div", { class: "task-head" }, this.title, this.badge, this.queue),
+      this.progress,
+      this.times,
+      this.outcome,
+      h("div", { class: "task-foot" },
+        h("details", { class: "payload" }, h("summary", {}, "Payload"), this.payload),
+        this.cancelButton),
+      this.message,
+    );
+  }
+
+  update(task) {
+    this.task = task;
+    const { name, scope } = jobLabel(task.job_name);
+    this.root.dataset.status = task.status;
+    this.title.replaceChildren(h("span", { class: "job" }, name), " ",
+      h("span", { class: "scope" }, `${scope} · ${shortId(task.id)}`));
+    this.badge.textContent = LABELS[task.status] ?? task.status;
+    this.badge.dataset.status = task.status;
+    this.queue.textContent = task.status === "pending" && task.queue_position != null
+      ? `#${task.queue_position} in queue` : "";
+    this.#updateProgress(task);
+    this.#updateTimes(task);
+    this.#updateOutcome(task);
+    if (task.payload) this.payload.textContent = json(task.payload);
+    this.root.querySelector(".payload").hidden = !task.payload;
+    this.cancelButton.setAttribute("aria-label", `Cancel ${name} ${shortId(task.id)}`);
+    this.#setCancellable(ACTIVE.has(task.status));
+  }
+
+  showMessage(text) {
+    this.message.textContent = text;
+  }
+
+  #updateProgress(task) {
+    const shown = task.status === "running" || (task.progress != null && task.status !== "pending");
+    this.progress.hidden = !shown;
+    if (!shown) return;
+    const done = task.status === "completed" ? 1 : (task.progress ?? 0);
+    const percent = Math.round(Math.min(1, Math.max(0, done)) * 100);
+    this.bar.style.width = `${percent}%`;
+    this.meter.setAttribute("aria-valuenow", String(percent));
+    const message = task.progress_message;
+    this.meter.setAttribute("aria-valuetext", message ? `${percent}%, ${message}` : `${percent}%`);
+    this.progressText.textContent = message ? `${percent}% · ${message}` : `${percent}%`;
+  }
+
+  #updateTimes(task) {
+    const rows = [["Created", clock(task.created_at)]];
+    if (task.started_at) {
+      const waited = duration(task.created_at, task.started_at);
+      rows.push(["Started", `${clock(task.started_at)} (waited ${waited})`]);
+    }
+    if (task.completed_at) {
+      const from = task.started_at ?? task.created_at;
+      const verb = task.started_at ? "ran" : "after";
+      const took = duration(from, task.completed_at);
+      rows.push(["Finished", `${clock(task.completed_at)} (${verb} ${took})`]);
+    }
+    if (task.worker_id) rows.push(["Worker", shortId(task.worker_id)]);
+    if ((task.attempt ?? 0) > 1) rows.push(["Attempt", String(task.attempt)]);
+    this.times.replaceChildren(
+      ...rows.map(([term, value]) => h("div", {}, h("dt", {}, term), h("dd", {}, value))),
+    );
+  }
+
+  #updateOutcome(task) {
+    let content = null;
+    if (task.error) {
+      content = h("div", { class: "error-box" },
+        h("strong", {}, "Error"), h("pre", {}, task.error));
+    } else if (task.status === "completed" && task.result !== undefined) {
+      content = h("div", { class: "result-box" },
+        h("strong", {}, "Result"), h("pre", { class: "json" }, json(task.result)));
+    }
+    const key = content ? content.textContent : "";
+    if (this.outcome.dataset.key === key) return;
+    this.outcome.dataset.key = key;
+    this.outcome.replaceChildren(...(content ? [content] : []));
+  }
+
+  #setCancellable(cancellable) {
+    if (!cancellable && document.activeElement === this.cancelButton) this.title.focus();
+    this.cancelButton.hidden = !cancellable;
+  }
+}

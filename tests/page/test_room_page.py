@@ -1,0 +1,267 @@
+"""The room page in a real browser against a real hub and worker: sign in, open a room,
+submit from the generated form, watch the task live (also from a second person's phone),
+validation messages from the browser and from the hub, cancel, reconnect."""
+
+from __future__ import annotations
+
+import json
+
+from playwright.sync_api import Page, Request, expect
+
+from app.sdk import Worker
+from tests.page.browser import (
+    ARTIFACTS,
+    PHONE,
+    Pages,
+    connection,
+    field_error,
+    job_button,
+    sign_in,
+    statuses,
+    task_item,
+    task_log,
+    watch_tasks,
+)
+from tests.page.conftest import PageHub
+from tests.page.extensions import Ping
+
+# Chrome reports failed requests on the console; only these are expected, where noted.
+UNPROCESSABLE = r"status of 422"
+DISCONNECTED = r"net::ERR_INTERNET_DISCONNECTED"
+
+
+def submit(page: Page) -> dict:
+    """Click "Submit task" and return the hub's answer (the task, or a problem)."""
+    with page.expect_response(
+        lambda r: r.request.method == "POST" and "/v1/joblib/rooms/" in r.url
+    ) as answer:
+        page.get_by_role("button", name="Submit task").click()
+    return dict(answer.value.json())
+
+
+def open_job(page: Page, room: str) -> None:
+    """Open the room's Brew job with the keyboard and wait for its form."""
+    expect(job_button(page, "Brew")).to_contain_text("1 worker")
+    job_button(page, "Brew").focus()
+    page.keyboard.press("Enter")
+    expect(page.get_by_role("heading", name="Submit Brew")).to_be_visible()
+    expect(page).to_have_url(f"{page.url.split('?')[0]}?room={room}&job={room}%3Aanalysis%3ABrew")
+
+
+def test_a_task_goes_live_from_the_form_to_its_result_for_everyone_in_the_room(
+    hub: PageHub, room: str, worker: Worker, pages: Pages
+) -> None:
+    # Alice signs in, picks the room in the lobby; Bob follows a shared link on his phone.
+    alice = pages.open("/")
+    sign_in(alice, hub.alice)
+    expect(alice.get_by_role("heading", name="Choose a room")).to_be_visible()
+    alice.get_by_label("Room", exact=True).fill(room)
+    alice.keyboard.press("Enter")
+    expect(alice).to_have_url(f"{hub.url}/?room={room}")
+    expect(alice.locator("#workers li.worker")).to_have_count(1)
+    expect(alice.locator("#jobs")).to_contain_text("ValidatePayload")  # @internal jobs too
+
+    bob = pages.open(f"/?room={room}", viewport=PHONE)
+    sign_in(bob, hub.bob)
+    expect(bob.get_by_role("heading", name=f"Room {room}")).to_be_visible()
+    watch_tasks(alice)
+    watch_tasks(bob)
+
+    open_job(alice, room)
+    expect(alice.get_by_role("textbox", name="Label")).to_have_attribute("required", "")
+    expect(alice.get_by_label("Steps")).to_have_value("4")  # defaults from the schema
+    expect(alice.get_by_role("textbox", name="Note")).not_to_have_attribute("required", "")
+    expect(alice.get_by_label("Mode").locator("option")).to_have_text(["fast", "careful"])
+    alice.get_by_label("Label").fill("first batch")
+    alice.get_by_label("Steps").fill("5")
+    alice.get_by_label("Mode").select_option(label="careful")
+    alice.get_by_label("Verbose").check()
+    alice.get_by_role("group", name="Origin").get_by_label("X").fill("1.5")
+    alice.get_by_label("Tags (JSON array)").fill('["a", "b"]')
+    task = submit(alice)
+    assert task["status"] == "pending"
+    assert task["payload"] == {
+        "label": "first batch",
+        "steps": 5,
+        "mode": "careful",
+        "verbose": True,
+        "origin": {"x": 1.5, "y": 0},
+        "tags": ["a", "b"],
+    }
+
+    for page in (alice, bob):  # the run takes 1.5 s
+        item = task_item(page, task["id"])
+        expect(item).to_have_attribute("data-status", "running")
+        expect(item.locator(".progress-text")).to_contain_text("step")
+    ARTIFACTS.mkdir(exist_ok=True)
+    alice.evaluate("window.scrollTo(0, 0)")
+    alice.screenshot(path=ARTIFACTS / "room-page-running.png")
+    for page in (alice, bob):
+        item = task_item(page, task["id"])
+        expect(item).to_have_attribute("data-status", "completed")
+        expect(item.locator(".result-box")).to_contain_text('"FIRST BATCH"')
+        expect(item.locator(".meta")).to_contain_text("Finished")
+        expect(item.get_by_role("button", name="Cancel")).to_be_hidden()
+
+    for page in (alice, bob):
+        log = task_log(page, task["id"])
+        assert statuses(log)[-2:] == ["running", "completed"], log
+        progress_while_running = {p for status, p in log if status == "running"}
+        assert len(progress_while_running) >= 3, f"progress did not move live: {log}"
+    assert statuses(task_log(alice, task["id"]))[0] == "pending"
+    # Bob's list got the task from the events (and its payload afterwards).
+    bob_item = task_item(bob, task["id"])
+    expect(bob_item.locator(".payload pre")).to_contain_text('"first batch"')
+    expect(alice.locator("#tasks-count")).to_have_text("1 task")
+
+    alice.screenshot(path=ARTIFACTS / "room-page.png", full_page=True)
+    bob.screenshot(path=ARTIFACTS / "room-page-phone.png", full_page=True)
+
+    # The token is remembered: a reload shows the room again, straight from the hub.
+    bob.reload()
+    expect(task_item(bob, task["id"])).to_have_attribute("data-status", "completed")
+    pages.assert_no_console_errors()
+
+
+def test_invalid_input_is_shown_next_to_its_field_from_the_browser_and_from_the_hub(
+    hub: PageHub, room: str, worker: Worker, pages: Pages
+) -> None:
+    page = pages.open(f"/?room={room}&job={room}:analysis:Brew")  # a link to the form
+    sign_in(page, hub.alice)
+    expect(page.get_by_role("heading", name="Submit Brew")).to_be_visible()
+    posts: list[Request] = []
+    page.on("request", lambda r: posts.append(r) if r.method == "POST" else None)
+
+    # Checked in the browser: nothing is sent.
+    page.get_by_label("Steps").fill("0")
+    page.get_by_role("group", name="Origin").get_by_label("Y").fill("500")
+    page.get_by_label("Tags (JSON array)").fill("[1, ")
+    page.get_by_role("button", name="Submit task").click()
+    expect(field_error(page, "payload-label")).to_have_text("Required.")
+    expect(field_error(page, "payload-steps")).to_have_text("Must be at least 1.")
+    expect(field_error(page, "payload-origin-y")).to_have_text("Must be at most 100.")
+    expect(field_error(page, "payload-tags")).to_contain_text("Not valid JSON")
+    expect(page.get_by_label("Label")).to_have_attribute("aria-invalid", "true")
+    expect(page.get_by_label("Label")).to_be_focused()
+    expect(page.locator("#submit-status")).to_have_text("4 fields need attention.")
+    assert posts == []
+
+    # Only the hub knows the items must be strings: its 422 lands next to the field.
+    page.get_by_label("Label").fill("second")
+    page.get_by_label("Steps").fill("2")
+    page.get_by_role("group", name="Origin").get_by_label("Y").fill("0")
+    page.get_by_label("Tags (JSON array)").fill("[1, 2]")
+    problem = submit(page)
+    assert problem["status"] == 422
+    assert problem["errors"][0]["loc"] == ["body", "payload", "tags", 0]
+    tags_error = field_error(page, "payload-tags")
+    expect(tags_error).to_have_text(
+        "[0]: 1 is not of type 'string'\n[1]: 2 is not of type 'string'"
+    )
+    expect(page.get_by_label("Tags (JSON array)")).to_have_attribute("aria-invalid", "true")
+    expect(field_error(page, "payload-label")).to_be_hidden()
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=ARTIFACTS / "room-page-422.png", full_page=True)
+
+    # Fixed, it goes through and the messages are gone.
+    page.get_by_label("Tags (JSON array)").fill('["ok"]')
+    task = submit(page)
+    expect(tags_error).to_be_hidden()
+    expect(task_item(page, task["id"])).to_have_attribute("data-status", "completed")
+    pages.assert_no_console_errors(allowed=[UNPROCESSABLE])
+
+
+def test_pending_and_running_tasks_can_be_cancelled(
+    hub: PageHub, room: str, worker: Worker, pages: Pages
+) -> None:
+    page = pages.open(f"/?room={room}&job={room}:analysis:Brew")
+    sign_in(page, hub.alice)
+    page.get_by_label("Label").fill("long")
+    page.get_by_label("Steps").fill("50")  # 15 s: runs until cancelled
+    running = submit(page)
+    expect(task_item(page, running["id"])).to_have_attribute("data-status", "running")
+    queued = submit(page)  # the worker runs one task at a time: this one waits
+    queued_item = task_item(page, queued["id"])
+    expect(queued_item).to_have_attribute("data-status", "pending")
+    expect(queued_item.locator(".queue")).to_have_text("#1 in queue")
+
+    queued_item.get_by_role("button", name="Cancel").click()
+    expect(queued_item).to_have_attribute("data-status", "cancelled")
+    running_item = task_item(page, running["id"])
+    running_item.get_by_role("button", name="Cancel").click()
+    expect(running_item).to_have_attribute("data-status", "cancelled")
+    expect(running_item.get_by_role("button", name="Cancel")).to_be_hidden()
+    assert {hub.task(t["id"])["status"] for t in (running, queued)} == {"cancelled"}
+
+    # The status filter asks the hub and keeps following live changes.
+    page.get_by_label("Status", exact=True).select_option("cancelled")
+    expect(page.locator("li.task")).to_have_count(2)
+    page.get_by_label("Status", exact=True).select_option("running")
+    expect(page.locator("li.task")).to_have_count(0)
+    expect(page.locator("#tasks-empty")).to_be_visible()
+    page.get_by_label("Steps").fill("3")
+    third = submit(page)
+    expect(task_item(page, third["id"])).to_be_visible()  # while it runs
+    expect(page.locator("li.task")).to_have_count(0)  # and gone once completed
+    page.get_by_label("Status", exact=True).select_option("")
+    expect(task_item(page, third["id"])).to_have_attribute("data-status", "completed")
+    pages.assert_no_console_errors()
+
+
+def test_the_page_shows_its_connection_and_rejoins_the_room_after_a_reconnect(
+    hub: PageHub, room: str, worker: Worker, pages: Pages
+) -> None:
+    page = pages.open(f"/#/{room}")  # the short form of a room link
+    sign_in(page, hub.alice)
+    expect(page).to_have_url(f"{hub.url}/?room={room}")
+    expect(connection(page)).to_have_text("Connected")
+    watch_tasks(page)
+
+    page.context.set_offline(True)
+    expect(connection(page)).to_have_attribute("data-state", "offline")
+    expect(connection(page)).to_have_text("Offline")
+    page.context.set_offline(False)
+    expect(connection(page)).to_have_attribute("data-state", "connected")
+    page.wait_for_timeout(500)  # let the resync after the reconnect finish
+
+    # A task submitted elsewhere now reaches the page only through the re-joined room.
+    with hub.rest(hub.bob) as rest:
+        payload = {"label": "from a script", "steps": 2}
+        answer = rest.post(f"/rooms/{room}/tasks/{room}:analysis:Brew", json={"payload": payload})
+        assert answer.status_code == 202, answer.text
+        task = answer.json()
+    item = task_item(page, task["id"])
+    expect(item).to_have_attribute("data-status", "completed")
+    assert "running" in statuses(task_log(page, task["id"]))
+    expect(item.locator(".result-box")).to_contain_text(json.dumps("FROM A SCRIPT"))
+
+    # Signing out forgets the token.
+    page.get_by_role("button", name="Sign out").click()
+    expect(page.get_by_role("heading", name="Sign in")).to_be_visible()
+    assert page.evaluate("localStorage.getItem('taskhub.token')") is None
+    pages.assert_no_console_errors(allowed=[DISCONNECTED])
+
+
+def test_jobs_and_workers_come_and_go_live(
+    hub: PageHub, room: str, worker: Worker, pages: Pages
+) -> None:
+    page = pages.open(f"/?room={room}")
+    sign_in(page, hub.bob)
+    expect(job_button(page, "Brew")).to_be_visible()
+    workers = page.locator("#workers li.worker")
+    expect(workers).to_have_count(1)
+
+    # A superuser's worker serves Ping in this room and globally (seen in every room).
+    pinger = Worker(hub.url, hub.server.admin_token, room=room)
+    pinger.register(Ping)
+    pinger.register(Ping, room="@global")
+    with pinger:
+        expect(job_button(page, "Ping")).to_have_count(2)
+        for button in job_button(page, "Ping").all():
+            expect(button).to_contain_text("1 worker")
+        expect(page.locator("#jobs h3", has_text="Global")).to_be_visible()
+        expect(workers).to_have_count(2)
+    # It left: its jobs (no pending task) are gone, from this room and from @global.
+    expect(job_button(page, "Ping")).to_have_count(0)
+    expect(workers).to_have_count(1)
+    pages.assert_no_console_errors()
