@@ -21,6 +21,28 @@ if TYPE_CHECKING:
     from app.persistence.database import Database
 
 
+def _served_jobs() -> Any:
+    """Job ids linked to ``:worker_id`` (never ``@internal`` ones: those belong to the
+    taskiq executor, not to remote workers)."""
+    return (
+        select(link_table.c.job_id)
+        .join(job_table, job_table.c.id == link_table.c.job_id)
+        .where(
+            link_table.c.worker_id == bindparam("worker_id"),
+            job_table.c.room_id != INTERNAL_ROOM,
+        )
+    )
+
+
+HAS_CLAIMABLE = select(
+    exists().where(
+        task_table.c.status == TaskStatus.PENDING.value,
+        task_table.c.job_id.in_(_served_jobs()),
+    )
+)
+"""Whether ``:worker_id`` has anything to claim (a read, for engines with one writer)."""
+
+
 @functools.cache
 def claim_statement(dialect: str, *, check_owner: bool, limit: int) -> Executable:
     """Claim up to ``limit`` of the oldest pending tasks of ``:worker_id``'s jobs,
@@ -39,14 +61,7 @@ def claim_statement(dialect: str, *, check_owner: bool, limit: int) -> Executabl
     ``SKIP LOCKED`` is neither needed nor available.
     """
     task = task_table
-    served_jobs = (
-        select(link_table.c.job_id)
-        .join(job_table, job_table.c.id == link_table.c.job_id)
-        .where(
-            link_table.c.worker_id == bindparam("worker_id"),
-            job_table.c.room_id != INTERNAL_ROOM,
-        )
-    )  # @internal tasks belong to the taskiq executor, never to remote workers
+    served_jobs = _served_jobs()
     if check_owner:  # only the worker's owner (or a superuser) may claim for it
         served_jobs = served_jobs.where(
             exists().where(

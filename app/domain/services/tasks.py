@@ -39,7 +39,7 @@ from app.domain.services.task_rows import (
 )
 from app.domain.states import TaskStatus, check_transition, is_terminal, predecessors
 from app.persistence.database import Database
-from app.persistence.dialects import claim_statement
+from app.persistence.dialects import HAS_CLAIMABLE, claim_statement
 from app.persistence.models import job_table, task_table, worker_table
 from app.persistence.types import new_id, utcnow
 
@@ -120,6 +120,13 @@ async def claim_tasks(
     """Hand the worker up to ``max_tasks`` of the oldest pending tasks of its jobs, each
     with a fresh claim token, in one atomic statement (which also checks ownership)."""
     events = EventBatch()
+    if db.is_sqlite:
+        # One writer: an empty claim (polling workers) must not queue behind it; WAL
+        # readers look first, beside the writer.
+        async with db.read() as conn:
+            if not await conn.scalar(HAS_CLAIMABLE, {"worker_id": worker_id}):
+                await owned_worker(conn, principal, worker_id)
+                return [], events
     async with db.autocommit() as conn:
         statement = claim_statement(
             db.dialect, check_owner=not principal.is_superuser, limit=max_tasks
