@@ -20,6 +20,7 @@ from app.realtime.socket_sink import SocketSink
 from app.runtime import Hub
 from app.settings import Settings
 from app.transport.http import jobs, tasks, workers
+from app.transport.http.openapi import openapi_endpoint
 from app.transport.http.problems import EXCEPTION_HANDLERS, problem_response
 from app.transport.sockets.handlers import SocketHandlers
 
@@ -105,6 +106,7 @@ def create_web_app(hub: Hub) -> Starlette:
     routes = [
         Route("/healthz", healthz, methods=["GET"]),
         Route("/readyz", readyz, methods=["GET"]),
+        Route("/openapi.json", openapi_endpoint(ENDPOINTS, API_PREFIX), methods=["GET"]),
         *api_routes,
         Route("/", room_page, methods=["GET"]),
         Mount("/static", StaticFiles(directory=STATIC_DIR), name="static"),

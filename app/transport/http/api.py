@@ -43,6 +43,23 @@ def _errors(exc: ValidationError, where: str) -> list[dict[str, Any]]:
     ]
 
 
+def _has_nul(value: Any) -> bool:
+    """Whether a decoded JSON value holds U+0000 anywhere (PostgreSQL text and jsonb
+    reject it, so it is refused on every backend)."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            if "\x00" in item:
+                return True
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return False
+
+
 class ApiRequest:
     """What a handler sees: the hub, the caller, and typed accessors for its input."""
 
@@ -54,7 +71,13 @@ class ApiRequest:
         self.principal = principal
 
     def path(self, name: str) -> str:
-        return self.request.path_params[name]
+        value: str = self.request.path_params[name]
+        if "\x00" in value:  # PostgreSQL text cannot hold NUL: refuse it on every backend
+            raise ValidationFailed(
+                f"{name} must not contain NUL characters.",
+                errors=[{"loc": ["path", name], "msg": "NUL characters are not allowed"}],
+            )
+        return value
 
     def uuid(self, name: str) -> UUID:
         raw = self.request.path_params[name]
@@ -97,6 +120,11 @@ class ApiRequest:
             raise ValidationFailed(
                 "Request body must be a JSON object.",
                 errors=[{"loc": ["body"], "msg": "Input should be a JSON object"}],
+            )
+        if b"\\u0000" in raw and _has_nul(data):
+            raise ValidationFailed(
+                "Request body must not contain NUL characters.",
+                errors=[{"loc": ["body"], "msg": "NUL characters (\\u0000) are not allowed"}],
             )
         try:
             return model.model_validate(data)

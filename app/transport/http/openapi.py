@@ -1,0 +1,178 @@
+"""The OpenAPI 3.1 document, generated from the ``Endpoint`` records and the pydantic wire
+models the handlers use (never written by hand), served at ``GET /openapi.json``."""
+
+from __future__ import annotations
+
+import copy
+import re
+from collections.abc import Awaitable, Callable, Iterable
+from http import HTTPStatus
+from importlib import metadata
+from typing import Any
+
+from pydantic import BaseModel
+from pydantic.json_schema import JsonSchemaMode, models_json_schema
+from starlette.requests import Request
+from starlette.responses import Response
+
+from app.transport.http.api import JSON_MEDIA_TYPE, Endpoint, json_response
+from app.transport.http.problems import PROBLEM_MEDIA_TYPE
+from app.transport.http.schemas import ProblemOut
+
+OPENAPI_VERSION = "3.1.0"
+REF_TEMPLATE = "#/components/schemas/{model}"
+SECURITY_SCHEME = "bearerAuth"
+# Every authenticated operation can answer these, whatever its own list says.
+ALWAYS_ERRORS = (401, 422)
+# ``{full_name:path}`` (Starlette) → ``full_name`` (OpenAPI).
+_PATH_PARAM = re.compile(r"{([A-Za-z_][A-Za-z0-9_]*)(?::[A-Za-z_]+)?}")
+# Path parameters the handlers parse as UUIDs (``ApiRequest.uuid``).
+_UUID_PARAMS = frozenset({"task_id", "worker_id"})
+# Success statuses an endpoint answers besides ``Endpoint.status`` (the record has room for
+# one only): PUT of an identical registration is 200, not 201.
+_OTHER_SUCCESSES: dict[tuple[str, str], tuple[int, ...]] = {
+    ("PUT", "/rooms/{room_id}/jobs"): (200,),
+}
+# Bodies read with ``ApiRequest.optional_body`` (an empty body is allowed).
+_OPTIONAL_BODIES = frozenset({("PATCH", "/workers/{worker_id}")})
+
+
+def openapi_path(path: str) -> str:
+    """A Starlette path template in OpenAPI form (converters dropped)."""
+    return _PATH_PARAM.sub(lambda m: "{" + m.group(1) + "}", path)
+
+
+def path_parameters(path: str) -> list[str]:
+    return [match.group(1) for match in _PATH_PARAM.finditer(path)]
+
+
+def _version() -> str:
+    try:
+        return metadata.version("taskhub")
+    except metadata.PackageNotFoundError:  # pragma: no cover - source checkout
+        return "0.0.0"
+
+
+def build_openapi(endpoints: Iterable[Endpoint], prefix: str) -> dict[str, Any]:
+    """The document for ``endpoints`` served under ``prefix``."""
+    endpoints = list(endpoints)
+    wanted: list[tuple[type[BaseModel], JsonSchemaMode]] = [(ProblemOut, "serialization")]
+    for ep in endpoints:
+        if ep.body is not None:
+            wanted.append((ep.body, "validation"))
+        if ep.query is not None:
+            wanted.append((ep.query, "validation"))
+        if ep.response is not None:
+            wanted.append((ep.response, "serialization"))
+    wanted = list(dict.fromkeys(wanted))
+    refs, definitions = models_json_schema(wanted, ref_template=REF_TEMPLATE)
+    components: dict[str, Any] = definitions.get("$defs", {})
+
+    def ref(model: type[BaseModel], mode: JsonSchemaMode) -> dict[str, Any]:
+        return dict(refs[(model, mode)])
+
+    problem = ref(ProblemOut, "serialization")
+    paths: dict[str, dict[str, Any]] = {}
+    for ep in endpoints:
+        operation: dict[str, Any] = {
+            "operationId": ep.handler.__name__,
+            "summary": ep.summary,
+            "tags": [ep.handler.__module__.rsplit(".", 1)[-1]],
+            "security": [{SECURITY_SCHEME: []}],
+        }
+        description = " ".join((ep.handler.__doc__ or "").split())
+        if description and description != ep.summary:
+            operation["description"] = description
+        parameters = [_path_parameter(name) for name in path_parameters(ep.path)]
+        if ep.query is not None:
+            parameters.extend(_query_parameters(components, ref(ep.query, "validation")))
+        if parameters:
+            operation["parameters"] = parameters
+        if ep.body is not None:
+            operation["requestBody"] = {
+                "required": (ep.method, ep.path) not in _OPTIONAL_BODIES,
+                "content": {JSON_MEDIA_TYPE: {"schema": ref(ep.body, "validation")}},
+            }
+        operation["responses"] = _responses(ep, ref, problem)
+        paths.setdefault(openapi_path(prefix + ep.path), {})[ep.method.lower()] = operation
+    return {
+        "openapi": OPENAPI_VERSION,
+        "info": {
+            "title": "Taskhub",
+            "version": _version(),
+            "description": "Real-time collaborative task hub: rooms, remote workers, tasks.",
+        },
+        "paths": paths,
+        "components": {
+            "schemas": components,
+            "securitySchemes": {
+                SECURITY_SCHEME: {
+                    "type": "http",
+                    "scheme": "bearer",
+                    "description": "An API token: Authorization: Bearer <token>.",
+                }
+            },
+        },
+    }
+
+
+def _path_parameter(name: str) -> dict[str, Any]:
+    schema: dict[str, Any] = {"type": "string"}
+    if name in _UUID_PARAMS:
+        schema["format"] = "uuid"
+    return {"name": name, "in": "path", "required": True, "schema": schema}
+
+
+def _query_parameters(components: dict[str, Any], query_ref: dict[str, Any]) -> list[Any]:
+    name = query_ref["$ref"].rsplit("/", 1)[-1]
+    model_schema = components[name]
+    required = set(model_schema.get("required", ()))
+    return [
+        {
+            "name": field,
+            "in": "query",
+            "required": field in required,
+            "schema": copy.deepcopy(schema),
+        }
+        for field, schema in model_schema.get("properties", {}).items()
+    ]
+
+
+def _responses(
+    ep: Endpoint,
+    ref: Callable[[type[BaseModel], JsonSchemaMode], dict[str, Any]],
+    problem: dict[str, Any],
+) -> dict[str, Any]:
+    success: dict[str, Any] = {"description": HTTPStatus(ep.status).phrase}
+    if ep.response is not None and ep.status != 204:
+        success["content"] = {JSON_MEDIA_TYPE: {"schema": ref(ep.response, "serialization")}}
+    if ep.headers:
+        success["headers"] = {
+            header: {"description": description, "schema": {"type": "string"}}
+            for header, description in ep.headers.items()
+        }
+    responses: dict[str, Any] = {str(ep.status): success}
+    for status in _OTHER_SUCCESSES.get((ep.method, ep.path), ()):
+        responses[str(status)] = {**success, "description": HTTPStatus(status).phrase}
+    responses = dict(sorted(responses.items()))
+    for status in sorted({*ep.errors, *ALWAYS_ERRORS}):
+        responses[str(status)] = {
+            "description": HTTPStatus(status).phrase,
+            "content": {PROBLEM_MEDIA_TYPE: {"schema": dict(problem)}},
+        }
+    return responses
+
+
+def openapi_endpoint(
+    endpoints: Iterable[Endpoint], prefix: str
+) -> Callable[[Request], Awaitable[Response]]:
+    """A Starlette endpoint serving the document (built once, on first use)."""
+    endpoints = list(endpoints)
+    cache: dict[str, Any] = {}
+
+    async def openapi_json(_request: Request) -> Response:
+        if "document" not in cache:
+            cache["document"] = build_openapi(endpoints, prefix)
+        return json_response(cache["document"])
+
+    return openapi_json

@@ -1,0 +1,171 @@
+"""The OpenAPI document: valid OpenAPI 3.1, in step with the served routes, and its schemas
+describe the bodies the server really sends."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import jsonschema
+from openapi_spec_validator import validate
+from starlette.routing import Route
+
+from app.main import API_PREFIX, ENDPOINTS
+from app.transport.http.openapi import build_openapi, openapi_path
+from tests.support.api import ApiClient
+
+PROBLEM = "application/problem+json"
+
+
+async def fetch_document(http: httpx.AsyncClient) -> dict[str, Any]:
+    response = await http.get("/openapi.json")  # no Authorization header
+    assert response.status_code == 200, response.text
+    assert response.headers["content-type"].startswith("application/json")
+    return response.json()
+
+
+def documented_operations(document: dict[str, Any]) -> set[tuple[str, str]]:
+    return {
+        (method.upper(), path)
+        for path, item in document["paths"].items()
+        for method in item
+        if path.startswith("/v1/")
+    }
+
+
+def assert_matches(
+    document: dict[str, Any], method: str, path: str, response: httpx.Response
+) -> None:
+    """``response`` has a documented status, media type and a body valid against the
+    documented schema ($refs resolved against the document's components)."""
+    operation = document["paths"][API_PREFIX + path][method.lower()]
+    documented = operation["responses"].get(str(response.status_code))
+    assert documented is not None, (method, path, response.status_code, response.text)
+    if response.status_code == 204:
+        assert "content" not in documented
+        assert response.content == b""
+        return
+    media_type = response.headers["content-type"].split(";")[0]
+    assert media_type in documented["content"], (method, path, media_type)
+    schema = {
+        "allOf": [documented["content"][media_type]["schema"]],
+        "components": document["components"],
+    }
+    jsonschema.Draft202012Validator(
+        schema, format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER
+    ).validate(response.json())
+
+
+async def test_document_is_valid_openapi_3_1(http: httpx.AsyncClient) -> None:
+    document = await fetch_document(http)
+    validate(document)  # raises on an invalid document
+    assert document["openapi"].startswith("3.1")
+    assert document == build_openapi(ENDPOINTS, API_PREFIX)
+
+
+async def test_operations_are_secured_and_list_their_errors(http: httpx.AsyncClient) -> None:
+    document = await fetch_document(http)
+    schemes = document["components"]["securitySchemes"]
+    ((scheme_name, scheme),) = schemes.items()
+    assert (scheme["type"], scheme["scheme"]) == ("http", "bearer")
+    for endpoint in ENDPOINTS:
+        path = openapi_path(API_PREFIX + endpoint.path)
+        operation = document["paths"][path][endpoint.method.lower()]
+        assert operation["security"] == [{scheme_name: []}]
+        statuses = {int(status) for status in operation["responses"]}
+        assert statuses - {200} == {endpoint.status, *endpoint.errors, 401, 422} - {200}
+        for status in {*endpoint.errors, 401, 422}:
+            content = operation["responses"][str(status)]["content"]
+            assert content == {PROBLEM: {"schema": {"$ref": "#/components/schemas/ProblemOut"}}}
+        path_params = {p["name"] for p in operation.get("parameters", ()) if p["in"] == "path"}
+        assert path_params == {name.strip("{}") for name in path.split("/") if "{" in name}
+        if endpoint.body is not None:
+            assert "requestBody" in operation
+        if endpoint.query is not None:
+            query = {p["name"] for p in operation["parameters"] if p["in"] == "query"}
+            assert query == set(endpoint.query.model_fields)
+
+
+async def test_every_served_route_is_documented_and_vice_versa(
+    app: Any, http: httpx.AsyncClient
+) -> None:
+    document = await fetch_document(http)
+    served = {
+        (method, openapi_path(route.path))
+        for route in app.web.routes
+        if isinstance(route, Route) and route.path.startswith("/v1/")
+        for method in route.methods or ()
+        if method != "HEAD"  # Starlette adds HEAD to every GET route
+    }
+    assert served
+    assert "{full_name}" in "".join(path for _, path in served)
+    assert not any(":path}" in path for path in document["paths"])
+    assert served == documented_operations(document)
+    assert documented_operations(document) == {
+        (ep.method, openapi_path(API_PREFIX + ep.path)) for ep in ENDPOINTS
+    }
+
+
+async def test_documented_schemas_match_real_responses(
+    http: httpx.AsyncClient, alice: ApiClient, bob: ApiClient, anonymous: ApiClient
+) -> None:
+    document = await fetch_document(http)
+    room, job = "room1", "room1:modifiers:Rotate"
+
+    async def check(client: ApiClient, method: str, path: str, actual: str, **kw: Any) -> Any:
+        response = await client.request(method, actual, **kw)
+        assert_matches(document, method, path, response)
+        return response.json() if response.content else None
+
+    worker = await check(alice, "POST", "/workers", "/workers")
+    wid = worker["id"]
+    await check(alice, "GET", "/workers", "/workers")
+    await check(alice, "PATCH", "/workers/{worker_id}", f"/workers/{wid}")
+    await check(alice, "PATCH", "/workers/{worker_id}", f"/workers/{wid}", json={"tasks": []})
+    body = {"category": "modifiers", "name": "Rotate", "schema": {}, "worker_id": wid}
+    await check(alice, "PUT", "/rooms/{room_id}/jobs", f"/rooms/{room}/jobs", json=body)
+    await check(alice, "PUT", "/rooms/{room_id}/jobs", f"/rooms/{room}/jobs", json=body)
+    await check(alice, "GET", "/rooms/{room_id}/jobs", f"/rooms/{room}/jobs")
+    await check(alice, "GET", "/rooms/{room_id}/jobs/{full_name}", f"/rooms/{room}/jobs/{job}")
+    await check(alice, "GET", "/rooms/{room_id}/workers", f"/rooms/{room}/workers")
+    submit = "/rooms/{room_id}/tasks/{full_name}"
+    task = await check(alice, "POST", submit, f"/rooms/{room}/tasks/{job}", json={"payload": {}})
+    await check(alice, "GET", "/tasks/{task_id}", f"/tasks/{task['id']}")
+    await check(alice, "GET", "/rooms/{room_id}/tasks", f"/rooms/{room}/tasks")
+    await check(
+        alice,
+        "GET",
+        "/rooms/{room_id}/jobs/{full_name}/tasks",
+        f"/rooms/{room}/jobs/{job}/tasks",
+        params={"status": "pending"},
+    )
+    claimed = await check(alice, "POST", "/tasks/claim", "/tasks/claim", json={"worker_id": wid})
+    token = claimed["task"]["claim_token"]
+    await check(alice, "POST", "/tasks/claim", "/tasks/claim", json={"worker_id": wid})
+    await check(
+        alice, "POST", "/tasks/claim", "/tasks/claim", json={"worker_id": wid, "max_tasks": 5}
+    )
+    update = "/tasks/{task_id}"
+    tid = task["id"]
+    await check(alice, "PATCH", update, f"/tasks/{tid}", json={"status": "running"})
+    await check(alice, "PATCH", update, f"/tasks/{tid}", json={"progress": 0.5})
+    await check(
+        alice,
+        "PATCH",
+        update,
+        f"/tasks/{tid}",
+        json={"status": "completed", "claim_token": token, "result": {"ok": [1, 2]}},
+    )
+    await check(alice, "GET", "/tasks/{task_id}", f"/tasks/{tid}")
+
+    # Errors: problem documents valid against ProblemOut, with documented statuses.
+    await check(anonymous, "GET", "/workers", "/workers")  # 401
+    await check(alice, "GET", "/tasks/{task_id}", "/tasks/not-a-uuid")  # 422
+    await check(alice, "PATCH", update, f"/tasks/{tid}", json={"status": "running"})  # 409
+    await check(bob, "PATCH", "/workers/{worker_id}", f"/workers/{wid}")  # 403
+    await check(alice, "PUT", "/rooms/{room_id}/jobs", "/rooms/a@b/jobs", json=body)  # 400
+    missing = "room1:modifiers:Missing"
+    await check(alice, "POST", submit, f"/rooms/{room}/tasks/{missing}", json={})  # 404
+    await check(alice, "POST", submit, f"/rooms/{room}/tasks/{job}", content=b"[")  # 422
+    await check(alice, "DELETE", "/workers/{worker_id}", f"/workers/{wid}")  # 204
+    await check(alice, "DELETE", "/workers/{worker_id}", f"/workers/{wid}")  # 404
