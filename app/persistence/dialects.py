@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Table, bindparam, exists, select, text, update
+from sqlalchemy import Table, bindparam, exists, literal, select, text, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.sql import Executable
 
@@ -32,6 +32,30 @@ def _served_jobs() -> Any:
             job_table.c.room_id != INTERNAL_ROOM,
         )
     )
+
+
+@functools.cache
+def insert_task_of_live_job(dialect: str) -> Executable:
+    """``INSERT INTO task … SELECT … FROM job WHERE id = :b_job_id AND NOT deleted
+    ON CONFLICT DO NOTHING``: no row when the job was soft-deleted meanwhile, or when an
+    equal ``(submitter, job, idempotency key)`` already exists (the unique index decides
+    between racing duplicates). Both engines spell it alike, through their dialects."""
+    task = task_table
+    module = postgresql if dialect == "postgresql" else sqlite
+    columns = ["id", "job_id", "room_id", "status", "payload", "created_at", "submitted_by"]
+    columns += ["attempt", "idempotency_key"]
+    rows = select(
+        bindparam("b_id", type_=task.c.id.type),
+        job_table.c.id,
+        bindparam("b_room_id", type_=task.c.room_id.type),
+        literal(TaskStatus.PENDING.value, type_=task.c.status.type),
+        bindparam("b_payload", type_=task.c.payload.type),
+        bindparam("b_created_at", type_=task.c.created_at.type),
+        bindparam("b_submitted_by", type_=task.c.submitted_by.type),
+        bindparam("b_attempt", type_=task.c.attempt.type),
+        bindparam("b_key", type_=task.c.idempotency_key.type),
+    ).where(job_table.c.id == bindparam("b_job_id"), job_table.c.deleted.is_(False))
+    return module.insert(task).from_select(columns, rows).on_conflict_do_nothing()
 
 
 HAS_CLAIMABLE = select(

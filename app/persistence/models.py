@@ -110,6 +110,8 @@ class Task(TaskhubModel, table=True):
         Index("ix_task_room_created", "room_id", "created_at"),
         Index("ix_task_job_room_created", "job_id", "room_id", "created_at"),
         Index("ix_task_worker_status", "worker_id", "status"),
+        # Idempotent submits: one task per (submitter, job, Idempotency-Key).
+        Index("ix_task_idempotency", "submitted_by", "job_id", "idempotency_key", unique=True),
     )
 
     id: UUID = Field(default_factory=new_id, primary_key=True)
@@ -136,6 +138,7 @@ class Task(TaskhubModel, table=True):
     # Claimed/running tasks only: extended by the worker's heartbeat and progress; the
     # sweeper fails a task whose lease ran out (a lost claim reply, a wedged worker).
     lease_expires_at: datetime | None = Field(default=None, sa_type=UTCDateTime, index=True)
+    idempotency_key: str | None = Field(default=None, sa_type=String(255))
 
 
 user_table = User.__table__

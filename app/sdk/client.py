@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import math
 import time
+import uuid
 from types import TracebackType
 from typing import Any
 
@@ -84,13 +85,15 @@ class Client:
         """Submit ``job`` (an Extension instance, or a full job name plus ``payload``)
         into ``room``."""
         names, body = _candidates(job, payload, room, job_room)
+        key = {"Idempotency-Key": uuid.uuid4().hex}
         for index, name in enumerate(names):
             try:
                 response = self._hub.request(
                     "POST",
                     f"/rooms/{segment(room)}/tasks/{segment(name)}",
                     json={"payload": body},
-                    idempotent=False,
+                    headers=key,
+                    idempotent=True,  # the key makes a retry after a lost answer safe
                 )
             except NotFound:
                 if index == len(names) - 1:
@@ -188,13 +191,15 @@ class AsyncClient:
         job_room: str | None = None,
     ) -> AsyncTaskHandle:
         names, body = _candidates(job, payload, room, job_room)
+        key = {"Idempotency-Key": uuid.uuid4().hex}
         for index, name in enumerate(names):
             try:
                 response = await self._hub.request(
                     "POST",
                     f"/rooms/{segment(room)}/tasks/{segment(name)}",
                     json={"payload": body},
-                    idempotent=False,
+                    headers=key,
+                    idempotent=True,  # the key makes a retry after a lost answer safe
                 )
             except NotFound:
                 if index == len(names) - 1:

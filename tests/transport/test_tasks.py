@@ -358,3 +358,45 @@ async def test_a_revived_job_validates_against_its_new_schema(alice, job):
     assert_problem(
         await alice.post(f"/rooms/room1/tasks/{JOB}", json={"payload": {}}), 422, "validation-error"
     )
+
+
+async def test_idempotency_key_returns_the_original_task(alice, bob, job):
+    key = {"Idempotency-Key": "order-42"}
+    first = await alice.post(f"/rooms/room1/tasks/{JOB}", json={"payload": {}}, headers=key)
+    again = await alice.post(f"/rooms/room1/tasks/{JOB}", json={"payload": {}}, headers=key)
+    assert (first.status_code, again.status_code) == (202, 200)
+    assert again.json()["id"] == first.json()["id"]
+    assert again.headers["location"] == first.headers["location"]
+    other_user = await bob.post(f"/rooms/room1/tasks/{JOB}", json={"payload": {}}, headers=key)
+    assert other_user.status_code == 202 and other_user.json()["id"] != first.json()["id"]
+    assert (await alice.get("/rooms/room1/tasks")).json()["total"] == 2
+
+
+async def test_a_replay_reports_the_tasks_current_state(alice, job):
+    key = {"Idempotency-Key": "k1"}
+    task = (await alice.post(f"/rooms/room1/tasks/{JOB}", json={}, headers=key)).json()
+    await alice.claim(job["worker_id"])
+    replay = await alice.post(f"/rooms/room1/tasks/{JOB}", json={}, headers=key)
+    assert replay.json()["id"] == task["id"] and replay.json()["status"] == "claimed"
+
+
+async def test_concurrent_duplicates_create_one_task(alice, job):
+    import asyncio
+
+    key = {"Idempotency-Key": "burst"}
+    answers = await asyncio.gather(
+        *(alice.post(f"/rooms/room1/tasks/{JOB}", json={}, headers=key) for _ in range(8))
+    )
+    assert sorted(a.status_code for a in answers) == [200] * 7 + [202]
+    assert len({a.json()["id"] for a in answers}) == 1
+    assert (await alice.get("/rooms/room1/tasks")).json()["total"] == 1
+
+
+@pytest.mark.parametrize("key", [b"", b"x" * 256, b"tab\there", "naïve".encode("latin-1")])
+async def test_malformed_idempotency_key_is_422(alice, job, key):
+    response = await alice.post(
+        f"/rooms/room1/tasks/{JOB}", json={}, headers={"Idempotency-Key": key}
+    )
+    problem = assert_problem(response, 422, "validation-error")
+    assert problem["errors"][0]["loc"] == ["header", "Idempotency-Key"]
+    assert (await alice.get("/rooms/room1/tasks")).json()["total"] == 0

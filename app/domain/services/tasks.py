@@ -7,7 +7,7 @@ from datetime import timedelta
 from typing import Any, Protocol
 from uuid import UUID, uuid4
 
-from sqlalchemy import bindparam, exists, false, func, insert, literal, or_, select, update
+from sqlalchemy import bindparam, exists, false, func, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.domain.errors import (
@@ -39,8 +39,8 @@ from app.domain.services.task_rows import (
 )
 from app.domain.states import TaskStatus, check_transition, is_terminal, predecessors
 from app.persistence.database import Database
-from app.persistence.dialects import HAS_CLAIMABLE, claim_statement
-from app.persistence.models import job_table, task_table, worker_table
+from app.persistence.dialects import HAS_CLAIMABLE, claim_statement, insert_task_of_live_job
+from app.persistence.models import task_table, worker_table
 from app.persistence.types import new_id, utcnow
 
 task = task_table
@@ -59,9 +59,13 @@ async def submit_task(
     full_name: str,
     payload: dict[str, Any],
     internal: InternalExecutors,
-) -> tuple[TaskRecord, EventBatch]:
-    """Queue a task of a job visible from ``room_id``. An ``@internal`` task is inserted as
-    its first attempt: the caller dispatches it to the broker after this commit."""
+    idempotency_key: str | None = None,
+) -> tuple[TaskRecord, EventBatch, bool]:
+    """Queue a task of a job visible from ``room_id``; returns ``(task, events, created)``.
+    An ``@internal`` task is inserted as its first attempt: the caller dispatches it to the
+    broker after this commit. With ``idempotency_key``, a task this user already submitted
+    to this job with that key is returned instead (``created`` False, no events) — also
+    when the duplicates race: the unique index decides, and the loser reads the winner."""
     validate_room_id(room_id)
     events = EventBatch()
     async with db.autocommit() as conn:
@@ -88,9 +92,14 @@ async def submit_task(
             claim_token=None,
             attempt=1 if job.room_id == INTERNAL_ROOM else 0,
         )
+        if idempotency_key is not None:
+            original = await _submitted_before(conn, principal, job.id, idempotency_key)
+            if original is not None:
+                return original, events, False
         inserted = await conn.execute(
-            _INSERT_TASK_OF_LIVE_JOB,
+            insert_task_of_live_job(db.dialect),
             {
+                "b_key": idempotency_key,
                 "b_id": record.id,
                 "b_job_id": record.job_id,
                 "b_room_id": room_id,
@@ -100,13 +109,32 @@ async def submit_task(
                 "b_attempt": record.attempt,
             },
         )
-        if inserted.rowcount != 1:  # soft-deleted since it was looked up
+        if inserted.rowcount != 1:  # a concurrent duplicate won, or the job was soft-deleted
+            if idempotency_key is not None:
+                original = await _submitted_before(conn, principal, job.id, idempotency_key)
+                if original is not None:
+                    return original, events, False
             raise JobNotFound(f"Job {full_name!r} not found.")
         record.queue_position = await queue_position(conn, record)
     events.add(TaskStatusChanged(record))
     if job.room_id != INTERNAL_ROOM:
         events.add(TaskAvailable(job_name=job_name, room_id=room_id, task_id=str(record.id)))
-    return record, events
+    return record, events, True
+
+
+async def _submitted_before(
+    conn: AsyncConnection, principal: Principal, job_id: UUID, key: str
+) -> TaskRecord | None:
+    params = {"b_user": principal.id, "b_job": job_id, "b_key": key}
+    row = (await conn.execute(_IDEMPOTENT_REPLAY, params)).first()
+    return joined_record(row) if row is not None else None
+
+
+_IDEMPOTENT_REPLAY = SELECT_TASKS.where(
+    task.c.submitted_by == bindparam("b_user"),
+    task.c.job_id == bindparam("b_job"),
+    task.c.idempotency_key == bindparam("b_key"),
+)
 
 
 async def claim_tasks(
@@ -221,21 +249,6 @@ def _update_statement(
             guard.append(owns_worker)
     values = {column: bindparam(f"v_{column}") for column in columns}
     return update(task).where(*guard).values(values).returning(*task.c)
-
-
-_INSERT_TASK_OF_LIVE_JOB = insert(task).from_select(
-    ["id", "job_id", "room_id", "status", "payload", "created_at", "submitted_by", "attempt"],
-    select(
-        bindparam("b_id", type_=task.c.id.type),
-        job_table.c.id,
-        bindparam("b_room_id", type_=task.c.room_id.type),
-        literal(TaskStatus.PENDING.value, type_=task.c.status.type),
-        bindparam("b_payload", type_=task.c.payload.type),
-        bindparam("b_created_at", type_=task.c.created_at.type),
-        bindparam("b_submitted_by", type_=task.c.submitted_by.type),
-        bindparam("b_attempt", type_=task.c.attempt.type),
-    ).where(job_table.c.id == bindparam("b_job_id"), job_table.c.deleted.is_(False)),
-)
 
 
 def _transition_values(target: TaskStatus | None, error: str | None, result: Any) -> dict[str, Any]:

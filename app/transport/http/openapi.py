@@ -29,9 +29,11 @@ _PATH_PARAM = re.compile(r"{([A-Za-z_][A-Za-z0-9_]*)(?::[A-Za-z_]+)?}")
 # Path parameters the handlers parse as UUIDs (``ApiRequest.uuid``).
 _UUID_PARAMS = frozenset({"task_id", "worker_id"})
 # Success statuses an endpoint answers besides ``Endpoint.status`` (the record has room for
-# one only): PUT of an identical registration is 200, not 201.
+# one only): PUT of an identical registration is 200, not 201; a submit replayed with the
+# same Idempotency-Key is 200, not 202.
 _OTHER_SUCCESSES: dict[tuple[str, str], tuple[int, ...]] = {
     ("PUT", "/rooms/{room_id}/jobs"): (200,),
+    ("POST", "/rooms/{room_id}/tasks/{full_name:path}"): (200,),
 }
 # Bodies read with ``ApiRequest.optional_body`` (an empty body is allowed).
 _OPTIONAL_BODIES = frozenset({("PATCH", "/workers/{worker_id}")})

@@ -8,6 +8,7 @@ import re
 
 from starlette.responses import Response
 
+from app.domain.errors import ValidationFailed
 from app.domain.naming import INTERNAL_ROOM
 from app.domain.records import TaskRecord
 from app.domain.services import tasks as service
@@ -43,23 +44,36 @@ SAFETY_RECHECK_SECONDS = 5.0
 async def submit_task(req: ApiRequest) -> Response:
     """Submit a task of a job visible from the room."""
     body = await req.body(TaskSubmitIn)
-    record, events = await service.submit_task(
+    record, events, created = await service.submit_task(
         req.hub.db,
         req.principal,
         req.path("room_id"),
         req.path("full_name"),
         body.payload,
         req.hub.internal,
+        idempotency_key=_idempotency_key(req.header("idempotency-key")),
     )
-    if record.job_name.startswith(f"{INTERNAL_ROOM}:"):
+    if created and record.job_name.startswith(f"{INTERNAL_ROOM}:"):
         record, dispatched = await req.hub.internal.dispatch(record)
         events.extend(dispatched)
     await req.hub.publisher.publish(events)
     return json_response(
         TaskOut.of(record),
-        202,
+        202 if created else 200,  # 200: a replay of the same Idempotency-Key
         headers={"Location": f"/v1/joblib/tasks/{record.id}", "Retry-After": "1"},
     )
+
+
+def _idempotency_key(value: str | None) -> str | None:
+    """1 to 255 visible ASCII characters, or no header at all."""
+    if value is None:
+        return None
+    if not (0 < len(value) <= 255 and all(33 <= ord(ch) <= 126 for ch in value)):
+        raise ValidationFailed(
+            "Idempotency-Key must be 1 to 255 visible ASCII characters.",
+            errors=[{"loc": ["header", "Idempotency-Key"], "msg": "invalid idempotency key"}],
+        )
+    return value
 
 
 @api.route("POST", "/tasks/claim", body=TaskClaimIn, response=TaskClaimOut, errors=(403, 404, 422))
