@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import importlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 from app.dispatch.definitions import InternalJob
 
@@ -36,5 +36,5 @@ class InternalRegistry:
     def get(self, full_name: str) -> type[InternalJob] | None:
         return self._jobs.get(full_name)
 
-    def __iter__(self):  # type: ignore[no-untyped-def]
+    def __iter__(self) -> Iterator[type[InternalJob]]:
         return iter(self._jobs.values())

@@ -41,7 +41,6 @@ def insert_task_of_live_job(dialect: str) -> Executable:
     equal ``(submitter, job, idempotency key)`` already exists (the unique index decides
     between racing duplicates). Both engines spell it alike, through their dialects."""
     task = task_table
-    module = postgresql if dialect == "postgresql" else sqlite
     columns = ["id", "job_id", "room_id", "status", "payload", "created_at", "submitted_by"]
     columns += ["attempt", "idempotency_key"]
     rows = select(
@@ -55,7 +54,7 @@ def insert_task_of_live_job(dialect: str) -> Executable:
         bindparam("b_attempt", type_=task.c.attempt.type),
         bindparam("b_key", type_=task.c.idempotency_key.type),
     ).where(job_table.c.id == bindparam("b_job_id"), job_table.c.deleted.is_(False))
-    return module.insert(task).from_select(columns, rows).on_conflict_do_nothing()
+    return _insert(dialect, task).from_select(columns, rows).on_conflict_do_nothing()
 
 
 HAS_CLAIMABLE = select(
@@ -120,8 +119,12 @@ def claim_statement(dialect: str, *, check_owner: bool, limit: int) -> Executabl
 
 def insert_ignoring_duplicates(dialect: str, table: Table, values: dict[str, Any]) -> Executable:
     """``INSERT … ON CONFLICT DO NOTHING`` (both engines spell it alike, via their dialects)."""
-    module = postgresql if dialect == "postgresql" else sqlite
-    return module.insert(table).values(**values).on_conflict_do_nothing()
+    return _insert(dialect, table).values(**values).on_conflict_do_nothing()
+
+
+def _insert(dialect: str, table: Table) -> Any:
+    """The dialect's own ``INSERT`` construct (it has ``on_conflict_do_nothing``)."""
+    return (postgresql if dialect == "postgresql" else sqlite).insert(table)
 
 
 @asynccontextmanager

@@ -25,7 +25,9 @@ DISPATCH_FAILED = "Failed to dispatch to internal executor"
 INTERNAL_TIMEOUT = "Internal worker timeout"
 
 
-async def _write(db: Database, task_id: UUID, guard: list[Any], values: dict[str, Any]):  # type: ignore[no-untyped-def]
+async def _write(
+    db: Database, task_id: UUID, guard: list[Any], values: dict[str, Any]
+) -> tuple[TaskRecord | None, EventBatch]:
     async with db.write() as conn:
         row = (
             await conn.execute(

@@ -8,6 +8,7 @@ from uuid import UUID
 
 from sqlalchemy import and_, bindparam, exists, func, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.sql import ColumnElement
 
 from app.domain.errors import Forbidden, JobNotFound, SchemaConflict
 from app.domain.events import EventBatch, JobsInvalidate
@@ -158,7 +159,7 @@ async def _job_workers(conn: AsyncConnection, job_id: UUID) -> list[UUID]:
     return list(rows.scalars())
 
 
-def _visible_jobs(room_id: str):  # type: ignore[no-untyped-def]
+def _visible_jobs(room_id: str) -> ColumnElement[bool]:
     return and_(job.c.room_id.in_(visible_job_rooms(room_id)), job.c.deleted.is_(False))
 
 

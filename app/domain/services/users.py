@@ -9,6 +9,7 @@ from uuid import UUID
 
 from sqlalchemy import func, insert, select, update
 from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.domain.errors import NotFound, ValidationFailed
 from app.domain.records import Principal
@@ -84,7 +85,7 @@ async def count_users(db: Database) -> int:
         return int(await conn.scalar(select(func.count()).select_from(user_table)) or 0)
 
 
-async def _insert_token(conn, user_id: UUID, token: str) -> None:  # type: ignore[no-untyped-def]
+async def _insert_token(conn: AsyncConnection, user_id: UUID, token: str) -> None:
     await conn.execute(
         insert(token_table).values(
             id=new_id(), user_id=user_id, token_hash=hash_token(token), created_at=utcnow()

@@ -7,7 +7,7 @@ from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID
 
-from sqlalchemy import bindparam, delete, func, insert, select, update
+from sqlalchemy import Select, bindparam, delete, func, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.domain.errors import WorkerNotFound
@@ -15,7 +15,7 @@ from app.domain.events import EventBatch, JobsInvalidate, TaskStatusChanged
 from app.domain.naming import validate_room_id, visible_job_rooms
 from app.domain.records import Page, Principal, WorkerRecord
 from app.domain.services.jobs import JobNames, soft_delete_if_orphaned
-from app.domain.services.ownership import check_owner, owned_worker
+from app.domain.services.ownership import owned_worker
 from app.domain.services.task_rows import task_record
 from app.domain.states import ACTIVE_STATUSES, TaskStatus
 from app.persistence.database import Database
@@ -175,7 +175,7 @@ async def remove_worker(conn: AsyncConnection, worker_id: UUID, reason: str) -> 
     return events
 
 
-def _summary_query(where: Any):  # type: ignore[no-untyped-def]
+def _summary_query(where: Any) -> Select[Any]:
     job_count = (
         select(func.count())
         .where(link_table.c.worker_id == worker.c.id)
@@ -224,14 +224,3 @@ async def list_room_workers(
         )
     )
     return await _page(db, worker.c.id.in_(serving), limit, offset)
-
-
-__all__ = [
-    "check_owner",
-    "create_worker",
-    "delete_worker",
-    "heartbeat",
-    "list_room_workers",
-    "list_workers",
-    "remove_worker",
-]

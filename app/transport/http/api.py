@@ -3,7 +3,6 @@ body (with size limits), and a record of each endpoint's models for the OpenAPI 
 
 from __future__ import annotations
 
-import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -17,10 +16,10 @@ from starlette.responses import Response
 from app.domain.errors import PayloadTooLarge, Unauthorized, ValidationFailed
 from app.domain.records import Principal
 from app.runtime import Hub
+from app.transport.credentials import bearer_token
 
 M = TypeVar("M", bound=BaseModel)
 JSON_MEDIA_TYPE = "application/json"
-_BEARER = re.compile(r"^\s*Bearer\s+(\S+)\s*$", re.IGNORECASE)
 
 
 def json_response(
@@ -170,10 +169,10 @@ class Endpoint:
 
 
 async def authenticate(request: Request, hub: Hub) -> Principal:
-    match = _BEARER.match(request.headers.get("authorization", ""))
-    if match is None:
+    token = bearer_token(request.headers.get("authorization"))
+    if token is None:
         raise Unauthorized("Missing bearer token (Authorization: Bearer <token>).")
-    principal = await hub.auth.authenticate(match.group(1))
+    principal = await hub.auth.authenticate(token)
     if principal is None:
         raise Unauthorized("Invalid or revoked token.")
     return principal

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,11 +17,11 @@ from app.domain.naming import JobName, validate_room_id
 from app.domain.records import Principal
 from app.domain.services.workers import heartbeat
 from app.runtime import Hub
+from app.transport.credentials import bearer_token
 from app.transport.http.problems import problem_body
 
 log = logging.getLogger(__name__)
 Ack = Callable[[str, Any], Awaitable[dict[str, Any]]]
-_BEARER = re.compile(r"^\s*Bearer\s+(\S+)\s*$", re.IGNORECASE)
 
 
 @dataclass
@@ -84,8 +83,7 @@ class SocketHandlers:
     async def connect(self, sid: str, environ: dict[str, Any], auth: Any = None) -> None:
         token = auth.get("token") if isinstance(auth, dict) else None
         if not isinstance(token, str) or not token:
-            match = _BEARER.match(environ.get("HTTP_AUTHORIZATION", ""))
-            token = match.group(1) if match else None
+            token = bearer_token(environ.get("HTTP_AUTHORIZATION"))
         principal = await self.hub.auth.authenticate(token) if token else None
         if principal is None:
             refusal = Unauthorized("A valid token is required: connect with auth={'token': ...}.")
