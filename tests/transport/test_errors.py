@@ -76,7 +76,15 @@ async def test_bad_uuid_in_path_is_422(alice, path):
 
 
 @pytest.mark.parametrize(
-    "query", ["limit=-1", "limit=501", "offset=-3", "limit=abc", "status=done"]
+    "query",
+    [
+        "limit=-1",
+        "limit=501",
+        "offset=-3",
+        "offset=9223372036854775808",
+        "limit=abc",
+        "status=done",
+    ],
 )
 async def test_bad_pagination_or_filter_is_422(alice, query):
     problem = assert_problem(await alice.get(f"/rooms/r/tasks?{query}"), 422, "validation-error")

@@ -199,9 +199,12 @@ class TaskUpdateIn(BaseModel):
         return self
 
 
+MAX_OFFSET = 1_000_000_000  # far past any real list; keeps offsets inside 64-bit SQL ints
+
+
 class PageQuery(BaseModel):
     limit: int = Field(default=50, ge=0, le=500)
-    offset: int = Field(default=0, ge=0)
+    offset: int = Field(default=0, ge=0, le=MAX_OFFSET)
 
 
 class TaskPageQuery(PageQuery):
