@@ -12,11 +12,13 @@ from app.dispatch.broker import make_broker
 from app.dispatch.dispatcher import InternalDispatcher
 from app.dispatch.executor import InternalRuntime
 from app.dispatch.registry import BUILT_IN_MODULES, InternalRegistry
+from app.domain.retries import RetryPolicy
 from app.domain.services.internal_tasks import ensure_internal_jobs
 from app.domain.services.users import Authenticator, ensure_admin_token
 from app.domain.services.workers import remove_silent_worker
 from app.persistence.database import Database
 from app.persistence.migrations import check_schema_current
+from app.realtime.due_announcer import DueTaskAnnouncer
 from app.realtime.presence import WorkerPresence
 from app.realtime.publisher import Publisher
 from app.realtime.waiters import TaskWaiters
@@ -37,12 +39,15 @@ class Hub:
     wake_bus: RedisWakeBus | None = None
     presence: WorkerPresence = field(init=False)
     sweeper: Sweeper = field(init=False)
+    due_announcer: DueTaskAnnouncer = field(init=False)
 
     def __post_init__(self) -> None:
         self.presence = WorkerPresence(
             self.settings.socket_disconnect_grace_seconds, self._remove_disconnected_worker
         )
         self.sweeper = Sweeper(self.settings, self.db, self.publisher)
+        self.due_announcer = DueTaskAnnouncer(self.db, self.publisher)
+        self.publisher.add_sink(self.due_announcer)
 
     @classmethod
     def create(cls, settings: Settings) -> Hub:
@@ -88,9 +93,11 @@ class Hub:
             await self.wake_bus.start()
         if self.settings.sweeper_enabled:
             self.sweeper.start()
+        self.due_announcer.start()
 
     async def close(self) -> None:
         await self.sweeper.stop()
+        await self.due_announcer.stop()
         self.waiters.release_all()
         await self.presence.close()
         await self.broker.shutdown()
@@ -98,7 +105,11 @@ class Hub:
             await self.wake_bus.close()
         await self.db.dispose()
 
+    @property
+    def retry_policy(self) -> RetryPolicy:
+        return self.settings.retry_policy
+
     async def _remove_disconnected_worker(self, worker_id: UUID, since: datetime) -> None:
-        events = await remove_silent_worker(self.db, worker_id, since)
+        events = await remove_silent_worker(self.db, worker_id, since, policy=self.retry_policy)
         if events is not None:
             await self.publisher.publish(events)

@@ -8,6 +8,8 @@ from typing import Annotated
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from app.domain.retries import RetryPolicy
+
 DEFAULT_SQLITE_URL = "sqlite+aiosqlite:///taskhub.db"
 
 
@@ -31,6 +33,10 @@ class Settings(BaseSettings):
     socket_disconnect_grace_seconds: float = Field(default=5, ge=0)
     internal_job_modules: Annotated[list[str], NoDecode] = []
     internal_redelivery_seconds: float = Field(default=600, gt=0)
+    retry_backoff_seconds: float = Field(default=1.0, ge=0)
+    retry_backoff_max_seconds: float = Field(default=300.0, ge=0)
+    task_retention_seconds: float = Field(default=30 * 24 * 3600, ge=0)
+    retention_batch_size: int = Field(default=1000, gt=0)
 
     max_body_bytes: int = Field(default=1_048_576, gt=0)
     db_pool_size: int = Field(default=10, gt=0)
@@ -66,6 +72,10 @@ class Settings(BaseSettings):
     def redis_key(self, name: str) -> str:
         """A Redis channel or key of this deployment (deployments may share one Redis)."""
         return f"{self.redis_namespace}:{name}"
+
+    @cached_property
+    def retry_policy(self) -> RetryPolicy:
+        return RetryPolicy(self.retry_backoff_seconds, self.retry_backoff_max_seconds)
 
     @cached_property
     def is_sqlite(self) -> bool:

@@ -32,6 +32,7 @@ class SweepReport:
     workers_removed: int = 0
     leases_expired: int = 0
     tasks_failed: int = 0
+    tasks_purged: int = 0
     events: EventBatch = field(default_factory=EventBatch)
 
 
@@ -51,21 +52,29 @@ class Sweeper:
             worker_cutoff = now - timedelta(seconds=self.settings.worker_timeout_seconds)
             internal_cutoff = now - timedelta(seconds=self.settings.internal_task_timeout_seconds)
             report = SweepReport(ran=True)
+            policy = self.settings.retry_policy
             report.workers_removed, removed = await sweeps.sweep_stale_workers(
-                self.db, worker_cutoff
+                self.db, worker_cutoff, policy
             )
-            report.leases_expired, expired = await sweeps.fail_expired_leases(self.db, now)
+            report.leases_expired, expired = await sweeps.end_expired_leases(self.db, now, policy)
             stuck = await sweeps.fail_stuck_internal_tasks(self.db, internal_cutoff)
             report.tasks_failed = len(stuck)
+            if self.settings.task_retention_seconds > 0:
+                retention = timedelta(seconds=self.settings.task_retention_seconds)
+                report.tasks_purged = await sweeps.purge_old_tasks(
+                    self.db, now - retention, self.settings.retention_batch_size
+                )
             for events in (removed, expired, stuck):
                 report.events.extend(events)
         await self.publisher.publish(report.events)
-        if len(report.events):
+        if len(report.events) or report.tasks_purged:
             log.info(
-                "sweeper: %d workers removed, %d leases expired, %d internal tasks timed out",
+                "sweeper: %d workers removed, %d leases expired, %d internal tasks timed out, "
+                "%d old tasks purged",
                 report.workers_removed,
                 report.leases_expired,
                 report.tasks_failed,
+                report.tasks_purged,
             )
         return report
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from app.domain.records import TaskRecord
-from app.domain.states import is_terminal
+from app.domain.states import TaskStatus, is_terminal
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +38,8 @@ class TaskStatusChanged:
 
     name: ClassVar[str] = "task_status_event"
     task: TaskRecord
+    # The status before this change: None for a new task, the same status for progress.
+    previous: TaskStatus | None = None
 
     @property
     def room(self) -> str:
@@ -68,6 +70,9 @@ class TaskStatusChanged:
             "progress": task.progress,
             "progress_message": task.progress_message,
             "result": task.result,
+            "priority": task.priority,
+            "max_attempts": task.max_attempts,
+            "run_at": task.run_at.isoformat() if task.run_at else None,
         }
 
 

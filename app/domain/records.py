@@ -39,6 +39,9 @@ class TaskRecord:
     result: Any = None
     progress: float | None = None
     progress_message: str | None = None
+    priority: int = 0
+    max_attempts: int = 1
+    run_at: datetime | None = None
 
 
 @dataclass(slots=True)
@@ -59,6 +62,7 @@ class JobRecord:
     schema: dict[str, Any]
     deleted: bool
     workers: list[UUID] = field(default_factory=list)
+    max_attempts: int = 1
 
     @property
     def full_name(self) -> str:

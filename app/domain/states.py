@@ -50,3 +50,26 @@ _PREDECESSORS = {
     target: frozenset(s for s, targets in TRANSITIONS.items() if target in targets)
     for target in TaskStatus
 }
+
+
+def previous_status(
+    status: TaskStatus, *, started: bool, claimed: bool, retried: bool = False
+) -> TaskStatus:
+    """The status a task had just before it entered ``status``, read off the row it left.
+
+    Exact because a claim clears ``started_at`` (so a started attempt is one that ran) and
+    only a claim sets ``worker_id`` (a retry clears it again): ``claimed`` means a worker
+    holds (or held, until this change) the task, ``retried`` marks an attempt that ended
+    by going back to pending.
+    """
+    if status == TaskStatus.CLAIMED:
+        return TaskStatus.PENDING
+    if status == TaskStatus.RUNNING:
+        return TaskStatus.CLAIMED
+    if status == TaskStatus.COMPLETED:
+        return TaskStatus.RUNNING
+    if status == TaskStatus.CANCELLED and not claimed:
+        return TaskStatus.PENDING
+    if status == TaskStatus.PENDING and not retried:
+        raise ValueError("a task enters pending only when it is submitted or retried")
+    return TaskStatus.RUNNING if started else TaskStatus.CLAIMED

@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Table, bindparam, exists, literal, select, text, update
+from sqlalchemy import Table, bindparam, exists, func, literal, or_, select, text, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.sql import Executable
 
@@ -42,7 +42,7 @@ def insert_task_of_live_job(dialect: str) -> Executable:
     between racing duplicates). Both engines spell it alike, through their dialects."""
     task = task_table
     columns = ["id", "job_id", "room_id", "status", "payload", "created_at", "submitted_by"]
-    columns += ["attempt", "idempotency_key"]
+    columns += ["attempt", "idempotency_key", "priority", "max_attempts", "run_at"]
     rows = select(
         bindparam("b_id", type_=task.c.id.type),
         job_table.c.id,
@@ -53,25 +53,38 @@ def insert_task_of_live_job(dialect: str) -> Executable:
         bindparam("b_submitted_by", type_=task.c.submitted_by.type),
         bindparam("b_attempt", type_=task.c.attempt.type),
         bindparam("b_key", type_=task.c.idempotency_key.type),
+        bindparam("b_priority", type_=task.c.priority.type),
+        func.coalesce(
+            bindparam("b_max_attempts", type_=task.c.max_attempts.type), job_table.c.max_attempts
+        ),
+        bindparam("b_run_at", type_=task.c.run_at.type),
     ).where(job_table.c.id == bindparam("b_job_id"), job_table.c.deleted.is_(False))
     return _insert(dialect, task).from_select(columns, rows).on_conflict_do_nothing()
 
 
-HAS_CLAIMABLE = select(
-    exists().where(
+def _claimable() -> list[Any]:
+    """Pending and due (``run_at`` NULL or not after ``:now``)."""
+    return [
         task_table.c.status == TaskStatus.PENDING.value,
-        task_table.c.job_id.in_(_served_jobs()),
-    )
-)
-"""Whether ``:worker_id`` has anything to claim (a read, for engines with one writer)."""
+        or_(
+            task_table.c.run_at.is_(None),
+            task_table.c.run_at <= bindparam("now", type_=task_table.c.run_at.type),
+        ),
+    ]
+
+
+HAS_CLAIMABLE = select(exists().where(*_claimable(), task_table.c.job_id.in_(_served_jobs())))
+"""Whether ``:worker_id`` has anything to claim at ``:now`` (a read, for engines with one
+writer)."""
 
 
 @functools.cache
 def claim_statement(dialect: str, *, check_owner: bool, limit: int) -> Executable:
-    """Claim up to ``limit`` of the oldest pending tasks of ``:worker_id``'s jobs,
-    atomically, setting ``:claim_token``; with ``check_owner`` only if the worker belongs to
-    ``:owner_id``. Built once per shape (``limit`` is part of the shape: a bound LIMIT would
-    be re-rendered on every execution).
+    """Claim up to ``limit`` of the first claimable tasks (due at ``:now``; highest priority,
+    then oldest) of ``:worker_id``'s jobs, atomically, as a new attempt with
+    ``:claim_token``; with ``check_owner`` only if the worker belongs to ``:owner_id``.
+    Built once per shape (``limit`` is part of the shape: a bound LIMIT would be
+    re-rendered on every execution).
 
     PostgreSQL: ``WITH picked AS (SELECT … ORDER BY … LIMIT n FOR UPDATE SKIP LOCKED)
     UPDATE task … FROM picked RETURNING``. Concurrent claimers skip each other's rows
@@ -94,8 +107,8 @@ def claim_statement(dialect: str, *, check_owner: bool, limit: int) -> Executabl
         )
     candidates = (
         select(task.c.id)
-        .where(task.c.status == TaskStatus.PENDING.value, task.c.job_id.in_(served_jobs))
-        .order_by(task.c.created_at, task.c.id)
+        .where(*_claimable(), task.c.job_id.in_(served_jobs))
+        .order_by(task.c.priority.desc(), task.c.created_at, task.c.id)
         .limit(limit)
     )
     if dialect == "postgresql":
@@ -112,6 +125,12 @@ def claim_statement(dialect: str, *, check_owner: bool, limit: int) -> Executabl
             claim_token=bindparam("claim_token"),
             attempt=task.c.attempt + 1,
             lease_expires_at=bindparam("lease_until"),
+            # A fresh attempt: nothing of the previous one (a retry) carries over.
+            started_at=None,
+            error=None,
+            result=None,
+            progress=None,
+            progress_message=None,
         )
         .returning(*task.c)
     )

@@ -79,6 +79,8 @@ class Job(TaskhubModel, table=True):
     deleted: bool = Field(default=False)
     created_at: datetime = Field(default_factory=utcnow, sa_type=UTCDateTime)
     updated_at: datetime = Field(default_factory=utcnow, sa_type=UTCDateTime)
+    # Attempts a task of this job gets unless its submit says otherwise (1 = no retries).
+    max_attempts: int = Field(default=1, sa_column_kwargs={"server_default": text("1")})
 
 
 class WorkerJobLink(TaskhubModel, table=True):
@@ -98,14 +100,19 @@ class Task(TaskhubModel, table=True):
 
     __tablename__ = "task"
     __table_args__ = (
-        # The claim queue: only pending rows, in FIFO order per job.
+        # Delayed and retried tasks waiting for their ``run_at`` (the due-task announcer).
         Index(
-            "ix_task_pending_queue",
-            "job_id",
-            "created_at",
-            "id",
-            sqlite_where=text("status = 'pending'"),
-            postgresql_where=text("status = 'pending'"),
+            "ix_task_due",
+            "run_at",
+            sqlite_where=text("status = 'pending' AND run_at IS NOT NULL"),
+            postgresql_where=text("status = 'pending' AND run_at IS NOT NULL"),
+        ),
+        # Retention: terminal tasks by age.
+        Index(
+            "ix_task_completed_at",
+            "completed_at",
+            sqlite_where=text("completed_at IS NOT NULL"),
+            postgresql_where=text("completed_at IS NOT NULL"),
         ),
         Index("ix_task_room_created", "room_id", "created_at"),
         Index("ix_task_job_room_created", "job_id", "room_id", "created_at"),
@@ -139,6 +146,11 @@ class Task(TaskhubModel, table=True):
     # sweeper fails a task whose lease ran out (a lost claim reply, a wedged worker).
     lease_expires_at: datetime | None = Field(default=None, sa_type=UTCDateTime, index=True)
     idempotency_key: str | None = Field(default=None, sa_type=String(255))
+    # Queue semantics: higher priority is claimed first; a task is claimable from
+    # ``run_at`` on (NULL: at once); ``attempt`` counts claims up to ``max_attempts``.
+    priority: int = Field(default=0, sa_column_kwargs={"server_default": text("0")})
+    max_attempts: int = Field(default=1, sa_column_kwargs={"server_default": text("1")})
+    run_at: datetime | None = Field(default=None, sa_type=UTCDateTime)
 
 
 user_table = User.__table__
@@ -147,3 +159,17 @@ worker_table = Worker.__table__
 job_table = Job.__table__
 link_table = WorkerJobLink.__table__
 task_table = Task.__table__
+
+# The claim queue: only pending rows, per job, higher priority first, FIFO within a
+# priority; ``run_at`` rides along so readiness is decided from the index alone (claims and
+# queue positions never visit the table rows they skip or count).
+Index(
+    "ix_task_claim_queue",
+    task_table.c.job_id,
+    task_table.c.priority.desc(),
+    task_table.c.created_at,
+    task_table.c.id,
+    task_table.c.run_at,
+    sqlite_where=text("status = 'pending'"),
+    postgresql_where=text("status = 'pending'"),
+)

@@ -227,7 +227,7 @@ async def test_create_all_builds_the_same_schema_as_the_migrations(
 
     assert set(migrated) == APP_TABLES
     pending_queue = next(
-        index for index in migrated["task"]["indexes"] if index["name"] == "ix_task_pending_queue"
+        index for index in migrated["task"]["indexes"] if index["name"] == "ix_task_claim_queue"
     )
     where = pending_queue["dialect_options"][f"{database.dialect}_where"]
     assert "status" in where and "pending" in where

@@ -26,12 +26,14 @@ INTERNAL_TIMEOUT = "Internal worker timeout"
 
 
 async def _write(
-    db: Database, task_id: UUID, guard: list[Any], values: dict[str, Any]
+    db: Database, task_id: UUID, previous: TaskStatus, guard: list[Any], values: dict[str, Any]
 ) -> tuple[TaskRecord | None, EventBatch]:
+    """Move the task from ``previous`` (part of the guard) as ``values`` say."""
     async with db.write() as conn:
         row = (
             await conn.execute(
-                update(task).where(task.c.id == task_id, *guard).values(**values)
+                update(task).where(task.c.id == task_id, task.c.status == previous.value, *guard)
+                .values(**values)
                 .returning(*task.c)
             )
         ).first()  # fmt: skip
@@ -39,7 +41,7 @@ async def _write(
             return None, EventBatch()
         record = task_record(row, await JobNames.one(conn, row.job_id))
     events = EventBatch()
-    events.add(TaskStatusChanged(record))
+    events.add(TaskStatusChanged(record, previous))
     return record, events
 
 
@@ -49,7 +51,8 @@ async def mark_dispatched(db: Database, task_id: UUID) -> tuple[TaskRecord | Non
     return await _write(
         db,
         task_id,
-        [task.c.status == TaskStatus.PENDING.value],
+        TaskStatus.PENDING,
+        [],
         {"status": TaskStatus.CLAIMED.value, "claim_token": uuid4()},
     )
 
@@ -58,7 +61,8 @@ async def mark_dispatch_failed(db: Database, task_id: UUID) -> tuple[TaskRecord 
     return await _write(
         db,
         task_id,
-        [task.c.status == TaskStatus.PENDING.value],
+        TaskStatus.PENDING,
+        [],
         {
             "status": TaskStatus.FAILED.value,
             "error": DISPATCH_FAILED,
@@ -68,16 +72,14 @@ async def mark_dispatch_failed(db: Database, task_id: UUID) -> tuple[TaskRecord 
 
 
 async def start(db: Database, task_id: UUID, attempt: int) -> tuple[TaskRecord | None, EventBatch]:
-    """→ RUNNING, only from PENDING/CLAIMED of this very attempt."""
-    return await _write(
-        db,
-        task_id,
-        [
-            task.c.attempt == attempt,
-            task.c.status.in_([TaskStatus.PENDING.value, TaskStatus.CLAIMED.value]),
-        ],
-        {"status": TaskStatus.RUNNING.value, "started_at": utcnow()},
-    )
+    """→ RUNNING, only from CLAIMED (or, when the executor beat the dispatcher's mark,
+    PENDING) of this very attempt."""
+    values = {"status": TaskStatus.RUNNING.value, "started_at": utcnow()}
+    for previous in (TaskStatus.CLAIMED, TaskStatus.PENDING):
+        record, events = await _write(db, task_id, previous, [task.c.attempt == attempt], values)
+        if record is not None:
+            break
+    return record, events
 
 
 async def finish(
@@ -89,12 +91,7 @@ async def finish(
         values.update(status=TaskStatus.COMPLETED.value, result=result)
     else:
         values.update(status=TaskStatus.FAILED.value, error=error)
-    return await _write(
-        db,
-        task_id,
-        [task.c.attempt == attempt, task.c.status == TaskStatus.RUNNING.value],
-        values,
-    )
+    return await _write(db, task_id, TaskStatus.RUNNING, [task.c.attempt == attempt], values)
 
 
 async def ensure_internal_jobs(db: Database, schemas: dict[str, dict[str, Any]]) -> EventBatch:

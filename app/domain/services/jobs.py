@@ -74,8 +74,11 @@ async def register_job(
     schema: dict[str, Any],
     worker_id: UUID | None,
     allowed_categories: list[str],
+    max_attempts: int | None = None,
 ) -> tuple[Registration, EventBatch]:
-    """Register (or revive, or idempotently re-register) a job and link a worker to it."""
+    """Register (or revive, or idempotently re-register) a job and link a worker to it.
+    ``max_attempts``, when given, becomes the job's default for new tasks (also on a
+    re-registration); a new job without it gets 1."""
     validate_room_id(room_id)
     if is_reserved(room_id) and not principal.is_superuser:
         raise Forbidden(f"Only superusers may register jobs in {room_id!r}.")
@@ -114,6 +117,7 @@ async def register_job(
                         deleted=False,
                         created_at=now,
                         updated_at=now,
+                        max_attempts=max_attempts or 1,
                     ),
                 )
             )
@@ -129,6 +133,10 @@ async def register_job(
         if not created and row.schema != schema:
             raise SchemaConflict(
                 f"Job {room_id}:{category}:{name} is already registered with another schema."
+            )
+        if max_attempts is not None and max_attempts != row.max_attempts:
+            await conn.execute(
+                update(job).where(job.c.id == row.id).values(max_attempts=max_attempts)
             )
         linked = await conn.execute(
             insert_ignoring_duplicates(
@@ -146,6 +154,7 @@ async def register_job(
         schema=schema,
         deleted=False,
         workers=workers,
+        max_attempts=max_attempts or row.max_attempts,
     )
     return Registration(job=record, worker_id=worker_id, created=created), events
 
@@ -228,6 +237,7 @@ def _record(row: Any, workers: list[UUID]) -> JobRecord:
         schema=row.schema,
         deleted=row.deleted,
         workers=workers,
+        max_attempts=row.max_attempts,
     )
 
 

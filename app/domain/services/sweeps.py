@@ -6,15 +6,17 @@ from __future__ import annotations
 from datetime import datetime
 from uuid import UUID
 
-from sqlalchemy import func, select, update
+from sqlalchemy import delete, func, select, update
 
-from app.domain.events import EventBatch, TaskCancelled, TaskStatusChanged
+from app.domain.events import EventBatch, TaskStatusChanged
 from app.domain.naming import INTERNAL_ROOM
+from app.domain.retries import DEFAULT_RETRY_POLICY, RetryPolicy
+from app.domain.services.attempts import end_abandoned_attempts, ended_attempt_events
 from app.domain.services.internal_tasks import INTERNAL_TIMEOUT
 from app.domain.services.jobs import JobNames
 from app.domain.services.task_rows import task_record
 from app.domain.services.workers import remove_silent_worker
-from app.domain.states import ACTIVE_STATUSES, TaskStatus
+from app.domain.states import ACTIVE_STATUSES, TERMINAL_STATUSES, TaskStatus, previous_status
 from app.persistence.database import Database
 from app.persistence.models import job_table, task_table, worker_table
 from app.persistence.types import utcnow
@@ -35,43 +37,35 @@ async def stale_workers(db: Database, cutoff: datetime, limit: int = BATCH) -> l
         return list(rows)
 
 
-async def sweep_stale_workers(db: Database, cutoff: datetime) -> tuple[int, EventBatch]:
+async def sweep_stale_workers(
+    db: Database, cutoff: datetime, policy: RetryPolicy = DEFAULT_RETRY_POLICY
+) -> tuple[int, EventBatch]:
     """Clean up silent workers exactly as ``DELETE /workers/{id}`` does, each in its own
     transaction guarded by ``last_heartbeat < cutoff``; returns how many went."""
     events, removed = EventBatch(), 0
     for worker_id in await stale_workers(db, cutoff):
-        outcome = await remove_silent_worker(db, worker_id, cutoff)
+        outcome = await remove_silent_worker(db, worker_id, cutoff, policy=policy)
         if outcome is not None:
             removed += 1
             events.extend(outcome)
     return removed, events
 
 
-async def fail_expired_leases(db: Database, now: datetime) -> tuple[int, EventBatch]:
-    """Claimed/running tasks whose lease ran out fail with "Lease expired", and their worker
-    is told to stop the run (one guarded statement: a heartbeat that extended the lease
-    meanwhile wins)."""
-    task = task_table
+async def end_expired_leases(
+    db: Database, now: datetime, policy: RetryPolicy = DEFAULT_RETRY_POLICY
+) -> tuple[int, EventBatch]:
+    """Claimed/running tasks whose lease ran out are retried (attempts left) or fail with
+    "Lease expired", and their worker is told to stop the run (guarded writes: a heartbeat
+    that extended the lease meanwhile wins)."""
     async with db.write() as conn:
-        rows = (
-            await conn.execute(
-                update(task)
-                .where(
-                    task.c.status.in_([s.value for s in ACTIVE_STATUSES]),
-                    task.c.lease_expires_at < now,
-                )
-                .values(status=TaskStatus.FAILED.value, error=LEASE_EXPIRED, completed_at=now)
-                .returning(*task.c)
-            )
-        ).all()
-        names = await JobNames.resolve(conn, {row.job_id for row in rows})
-    events = EventBatch()
-    for row in rows:
-        record = task_record(row, names[row.job_id])
-        events.add(TaskStatusChanged(record))
-        if record.worker_id is not None:
-            events.add(TaskCancelled(str(record.id), record.job_name, str(record.worker_id)))
-    return len(rows), events
+        ended = await end_abandoned_attempts(
+            conn,
+            [task_table.c.lease_expires_at < now],
+            error=LEASE_EXPIRED,
+            now=now,
+            policy=policy,
+        )
+    return len(ended), ended_attempt_events(ended, tell_worker=True)
 
 
 async def fail_stuck_internal_tasks(db: Database, cutoff: datetime) -> EventBatch:
@@ -97,5 +91,34 @@ async def fail_stuck_internal_tasks(db: Database, cutoff: datetime) -> EventBatc
         ).all()
         names = await JobNames.resolve(conn, {row.job_id for row in rows})
     for row in rows:
-        events.add(TaskStatusChanged(task_record(row, names[row.job_id])))
+        record = task_record(row, names[row.job_id])
+        previous = previous_status(record.status, started=row.started_at is not None, claimed=True)
+        events.add(TaskStatusChanged(record, previous))
     return events
+
+
+async def purge_old_tasks(
+    db: Database, cutoff: datetime, batch: int = BATCH, max_batches: int = 20
+) -> int:
+    """Delete terminal tasks that ended before ``cutoff``, oldest first, ``batch`` rows per
+    transaction (the writer is never held for long; what is left waits for the next
+    cycle); returns how many went."""
+    oldest = (
+        select(task_table.c.id)
+        .where(
+            task_table.c.completed_at < cutoff,
+            task_table.c.status.in_(sorted(s.value for s in TERMINAL_STATUSES)),
+        )
+        .order_by(task_table.c.completed_at)
+        .limit(batch)
+    )
+    purged = 0
+    for _ in range(max_batches):
+        async with db.write() as conn:
+            deleted = await conn.execute(
+                delete(task_table).where(task_table.c.id.in_(oldest.scalar_subquery()))
+            )
+        purged += deleted.rowcount
+        if deleted.rowcount < batch:
+            break
+    return purged

@@ -1,39 +1,117 @@
-"""Reading task rows: the select with job names and queue positions, and row -> record."""
+"""Reading task rows: the select with job names, queue positions, and row -> record.
+
+The queue order of a job, at a moment ``now``: first the ready tasks (``run_at`` NULL or
+past), higher priority first and FIFO (``created_at``, ``id``) within a priority — the
+order claims take; then the delayed ones by ``run_at``. A pending task's ``queue_position``
+is its 1-based place in that order, counted on the claim-queue index in at most two index
+ranges (the priorities above it, and its own priority up to it).
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 from uuid import UUID
 
-from sqlalchemy import Select, bindparam, case, func, select, tuple_
+from sqlalchemy import ColumnElement, Select, and_, bindparam, case, func, or_, select, tuple_
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.domain.records import TaskRecord
 from app.domain.states import TaskStatus
 from app.persistence.models import job_table, task_table
+from app.persistence.types import utcnow
 
 task = task_table
 PENDING = TaskStatus.PENDING.value
+NOW = bindparam("now", type_=task.c.run_at.type)
 
 
-def _ahead_of(row_task: Any) -> Any:
-    """Number of pending tasks of the same job queued at or before this one (its 1-based
-    position), counted on the partial pending-queue index."""
+@dataclass(frozen=True)
+class _Subject:
+    """The task whose position is counted: bound parameters, or a correlated row."""
+
+    job_id: Any
+    priority: Any
+    created_at: Any
+    id: Any
+    run_at: Any
+
+    @classmethod
+    def row(cls, table: Any) -> _Subject:
+        c = table.c
+        return cls(c.job_id, c.priority, c.created_at, c.id, c.run_at)
+
+    @classmethod
+    def params(cls) -> _Subject:
+        return cls(
+            bindparam("job_id", type_=task.c.job_id.type),
+            bindparam("priority", type_=task.c.priority.type),
+            bindparam("created_at", type_=task.c.created_at.type),
+            bindparam("task_id", type_=task.c.id.type),
+            bindparam("run_at", type_=task.c.run_at.type),
+        )
+
+
+def _ready(table: Any) -> ColumnElement[bool]:
+    return or_(table.c.run_at.is_(None), table.c.run_at <= NOW)
+
+
+def _count(*where: Any) -> Any:
     ahead = task_table.alias("ahead")
     return (
         select(func.count())
         .select_from(ahead)
-        .where(
-            ahead.c.job_id == row_task.c.job_id,
-            ahead.c.status == PENDING,
-            tuple_(ahead.c.created_at, ahead.c.id) <= tuple_(row_task.c.created_at, row_task.c.id),
-        )
+        .where(*(clause(ahead) for clause in where))
         .scalar_subquery()
     )
 
 
+def _ready_position(s: _Subject) -> Any:
+    def queued(a: Any) -> Any:
+        return and_(a.c.job_id == s.job_id, a.c.status == PENDING, _ready(a))
+
+    higher = _count(queued, lambda a: a.c.priority > s.priority)
+    level = _count(
+        queued,
+        lambda a: a.c.priority == s.priority,
+        lambda a: tuple_(a.c.created_at, a.c.id) <= tuple_(s.created_at, s.id),
+    )
+    return higher + level
+
+
+def _delayed_position(s: _Subject) -> Any:
+    def queued(a: Any) -> Any:
+        return and_(a.c.job_id == s.job_id, a.c.status == PENDING)
+
+    ready = _count(queued, _ready)
+    delayed_before = _count(
+        queued,
+        lambda a: a.c.run_at > NOW,
+        lambda a: or_(
+            a.c.run_at < s.run_at,
+            and_(
+                a.c.run_at == s.run_at,
+                or_(
+                    a.c.priority > s.priority,
+                    and_(
+                        a.c.priority == s.priority,
+                        tuple_(a.c.created_at, a.c.id) <= tuple_(s.created_at, s.id),
+                    ),
+                ),
+            ),
+        ),
+    )
+    return ready + delayed_before
+
+
 def _select_tasks() -> Select[Any]:
-    position = case((task.c.status == PENDING, _ahead_of(task)), else_=None)
+    row = _Subject.row(task)
+    position = case(
+        (task.c.status != PENDING, None),
+        (_ready(task), _ready_position(row)),
+        else_=_delayed_position(row),
+    )
     return select(
         task,
         job_table.c.room_id.label("job_room_id"),
@@ -68,31 +146,54 @@ def task_record(row: Any, job_name: str, queue_position: int | None = None) -> T
         result=row.result,
         progress=row.progress,
         progress_message=row.progress_message,
+        priority=row.priority,
+        max_attempts=row.max_attempts,
+        run_at=row.run_at,
     )
 
 
 SELECT_TASKS = _select_tasks()
-"""Tasks with their job's full name parts and queue position."""
+"""Tasks with their job's full name parts and queue position (binds ``now``)."""
 
-_LOAD_TASK = SELECT_TASKS.where(task.c.id == bindparam("task_id"))
-_POSITION = select(func.count()).where(
-    task.c.job_id == bindparam("job_id"),
-    task.c.status == PENDING,
-    tuple_(task.c.created_at, task.c.id)
-    <= tuple_(
-        bindparam("created_at", type_=task.c.created_at.type),
-        bindparam("task_id", type_=task.c.id.type),
-    ),
-)
+_SELECT_ONE = select(
+    task,
+    job_table.c.room_id.label("job_room_id"),
+    job_table.c.category.label("job_category"),
+    job_table.c.name.label("job_name_part"),
+).join(job_table, job_table.c.id == task.c.job_id)
+_LOAD_TASK = _SELECT_ONE.where(task.c.id == bindparam("task_id"))
+_READY_POSITION = select(_ready_position(_Subject.params()))
+_DELAYED_POSITION = select(_delayed_position(_Subject.params()))
 
 
-async def queue_position(conn: AsyncConnection, record: TaskRecord) -> int | None:
+def is_ready(run_at: datetime | None, now: datetime) -> bool:
+    return run_at is None or run_at <= now
+
+
+async def queue_position(
+    conn: AsyncConnection, record: TaskRecord, now: datetime | None = None
+) -> int | None:
+    """``record``'s place in its job's queue at ``now`` (None unless pending)."""
     if record.status != TaskStatus.PENDING:
         return None
-    params = {"job_id": record.job_id, "created_at": record.created_at, "task_id": record.id}
-    return await conn.scalar(_POSITION, params)
+    now = now or utcnow()
+    statement = _READY_POSITION if is_ready(record.run_at, now) else _DELAYED_POSITION
+    params = {
+        "job_id": record.job_id,
+        "priority": record.priority,
+        "created_at": record.created_at,
+        "task_id": record.id,
+        "run_at": record.run_at,
+        "now": now,
+    }
+    return await conn.scalar(statement, params)
 
 
 async def load_task(conn: AsyncConnection, task_id: UUID) -> TaskRecord | None:
+    """One task with its queue position (two short statements: the row, then its place)."""
     row = (await conn.execute(_LOAD_TASK, {"task_id": task_id})).first()
-    return joined_record(row) if row is not None else None
+    if row is None:
+        return None
+    record = task_record(row, f"{row.job_room_id}:{row.job_category}:{row.job_name_part}")
+    record.queue_position = await queue_position(conn, record)
+    return record

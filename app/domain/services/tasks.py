@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import functools
-from datetime import timedelta
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Any, Protocol
 from uuid import UUID, uuid4
 
@@ -28,6 +29,7 @@ from app.domain.events import (
 from app.domain.naming import INTERNAL_ROOM, validate_room_id
 from app.domain.payloads import validate_payload
 from app.domain.records import Page, Principal, TaskRecord
+from app.domain.retries import DEFAULT_RETRY_POLICY, RetryPolicy, may_retry
 from app.domain.services.jobs import JobNames, find_visible_job, soft_delete_if_orphaned
 from app.domain.services.ownership import owned_worker
 from app.domain.services.task_rows import (
@@ -37,13 +39,28 @@ from app.domain.services.task_rows import (
     queue_position,
     task_record,
 )
-from app.domain.states import TaskStatus, check_transition, is_terminal, predecessors
+from app.domain.states import (
+    TaskStatus,
+    check_transition,
+    is_terminal,
+    predecessors,
+    previous_status,
+)
 from app.persistence.database import Database
 from app.persistence.dialects import HAS_CLAIMABLE, claim_statement, insert_task_of_live_job
 from app.persistence.models import task_table, worker_table
 from app.persistence.types import new_id, utcnow
 
 task = task_table
+
+
+@dataclass(frozen=True, slots=True)
+class SubmitOptions:
+    """Taskhub's optional submit fields: ``max_attempts`` None takes the job's."""
+
+    priority: int = 0
+    run_at: datetime | None = None
+    max_attempts: int | None = None
 
 
 class InternalExecutors(Protocol):
@@ -60,14 +77,20 @@ async def submit_task(
     payload: dict[str, Any],
     internal: InternalExecutors,
     idempotency_key: str | None = None,
+    options: SubmitOptions | None = None,
 ) -> tuple[TaskRecord, EventBatch, bool]:
     """Queue a task of a job visible from ``room_id``; returns ``(task, events, created)``.
-    An ``@internal`` task is inserted as its first attempt: the caller dispatches it to the
-    broker after this commit. With ``idempotency_key``, a task this user already submitted
-    to this job with that key is returned instead (``created`` False, no events) — also
-    when the duplicates race: the unique index decides, and the loser reads the winner."""
+    ``task_available`` goes out only if the task is claimable at once (a delayed one is
+    announced when it comes due). An ``@internal`` task is inserted as its first attempt:
+    the caller dispatches it to the broker after this commit. With ``idempotency_key``, a
+    task this user already submitted to this job with that key is returned instead
+    (``created`` False, no events) — also when the duplicates race: the unique index
+    decides, and the loser reads the winner."""
     validate_room_id(room_id)
+    options = options or SubmitOptions()
     events = EventBatch()
+    now = utcnow()
+    run_at = options.run_at if options.run_at is not None and options.run_at > now else None
     async with db.autocommit() as conn:
         job = await find_visible_job(conn, room_id, full_name)
         job_name = f"{job.room_id}:{job.category}:{job.name}"
@@ -83,7 +106,7 @@ async def submit_task(
             room_id=room_id,
             status=TaskStatus.PENDING,
             payload=payload,
-            created_at=utcnow(),
+            created_at=now,
             started_at=None,
             completed_at=None,
             worker_id=None,
@@ -91,6 +114,9 @@ async def submit_task(
             submitted_by=principal.id,
             claim_token=None,
             attempt=1 if job.room_id == INTERNAL_ROOM else 0,
+            priority=options.priority,
+            max_attempts=options.max_attempts or job.max_attempts,
+            run_at=run_at,
         )
         if idempotency_key is not None:
             original = await _submitted_before(conn, principal, job.id, idempotency_key)
@@ -107,6 +133,9 @@ async def submit_task(
                 "b_created_at": record.created_at,
                 "b_submitted_by": principal.id,
                 "b_attempt": record.attempt,
+                "b_priority": record.priority,
+                "b_max_attempts": record.max_attempts,
+                "b_run_at": run_at,
             },
         )
         if inserted.rowcount != 1:  # a concurrent duplicate won, or the job was soft-deleted
@@ -115,9 +144,9 @@ async def submit_task(
                 if original is not None:
                     return original, events, False
             raise JobNotFound(f"Job {full_name!r} not found.")
-        record.queue_position = await queue_position(conn, record)
+        record.queue_position = await queue_position(conn, record, now)
     events.add(TaskStatusChanged(record))
-    if job.room_id != INTERNAL_ROOM:
+    if job.room_id != INTERNAL_ROOM and run_at is None:
         events.add(TaskAvailable(job_name=job_name, room_id=room_id, task_id=str(record.id)))
     return record, events, True
 
@@ -125,7 +154,7 @@ async def submit_task(
 async def _submitted_before(
     conn: AsyncConnection, principal: Principal, job_id: UUID, key: str
 ) -> TaskRecord | None:
-    params = {"b_user": principal.id, "b_job": job_id, "b_key": key}
+    params = {"b_user": principal.id, "b_job": job_id, "b_key": key, "now": utcnow()}
     row = (await conn.execute(_IDEMPOTENT_REPLAY, params)).first()
     return joined_record(row) if row is not None else None
 
@@ -148,11 +177,12 @@ async def claim_tasks(
     """Hand the worker up to ``max_tasks`` of the oldest pending tasks of its jobs, each
     with a fresh claim token, in one atomic statement (which also checks ownership)."""
     events = EventBatch()
+    now = utcnow()
     if db.is_sqlite:
         # One writer: an empty claim (polling workers) must not queue behind it; WAL
         # readers look first, beside the writer.
         async with db.read() as conn:
-            if not await conn.scalar(HAS_CLAIMABLE, {"worker_id": worker_id}):
+            if not await conn.scalar(HAS_CLAIMABLE, {"worker_id": worker_id, "now": now}):
                 await owned_worker(conn, principal, worker_id)
                 return [], events
     async with db.autocommit() as conn:
@@ -163,7 +193,8 @@ async def claim_tasks(
             "worker_id": worker_id,
             "claim_token": uuid4(),
             "owner_id": principal.id,
-            "lease_until": utcnow() + timedelta(seconds=lease_seconds),
+            "lease_until": now + timedelta(seconds=lease_seconds),
+            "now": now,
         }
         rows = (await conn.execute(statement, params)).all()
         if not rows:  # nothing claimed: say whether the worker is unknown or not the caller's
@@ -171,10 +202,10 @@ async def claim_tasks(
         names = await JobNames.resolve(conn, {row.job_id for row in rows})
     records = sorted(
         (task_record(row, names[row.job_id]) for row in rows),
-        key=lambda r: (r.created_at, r.id),
+        key=lambda r: (-r.priority, r.created_at, r.id),
     )
     for record in records:
-        events.add(TaskStatusChanged(record))
+        events.add(TaskStatusChanged(record, TaskStatus.PENDING))
     return records, events
 
 
@@ -190,45 +221,105 @@ async def update_task(
     progress: float | None = None,
     progress_message: str | None = None,
     lease_seconds: float | None = None,
+    retry: bool = False,
+    retry_policy: RetryPolicy = DEFAULT_RETRY_POLICY,
 ) -> tuple[TaskRecord, EventBatch]:
     """Apply a PATCH — a transition, or (``status=None``) a progress report while running —
     as one guarded ``UPDATE … WHERE id = ? AND status IN (allowed
     predecessors) AND <caller may> [AND claim_token = ?] RETURNING``. Only when it matches
     nothing is the task read again, to say why (404, 403, stale claim, bad transition).
-    Every write here is one self-guarded statement, so none needs a transaction."""
+    Every write here is one self-guarded statement, so none needs a transaction.
+
+    ``failed`` with ``retry`` sends the task back to pending (due after the policy's
+    backoff) while it has attempts left; the attempt read for that decision is part of the
+    guard, so a concurrent change makes the write match nothing."""
     events = EventBatch()
     async with db.autocommit() as conn:
-        values = _transition_values(status, error, result)
+        now = utcnow()
+        values = _transition_values(status, error, result, now)
+        attempt = None
+        if retry and status == TaskStatus.FAILED:
+            attempt = await _retryable_attempt(conn, task_id)
+            if attempt is not None:
+                values = _retry_values(error, retry_policy.next_run_at(attempt, now))
         if progress is not None:
             values["progress"] = progress
         if progress_message is not None:
             values["progress_message"] = progress_message
         if lease_seconds is not None and (status is None or status == TaskStatus.RUNNING):
-            values["lease_expires_at"] = utcnow() + timedelta(seconds=lease_seconds)
+            values["lease_expires_at"] = now + timedelta(seconds=lease_seconds)
         statement = _update_statement(
-            status, claim_token is not None, principal.is_superuser, tuple(sorted(values))
+            status,
+            claim_token is not None,
+            principal.is_superuser,
+            tuple(sorted(values)),
+            attempt is not None,
         )
         params = {f"v_{k}": v for k, v in values.items()}
-        params.update(b_task_id=task_id, b_claim_token=claim_token, b_user_id=principal.id)
+        params.update(
+            b_task_id=task_id, b_claim_token=claim_token, b_user_id=principal.id, b_attempt=attempt
+        )
         updated = (await conn.execute(statement, params)).first()
         if updated is None:
             await _explain_refusal(conn, principal, task_id, status, claim_token)
             raise InvalidTaskTransition(f"Task {task_id} changed concurrently; retry.")
         record = task_record(updated, await JobNames.one(conn, updated.job_id))
-        events.add(TaskStatusChanged(record))
+        events.add(
+            TaskStatusChanged(record, _previous(record, status, retried=attempt is not None))
+        )
         if status == TaskStatus.CANCELLED and record.worker_id is not None:
             events.add(TaskCancelled(str(record.id), record.job_name, str(record.worker_id)))
-        if status is not None and is_terminal(status):
+        if status is not None and is_terminal(record.status):
             await _soft_delete_job(conn, record.job_id, events)
     return record, events
 
 
+def _previous(record: TaskRecord, target: TaskStatus | None, *, retried: bool) -> TaskStatus:
+    if target is None:  # a progress report
+        return record.status
+    return previous_status(
+        record.status,
+        started=record.started_at is not None,
+        claimed=retried or record.worker_id is not None,
+        retried=retried,
+    )
+
+
+async def _retryable_attempt(conn: AsyncConnection, task_id: UUID) -> int | None:
+    """The task's current attempt, if another one may follow it."""
+    row = (await conn.execute(_ATTEMPTS, {"b_task_id": task_id})).first()
+    if row is None or not may_retry(row.attempt, row.max_attempts):
+        return None
+    return int(row.attempt)
+
+
+_ATTEMPTS = select(task.c.attempt, task.c.max_attempts).where(task.c.id == bindparam("b_task_id"))
+
+
+def _retry_values(error: str | None, run_at: Any) -> dict[str, Any]:
+    """Back to pending, due at ``run_at``, free for any worker; ``started_at`` and ``error``
+    stay to tell what the ended attempt did (the next claim clears them)."""
+    return {
+        "status": TaskStatus.PENDING.value,
+        "run_at": run_at,
+        "worker_id": None,
+        "claim_token": None,
+        "lease_expires_at": None,
+        "error": error,
+    }
+
+
 @functools.cache
 def _update_statement(
-    target: TaskStatus | None, with_token: bool, superuser: bool, columns: tuple[str, ...]
+    target: TaskStatus | None,
+    with_token: bool,
+    superuser: bool,
+    columns: tuple[str, ...],
+    with_attempt: bool = False,
 ) -> Any:
     """``UPDATE task SET <columns> WHERE id AND <may write target> RETURNING *``, built once
-    per shape. Parameters: ``b_task_id``, ``b_claim_token``, ``b_user_id``, ``v_<column>``."""
+    per shape. Parameters: ``b_task_id``, ``b_claim_token``, ``b_user_id``, ``b_attempt``,
+    ``v_<column>``."""
     allowed = predecessors(target) if target is not None else {TaskStatus.RUNNING}
     guard: list[Any] = [
         task.c.id == bindparam("b_task_id"),
@@ -238,6 +329,8 @@ def _update_statement(
     ]
     if with_token:
         guard.append(task.c.claim_token == bindparam("b_claim_token"))
+    if with_attempt:
+        guard.append(task.c.attempt == bindparam("b_attempt"))
     if not superuser:
         owns_worker = exists().where(
             worker_table.c.id == task.c.worker_id,
@@ -251,10 +344,11 @@ def _update_statement(
     return update(task).where(*guard).values(values).returning(*task.c)
 
 
-def _transition_values(target: TaskStatus | None, error: str | None, result: Any) -> dict[str, Any]:
+def _transition_values(
+    target: TaskStatus | None, error: str | None, result: Any, now: datetime
+) -> dict[str, Any]:
     if target is None:
         return {}
-    now = utcnow()
     values: dict[str, Any] = {"status": target.value}
     if result is not None:
         values["result"] = result
@@ -356,7 +450,8 @@ async def _page(
         SELECT_TASKS.where(*where)
         .order_by(task.c.created_at.desc(), task.c.id.desc())
         .limit(limit)
-        .offset(offset)
+        .offset(offset),
+        {"now": utcnow()},
     )
     return Page(
         items=[joined_record(row) for row in rows],

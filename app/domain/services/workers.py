@@ -11,12 +11,13 @@ from sqlalchemy import Select, bindparam, delete, func, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.domain.errors import WorkerNotFound
-from app.domain.events import EventBatch, JobsInvalidate, TaskStatusChanged
+from app.domain.events import EventBatch, JobsInvalidate
 from app.domain.naming import validate_room_id, visible_job_rooms
 from app.domain.records import Page, Principal, WorkerRecord
-from app.domain.services.jobs import JobNames, soft_delete_if_orphaned
+from app.domain.retries import DEFAULT_RETRY_POLICY, RetryPolicy
+from app.domain.services.attempts import end_abandoned_attempts, ended_attempt_events
+from app.domain.services.jobs import soft_delete_if_orphaned
 from app.domain.services.ownership import owned_worker
-from app.domain.services.task_rows import task_record
 from app.domain.states import ACTIVE_STATUSES, TaskStatus
 from app.persistence.database import Database
 from app.persistence.models import job_table, link_table, task_table, worker_table
@@ -108,10 +109,11 @@ async def delete_worker(
     worker_id: UUID,
     *,
     reason: str = WORKER_DISCONNECTED,
+    policy: RetryPolicy = DEFAULT_RETRY_POLICY,
 ) -> EventBatch:
-    """Remove a worker: its claimed/running tasks fail with ``reason``, its links go, and
-    jobs left without workers and pending tasks are soft-deleted. ``principal=None`` is
-    the system (sweeper, disconnect)."""
+    """Remove a worker: its claimed/running tasks are retried or fail with ``reason``, its
+    links go, and jobs left without workers and pending tasks are soft-deleted.
+    ``principal=None`` is the system (sweeper, disconnect)."""
     async with db.write() as conn:
         if principal is None:
             row = (await conn.execute(select(worker).where(worker.c.id == worker_id))).first()
@@ -119,11 +121,16 @@ async def delete_worker(
                 raise WorkerNotFound(f"Worker {worker_id} not found.")
         else:
             await owned_worker(conn, principal, worker_id)
-        return await remove_worker(conn, worker_id, reason)
+        return await remove_worker(conn, worker_id, reason, policy)
 
 
 async def remove_silent_worker(
-    db: Database, worker_id: UUID, silent_since: datetime, *, reason: str = WORKER_DISCONNECTED
+    db: Database,
+    worker_id: UUID,
+    silent_since: datetime,
+    *,
+    reason: str = WORKER_DISCONNECTED,
+    policy: RetryPolicy = DEFAULT_RETRY_POLICY,
 ) -> EventBatch | None:
     """Remove the worker only if nothing has been heard of it since ``silent_since`` (no
     heartbeat, no re-join on any replica); ``None`` if it was heard of (or is gone). The
@@ -138,24 +145,18 @@ async def remove_silent_worker(
         )
         if still_silent is None:
             return None
-        return await remove_worker(conn, worker_id, reason)
+        return await remove_worker(conn, worker_id, reason, policy)
 
 
-async def remove_worker(conn: AsyncConnection, worker_id: UUID, reason: str) -> EventBatch:
-    """The cleanup itself, inside the caller's transaction."""
-    events = EventBatch()
-    now = utcnow()
-    failed = (
-        await conn.execute(
-            update(task_table)
-            .where(
-                task_table.c.worker_id == worker_id,
-                task_table.c.status.in_([s.value for s in ACTIVE_STATUSES]),
-            )
-            .values(status=TaskStatus.FAILED.value, error=reason, completed_at=now)
-            .returning(*task_table.c)
-        )
-    ).all()
+async def remove_worker(
+    conn: AsyncConnection, worker_id: UUID, reason: str, policy: RetryPolicy = DEFAULT_RETRY_POLICY
+) -> EventBatch:
+    """The cleanup itself, inside the caller's transaction: the worker's claimed/running
+    tasks are retried (attempts left) or fail with ``reason``."""
+    ended = await end_abandoned_attempts(
+        conn, [task_table.c.worker_id == worker_id], error=reason, now=utcnow(), policy=policy
+    )
+    events = ended_attempt_events(ended, tell_worker=False)
     job_rows = (
         await conn.execute(
             select(job_table.c.id, job_table.c.room_id)
@@ -165,12 +166,9 @@ async def remove_worker(conn: AsyncConnection, worker_id: UUID, reason: str) -> 
     ).all()
     await conn.execute(delete(link_table).where(link_table.c.worker_id == worker_id))
     await conn.execute(delete(worker).where(worker.c.id == worker_id))
-    names = await JobNames.resolve(conn, {row.job_id for row in failed})
-    for row in failed:
-        events.add(TaskStatusChanged(task_record(row, names[row.job_id])))
     for job_row in job_rows:
         events.add(JobsInvalidate(job_row.room_id))
-    for job_id in {row.id for row in job_rows} | set(names):
+    for job_id in {row.id for row in job_rows} | {attempt.record.job_id for attempt in ended}:
         await soft_delete_if_orphaned(conn, job_id)
     return events
 

@@ -40,6 +40,7 @@ async def register_job(req: ApiRequest) -> Response:
         schema=body.schema_,
         worker_id=body.worker_id,
         allowed_categories=req.hub.settings.allowed_categories,
+        max_attempts=body.max_attempts,
     )
     await req.hub.publisher.publish(events)
     return json_response(

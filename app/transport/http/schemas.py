@@ -3,16 +3,21 @@ these same models."""
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Generic, TypeVar
 from uuid import UUID
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, model_validator
 
 from app.domain.records import JobRecord, Page, TaskRecord, WorkerRecord
+from app.domain.retries import MAX_ATTEMPTS_LIMIT
+from app.domain.services.tasks import SubmitOptions
 from app.domain.states import TaskStatus
 
 T = TypeVar("T")
+Attempts = Field(default=None, ge=1, le=MAX_ATTEMPTS_LIMIT)
+MAX_DELAY_SECONDS = 366 * 24 * 3600
+MAX_PRIORITY = 1_000_000
 
 
 class WorkerOut(BaseModel):
@@ -74,6 +79,8 @@ class JobRegisterIn(BaseModel):
     name: str = Field(max_length=128)
     schema_: dict[str, Any] = Field(default_factory=dict, alias="schema")
     worker_id: UUID | None = None
+    # Taskhub: attempts a task of this job gets unless its submit says otherwise.
+    max_attempts: int | None = Attempts
 
 
 class JobOut(BaseModel):
@@ -87,6 +94,7 @@ class JobOut(BaseModel):
     schema_: dict[str, Any] = Field(alias="schema")
     workers: list[UUID]
     worker_id: UUID | None = None
+    max_attempts: int = 1
 
     @classmethod
     def of(cls, record: JobRecord, worker_id: UUID | None = None) -> JobOut:
@@ -99,6 +107,7 @@ class JobOut(BaseModel):
             schema_=record.schema,
             workers=record.workers,
             worker_id=worker_id,
+            max_attempts=record.max_attempts,
         )
 
 
@@ -119,7 +128,27 @@ class JobSummaryOut(BaseModel):
 
 
 class TaskSubmitIn(BaseModel):
+    """The payload, and Taskhub's optional queue fields: ``priority`` (higher first),
+    ``run_at`` or ``delay_seconds`` (not claimable before), ``max_attempts`` (else the
+    job's)."""
+
     payload: dict[str, Any] = Field(default_factory=dict)
+    priority: int = Field(default=0, ge=-MAX_PRIORITY, le=MAX_PRIORITY)
+    run_at: AwareDatetime | None = None
+    delay_seconds: float | None = Field(default=None, ge=0, le=MAX_DELAY_SECONDS)
+    max_attempts: int | None = Attempts
+
+    @model_validator(mode="after")
+    def _one_schedule(self) -> TaskSubmitIn:
+        if self.run_at is not None and self.delay_seconds is not None:
+            raise ValueError("send run_at or delay_seconds, not both")
+        return self
+
+    def options(self, now: datetime) -> SubmitOptions:
+        run_at = self.run_at
+        if self.delay_seconds is not None:
+            run_at = now + timedelta(seconds=self.delay_seconds)
+        return SubmitOptions(priority=self.priority, run_at=run_at, max_attempts=self.max_attempts)
 
 
 class TaskOut(BaseModel):
@@ -135,6 +164,9 @@ class TaskOut(BaseModel):
     payload: dict[str, Any]
     queue_position: int | None
     attempt: int
+    max_attempts: int
+    priority: int
+    run_at: datetime | None
     result: Any
     progress: float | None
     progress_message: str | None
@@ -154,6 +186,9 @@ class TaskOut(BaseModel):
             payload=record.payload,
             queue_position=record.queue_position,
             attempt=record.attempt,
+            max_attempts=record.max_attempts,
+            priority=record.priority,
+            run_at=record.run_at,
             result=record.result,
             progress=record.progress,
             progress_message=record.progress_message,
@@ -189,9 +224,13 @@ class TaskUpdateIn(BaseModel):
     result: Any = None
     progress: float | None = Field(default=None, ge=0, le=1)
     progress_message: str | None = Field(default=None, max_length=1_000)
+    # With "failed": try again later while attempts remain (the task goes back to pending).
+    retry: bool = False
 
     @model_validator(mode="after")
     def _consistent(self) -> TaskUpdateIn:
+        if self.retry and self.status != TaskStatus.FAILED:
+            raise ValueError("retry goes with status 'failed'")
         if self.status is None and self.progress is None and self.progress_message is None:
             raise ValueError("send a status, or progress / progress_message while running")
         if self.result is not None and self.status != TaskStatus.COMPLETED:

@@ -13,6 +13,7 @@ from app.domain.naming import INTERNAL_ROOM
 from app.domain.records import TaskRecord
 from app.domain.services import tasks as service
 from app.domain.states import is_terminal
+from app.persistence.types import utcnow
 from app.transport.http.api import Api, ApiRequest, json_response
 from app.transport.http.schemas import (
     ClaimedTaskOut,
@@ -52,6 +53,7 @@ async def submit_task(req: ApiRequest) -> Response:
         body.payload,
         req.hub.internal,
         idempotency_key=_idempotency_key(req.header("idempotency-key")),
+        options=body.options(utcnow()),
     )
     if created and record.job_name.startswith(f"{INTERNAL_ROOM}:"):
         record, dispatched = await req.hub.internal.dispatch(record)
@@ -160,6 +162,8 @@ async def update_task(req: ApiRequest) -> Response:
         progress=body.progress,
         progress_message=body.progress_message,
         lease_seconds=req.hub.settings.task_lease_seconds,
+        retry=body.retry,
+        retry_policy=req.hub.retry_policy,
     )
     await req.hub.publisher.publish(events)
     return json_response(TaskOut.of(record))

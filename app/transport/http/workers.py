@@ -60,7 +60,9 @@ async def heartbeat(req: ApiRequest) -> Response:
 
 @api.route("DELETE", "/workers/{worker_id}", status=204, errors=(403, 404, 422))
 async def delete_worker(req: ApiRequest) -> Response:
-    """Remove a worker: its running tasks fail, orphaned jobs are soft-deleted."""
-    events = await service.delete_worker(req.hub.db, req.principal, req.uuid("worker_id"))
+    """Remove a worker: its running tasks are retried or fail; orphaned jobs are soft-deleted."""
+    events = await service.delete_worker(
+        req.hub.db, req.principal, req.uuid("worker_id"), policy=req.hub.retry_policy
+    )
     await req.hub.publisher.publish(events)
     return Response(status_code=204)

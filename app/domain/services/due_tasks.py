@@ -1,0 +1,58 @@
+"""Delayed and retried tasks coming due: which ones did between two moments, and when the
+next one will (both read on the ``ix_task_due`` index, which holds only such tasks)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy import bindparam, func, select
+
+from app.domain.events import EventBatch, TaskAvailable
+from app.domain.naming import INTERNAL_ROOM
+from app.domain.states import TaskStatus
+from app.persistence.database import Database
+from app.persistence.models import job_table, task_table
+
+task = task_table
+_WAITING = [task.c.status == TaskStatus.PENDING.value, task.c.run_at.is_not(None)]
+_AFTER = bindparam("after", type_=task.c.run_at.type)
+_UNTIL = bindparam("until", type_=task.c.run_at.type)
+
+_CAME_DUE = (
+    select(task.c.id, task.c.room_id, task.c.run_at, job_table.c.room_id.label("job_room"))
+    .add_columns(job_table.c.category, job_table.c.name)
+    .join(job_table, job_table.c.id == task.c.job_id)
+    .where(*_WAITING, task.c.run_at > _AFTER, task.c.run_at <= _UNTIL)
+    .order_by(task.c.run_at)
+    .limit(bindparam("limit"))
+)
+_NEXT_DUE = select(func.min(task.c.run_at)).where(*_WAITING, task.c.run_at > _AFTER)
+
+
+@dataclass
+class DueBatch:
+    events: EventBatch
+    count: int
+    last_run_at: datetime | None  # the latest ``run_at`` in this batch
+
+
+async def came_due(db: Database, after: datetime, until: datetime, limit: int) -> DueBatch:
+    """``task_available`` for pending tasks whose ``run_at`` is in ``(after, until]``, in
+    ``run_at`` order, at most ``limit`` of them."""
+    async with db.read() as conn:
+        rows = (
+            await conn.execute(_CAME_DUE, {"after": after, "until": until, "limit": limit})
+        ).all()
+    events = EventBatch()
+    for row in rows:
+        if row.job_room != INTERNAL_ROOM:
+            job_name = f"{row.job_room}:{row.category}:{row.name}"
+            events.add(TaskAvailable(job_name=job_name, room_id=row.room_id, task_id=str(row.id)))
+    return DueBatch(events, len(rows), rows[-1].run_at if rows else None)
+
+
+async def next_due(db: Database, after: datetime) -> datetime | None:
+    """When the next waiting task comes due (after ``after``), if any waits."""
+    async with db.read() as conn:
+        return await conn.scalar(_NEXT_DUE, {"after": after})

@@ -1,0 +1,86 @@
+"""Announcing delayed and retried tasks the moment they come due.
+
+One timer per hub process, not a loop per task: it sleeps until the earliest waiting
+``run_at`` (read from the database, and lowered at once when this process publishes a task
+scheduled earlier), then sends ``task_available`` for every task that came due since its
+last look. Tasks scheduled on another replica are seen at that replica's timer or, here, at
+the next look (at most ``fallback_seconds`` away). ``task_available`` is a hint: several
+replicas may each announce a task; workers claim it once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from datetime import datetime
+
+from app.domain.events import Event, TaskStatusChanged
+from app.domain.services.due_tasks import came_due, next_due
+from app.domain.states import TaskStatus
+from app.persistence.database import Database
+from app.persistence.types import utcnow
+from app.realtime.publisher import Publisher
+
+log = logging.getLogger(__name__)
+BATCH = 1000
+
+
+class DueTaskAnnouncer:
+    def __init__(self, db: Database, publisher: Publisher, fallback_seconds: float = 30.0):
+        self._db = db
+        self._publisher = publisher
+        self._fallback = fallback_seconds
+        self._next: datetime | None = None
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    async def __call__(self, batch: list[Event]) -> None:
+        """Publisher sink: a task published as pending with a ``run_at`` earlier than the
+        timer's next look moves that look forward."""
+        for event in batch:
+            if isinstance(event, TaskStatusChanged) and event.task.status == TaskStatus.PENDING:
+                run_at = event.task.run_at
+                if run_at is not None and (self._next is None or run_at < self._next):
+                    self._next = run_at
+                    self._wake.set()
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="taskhub-due-announcer")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    async def _run(self) -> None:
+        seen_until = utcnow()
+        while True:
+            try:
+                seen_until = await self._announce(seen_until)
+                self._next = await next_due(self._db, seen_until)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("due-task announcer failed; it looks again shortly")
+                self._next = None
+            await self._sleep()
+
+    async def _announce(self, seen_until: datetime) -> datetime:
+        """Announce everything that came due since ``seen_until``; returns the new mark."""
+        while True:
+            now = utcnow()
+            due = await came_due(self._db, seen_until, now, BATCH)
+            await self._publisher.publish(due.events)
+            if due.count < BATCH or due.last_run_at is None:
+                return now
+            seen_until = due.last_run_at
+
+    async def _sleep(self) -> None:
+        self._wake.clear()
+        delay = self._fallback
+        if self._next is not None:
+            delay = min(delay, max(0.0, (self._next - utcnow()).total_seconds()))
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._wake.wait(), delay)
