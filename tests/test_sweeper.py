@@ -273,3 +273,66 @@ async def test_heartbeat_body_must_list_task_ids(alice):
     worker = (await alice.post("/workers")).json()
     response = await alice.patch(f"/workers/{worker['id']}", json={"tasks": ["nope"]})
     assert_problem(response, 422, "validation-error")
+
+
+async def test_an_expired_lease_with_attempts_left_is_retried_and_its_worker_told(
+    alice, db, sweeper, published
+):
+    job = await alice.register()
+    task = await alice.submit(JOB, max_attempts=2)
+    claimed = await alice.claim(job["worker_id"])
+    await expire_lease(db, task["id"])
+    report = await sweeper.run_once()
+    assert report.leases_expired == 1
+    back = await alice.task(task["id"])
+    assert (back["status"], back["error"], back["attempt"]) == ("pending", "Lease expired", 1)
+    assert back["worker_id"] is None and back["run_at"] is not None
+    told = [e for e in published if e.name == "task_cancelled"]
+    assert [e.payload()["worker_id"] for e in told] == [job["worker_id"]]
+    # The wedged worker's late write is refused; the task waits for its next attempt.
+    late = await alice.transition(task["id"], "completed", claim_token=claimed["claim_token"])
+    assert_problem(late, 409, "stale-claim")
+
+
+async def age_task(db, task_id: str, days: float) -> None:
+    async with db.write() as conn:
+        await conn.execute(
+            update(task_table)
+            .where(task_table.c.id == UUID(task_id))
+            .values(completed_at=utcnow() - timedelta(days=days))
+        )
+
+
+async def test_retention_purges_old_terminal_tasks_in_bounded_batches(alice, db, app):
+    retention_days = 7
+    await alice.register()
+    old = [await alice.submit(JOB) for _ in range(5)]
+    recent, waiting = await alice.submit(JOB), await alice.submit(JOB)
+    for task in [*old, recent]:
+        await alice.transition(task["id"], "cancelled")
+    for task in old:
+        await age_task(db, task["id"], retention_days + 1)
+    settings = app.hub.settings.model_copy(
+        update={"task_retention_seconds": retention_days * 86400, "retention_batch_size": 2}
+    )
+    purged = await sweeps.purge_old_tasks(
+        db, utcnow() - timedelta(days=retention_days), batch=2, max_batches=2
+    )
+    assert purged == 4  # two batches of two; the rest waits for the next cycle
+    report = await Sweeper(settings, db, app.hub.publisher).run_once()
+    assert report.tasks_purged == 1
+    for task in old:
+        assert (await alice.get(f"/tasks/{task['id']}")).status_code == 404
+    assert (await alice.task(recent["id"]))["status"] == "cancelled"
+    assert (await alice.task(waiting["id"]))["status"] == "pending"
+
+
+async def test_retention_zero_keeps_everything(alice, db, app):
+    await alice.register()
+    task = await alice.submit(JOB)
+    await alice.transition(task["id"], "cancelled")
+    await age_task(db, task["id"], 10_000)
+    settings = app.hub.settings.model_copy(update={"task_retention_seconds": 0})
+    report = await Sweeper(settings, db, app.hub.publisher).run_once()
+    assert report.tasks_purged == 0
+    assert (await alice.task(task["id"]))["status"] == "cancelled"

@@ -17,7 +17,7 @@ from app.domain.events import EventBatch, TaskCancelled, TaskStatusChanged
 from app.domain.records import TaskRecord
 from app.domain.retries import RetryPolicy
 from app.domain.services.jobs import JobNames
-from app.domain.services.task_rows import task_record
+from app.domain.services.task_rows import queue_position, task_record
 from app.domain.states import ACTIVE_STATUSES, TaskStatus, previous_status
 from app.persistence.models import task_table
 
@@ -85,7 +85,10 @@ async def end_abandoned_attempts(
     )
     ended.extend((row, row.worker_id) for row in failed.all())
     names = await JobNames.resolve(conn, {row.job_id for row, _ in ended})
-    return [EndedAttempt(task_record(row, names[row.job_id]), worker) for row, worker in ended]
+    attempts = [EndedAttempt(task_record(row, names[row.job_id]), worker) for row, worker in ended]
+    for attempt in attempts:
+        attempt.record.queue_position = await queue_position(conn, attempt.record, now)
+    return attempts
 
 
 def ended_attempt_events(ended: list[EndedAttempt], *, tell_worker: bool) -> EventBatch:

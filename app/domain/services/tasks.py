@@ -264,6 +264,7 @@ async def update_task(
             await _explain_refusal(conn, principal, task_id, status, claim_token)
             raise InvalidTaskTransition(f"Task {task_id} changed concurrently; retry.")
         record = task_record(updated, await JobNames.one(conn, updated.job_id))
+        record.queue_position = await queue_position(conn, record, now)
         events.add(
             TaskStatusChanged(record, _previous(record, status, retried=attempt is not None))
         )

@@ -1,0 +1,134 @@
+"""Priorities (higher first, FIFO within a priority) and delayed tasks (``run_at`` /
+``delay_seconds``): what claims hand out, what ``queue_position`` says, and when
+``task_available`` goes out."""
+
+import asyncio
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from app.domain.events import Event, TaskAvailable
+from tests.support.api import assert_problem
+from tests.support.events import EventRecorder
+
+JOB = "room1:modifiers:Rotate"
+
+
+@pytest.fixture
+def recorder(app) -> EventRecorder:
+    recorder = EventRecorder()
+    app.hub.publisher.add_sink(recorder)
+    return recorder
+
+
+@pytest.fixture
+def published(recorder) -> list[Event]:
+    return recorder.events
+
+
+@pytest.fixture
+async def job(alice):
+    return await alice.register()
+
+
+def announced(events: list[Event]) -> list[str]:
+    return [e.task_id for e in events if isinstance(e, TaskAvailable)]
+
+
+async def positions(alice) -> dict[str, int | None]:
+    page = (await alice.get("/rooms/room1/tasks", params={"limit": 500})).json()
+    return {t["id"]: t["queue_position"] for t in page["items"]}
+
+
+async def test_higher_priority_is_claimed_first_fifo_within_a_priority(alice, job):
+    low1 = await alice.submit(JOB, priority=-1)
+    mid1 = await alice.submit(JOB)
+    high1 = await alice.submit(JOB, priority=5)
+    mid2 = await alice.submit(JOB)
+    high2 = await alice.submit(JOB, priority=5)
+    expected = [high1, high2, mid1, mid2, low1]
+    claimed = [(await alice.claim(job["worker_id"]))["id"] for _ in expected]
+    assert claimed == [t["id"] for t in expected]
+
+
+async def test_a_batch_claim_takes_the_head_of_the_queue_in_order(alice, job):
+    low = await alice.submit(JOB)
+    high = await alice.submit(JOB, priority=1)
+    response = await alice.post(
+        "/tasks/claim", json={"worker_id": job["worker_id"], "max_tasks": 2}
+    )
+    assert [t["id"] for t in response.json()["tasks"]] == [high["id"], low["id"]]
+
+
+async def test_queue_positions_follow_priority(alice, job):
+    first = await alice.submit(JOB)
+    second = await alice.submit(JOB)
+    urgent = await alice.submit(JOB, priority=10)
+    assert (first["queue_position"], second["queue_position"]) == (1, 2)
+    assert urgent["queue_position"] == 1 and urgent["priority"] == 10
+    assert (await alice.task(first["id"]))["queue_position"] == 2
+    assert await positions(alice) == {urgent["id"]: 1, first["id"]: 2, second["id"]: 3}
+
+
+async def test_a_delayed_task_waits_for_its_time_and_queues_behind_the_ready_ones(
+    alice, job, published, recorder
+):
+    delayed = await alice.submit(JOB, delay_seconds=0.4, priority=100)
+    ready = await alice.submit(JOB)
+    assert delayed["run_at"] is not None and ready["run_at"] is None
+    assert datetime.fromisoformat(delayed["run_at"]) > datetime.fromisoformat(delayed["created_at"])
+    assert announced(published) == [ready["id"]]  # not the delayed one, not yet
+    assert await positions(alice) == {ready["id"]: 1, delayed["id"]: 2}
+    assert (await alice.claim(job["worker_id"]))["id"] == ready["id"]
+    assert await alice.claim(job["worker_id"]) is None
+
+    await recorder.wait_for(lambda events: delayed["id"] in announced(events))
+    due_at = datetime.now(UTC)
+    assert due_at >= datetime.fromisoformat(delayed["run_at"])
+    assert (await alice.claim(job["worker_id"]))["id"] == delayed["id"]
+
+
+async def test_run_at_schedules_a_task_and_a_past_one_is_ready_at_once(alice, job):
+    later = datetime.now(UTC) + timedelta(hours=1)
+    scheduled = await alice.submit(JOB, run_at=later.isoformat())
+    assert datetime.fromisoformat(scheduled["run_at"]) == later
+    past = await alice.submit(JOB, run_at=(datetime.now(UTC) - timedelta(hours=1)).isoformat())
+    assert past["run_at"] is None and past["queue_position"] == 1
+    assert (await alice.claim(job["worker_id"]))["id"] == past["id"]
+    assert await alice.claim(job["worker_id"]) is None
+
+
+async def test_delayed_tasks_queue_by_their_time(alice, job):
+    late = await alice.submit(JOB, delay_seconds=3600)
+    soon = await alice.submit(JOB, delay_seconds=60)
+    ready = await alice.submit(JOB)
+    assert await positions(alice) == {ready["id"]: 1, soon["id"]: 2, late["id"]: 3}
+
+
+async def test_a_delayed_task_can_be_cancelled_before_it_is_due(alice, job, published):
+    task = await alice.submit(JOB, delay_seconds=0.2)
+    response = await alice.transition(task["id"], "cancelled")
+    assert response.json()["status"] == "cancelled"
+    await asyncio.sleep(0.4)
+    assert announced(published) == []
+    assert await alice.claim(job["worker_id"]) is None
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {"run_at": "2030-01-01T00:00:00", "delay_seconds": 5},
+        {"run_at": "2030-01-01T00:00:00"},  # no offset: ambiguous
+        {"run_at": "tomorrow"},
+        {"delay_seconds": -1},
+        {"delay_seconds": 10**9},
+        {"priority": 10**7},
+        {"priority": 1.5},
+    ],
+)
+async def test_bad_schedules_and_priorities_are_422_and_store_nothing(alice, job, extra):
+    if "delay_seconds" in extra and "run_at" in extra:
+        extra = {**extra, "run_at": "2030-01-01T00:00:00+00:00"}
+    response = await alice.post(f"/rooms/room1/tasks/{JOB}", json={"payload": {}, **extra})
+    assert_problem(response, 422, "validation-error")
+    assert (await alice.get("/rooms/room1/tasks")).json()["total"] == 0
