@@ -123,3 +123,17 @@ def bob(http: httpx.AsyncClient, tokens: Users) -> ApiClient:
 @pytest.fixture
 def anonymous(http: httpx.AsyncClient) -> ApiClient:
     return ApiClient(http, None)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """A ``postgres_only`` test is not collected for SQLite at all (deselected, not skipped)."""
+    sqlite_only_variants = [
+        item
+        for item in items
+        if item.get_closest_marker("postgres_only") is not None
+        and getattr(item, "callspec", None) is not None
+        and item.callspec.params.get("database_url") == "sqlite"  # type: ignore[attr-defined]
+    ]
+    if sqlite_only_variants:
+        config.hook.pytest_deselected(items=sqlite_only_variants)
+        items[:] = [item for item in items if item not in sqlite_only_variants]

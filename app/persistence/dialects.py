@@ -9,7 +9,18 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Table, bindparam, exists, func, literal, or_, select, text, update
+from sqlalchemy import (
+    Table,
+    bindparam,
+    exists,
+    func,
+    literal,
+    or_,
+    select,
+    text,
+    true,
+    update,
+)
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.sql import Executable
 
@@ -86,8 +97,9 @@ def claim_statement(dialect: str, *, check_owner: bool, limit: int) -> Executabl
     Built once per shape (``limit`` is part of the shape: a bound LIMIT would be
     re-rendered on every execution).
 
-    PostgreSQL: ``WITH picked AS (SELECT … ORDER BY … LIMIT n FOR UPDATE SKIP LOCKED)
-    UPDATE task … FROM picked RETURNING``. Concurrent claimers skip each other's rows
+    PostgreSQL: ``WITH picked AS (SELECT … FROM served jobs, LATERAL (SELECT … ORDER BY …
+    LIMIT n FOR UPDATE SKIP LOCKED) … LIMIT n) UPDATE task … FROM picked RETURNING``.
+    Concurrent claimers skip each other's rows
     instead of waiting or retrying, so no claimer comes back empty while a claimable task
     exists. The locking select must sit in a CTE: as ``WHERE id IN (subquery)`` the planner
     may re-scan it and lock (and claim) more than ``n`` rows.
@@ -105,16 +117,36 @@ def claim_statement(dialect: str, *, check_owner: bool, limit: int) -> Executabl
                 worker_table.c.user_id == bindparam("owner_id"),
             )
         )
-    candidates = (
-        select(task.c.id)
-        .where(*_claimable(), task.c.job_id.in_(served_jobs))
-        .order_by(task.c.priority.desc(), task.c.created_at, task.c.id)
-        .limit(limit)
-    )
+    queue_order = (task.c.priority.desc(), task.c.created_at, task.c.id)
     if dialect == "postgresql":
-        picked = candidates.with_for_update(skip_locked=True).cte("picked")
+        # Per served job, the head of its queue straight off the claim-queue index (a
+        # LATERAL scan in index order that stops after ``limit`` rows, however deep the
+        # queue), then the best heads over all jobs.
+        served = served_jobs.subquery("served")
+        heads = (
+            select(task.c.id, task.c.priority, task.c.created_at)
+            .where(*_claimable(), task.c.job_id == served.c.job_id)
+            .order_by(*queue_order)
+            .limit(limit)
+            .with_for_update(skip_locked=True)
+            .lateral("head")
+        )
+        picked = (
+            select(heads.c.id)
+            .select_from(served)
+            .join(heads, true())
+            .order_by(heads.c.priority.desc(), heads.c.created_at, heads.c.id)
+            .limit(limit)
+            .cte("picked")
+        )
         chosen = task.c.id == picked.c.id
     else:
+        candidates = (
+            select(task.c.id)
+            .where(*_claimable(), task.c.job_id.in_(served_jobs))
+            .order_by(*queue_order)
+            .limit(limit)
+        )
         chosen = task.c.id.in_(candidates.scalar_subquery())
     return (
         update(task)
