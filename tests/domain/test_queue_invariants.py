@@ -1,0 +1,271 @@
+"""A Hypothesis state machine drives the real service layer — submits, claims, starts,
+completions, failures with and without retry, cancels, stale writes and lease sweeps — on
+SQLite and PostgreSQL, and checks after every step that the queue keeps its promises:
+
+- a task is held by at most one live claim, and only an active task holds a claim token;
+- terminal states are final; attempts never exceed the maximum;
+- no acknowledged (submitted) task is lost;
+- no claim comes back empty while a claimable task exists;
+- the queue positions of a job's pending tasks are a permutation of 1..n.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+from typing import Any
+from uuid import UUID
+
+import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    Bundle,
+    RuleBasedStateMachine,
+    consumes,
+    invariant,
+    precondition,
+    rule,
+)
+from sqlalchemy import delete, update
+
+from app.domain.errors import DomainError
+from app.domain.records import Principal
+from app.domain.retries import RetryPolicy
+from app.domain.services import sweeps, tasks
+from app.domain.services.jobs import register_job
+from app.domain.services.task_rows import SELECT_TASKS, joined_record
+from app.domain.services.users import create_user
+from app.domain.states import ACTIVE_STATUSES, TaskStatus, is_terminal
+from app.persistence.database import Database
+from app.persistence.models import metadata, task_table
+from app.persistence.types import utcnow
+from app.settings import Settings
+
+S = TaskStatus
+IMMEDIATE_RETRY = RetryPolicy(base_seconds=0, jitter=0)  # retried tasks are due at once
+CATEGORIES = ["modifiers"]
+
+
+class NoExecutors:
+    def has_executor(self, full_name: str) -> bool:
+        return False
+
+
+class QueueMachine(RuleBasedStateMachine):
+    url: str  # set by the test
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.loop = asyncio.new_event_loop()
+        self.db = Database(Settings(database_url=self.url))
+        self.status: dict[UUID, TaskStatus] = {}
+        self.max_attempts: dict[UUID, int] = {}
+        self.held: dict[UUID, tuple[UUID, UUID]] = {}  # task -> (worker, claim token)
+        self.old_tokens: list[tuple[UUID, UUID]] = []
+        self.run(self._set_up())
+
+    def run(self, coroutine: Any) -> Any:
+        return self.loop.run_until_complete(coroutine)
+
+    async def _set_up(self) -> None:
+        async with self.db.write() as conn:
+            for table in reversed(metadata.sorted_tables):
+                await conn.execute(delete(table))
+        user_id, _ = await create_user(self.db, "owner")
+        self.owner = Principal(id=user_id, name="owner", is_superuser=False)
+        self.workers = []
+        for _ in range(2):
+            registration, _ = await register_job(
+                self.db,
+                self.owner,
+                "room1",
+                category="modifiers",
+                name="Job",
+                schema={},
+                worker_id=None,
+                allowed_categories=CATEGORIES,
+            )
+            self.workers.append(registration.worker_id)
+            self.job_id = registration.job.id
+
+    def teardown(self) -> None:
+        self.run(self.db.dispose())
+        self.loop.close()
+
+    submitted = Bundle("submitted")
+
+    # -- rules ---------------------------------------------------------------------------
+
+    @rule(
+        target=submitted,
+        priority=st.integers(-1, 1),
+        max_attempts=st.integers(1, 3),
+    )
+    def submit(self, priority: int, max_attempts: int) -> UUID:
+        record, _, created = self.run(
+            tasks.submit_task(
+                self.db,
+                self.owner,
+                "room1",
+                "room1:modifiers:Job",
+                {},
+                NoExecutors(),
+                options=tasks.SubmitOptions(priority=priority, max_attempts=max_attempts),
+            )
+        )
+        assert created and record.status == S.PENDING
+        self.status[record.id] = S.PENDING
+        self.max_attempts[record.id] = max_attempts
+        return record.id
+
+    @rule(worker=st.integers(0, 1), batch=st.integers(1, 3))
+    def claim(self, worker: int, batch: int) -> None:
+        worker_id = self.workers[worker]
+        claimable = sum(status == S.PENDING for status in self.status.values())
+        records, _ = self.run(
+            tasks.claim_tasks(self.db, self.owner, worker_id, batch, lease_seconds=60)
+        )
+        assert len(records) == min(batch, claimable), "empty-handed while tasks were claimable"
+        for record in records:
+            assert self.status[record.id] == S.PENDING and record.id not in self.held
+            assert record.attempt <= self.max_attempts[record.id]
+            self.status[record.id] = S.CLAIMED
+            self.held[record.id] = (worker_id, record.claim_token)
+
+    def _held_with(self, *statuses: TaskStatus) -> list[UUID]:
+        return sorted(t for t in self.held if self.status[t] in statuses)
+
+    def _update(self, task_id: UUID, status: TaskStatus, **extra: Any) -> Any:
+        _, token = self.held[task_id]
+        record, _ = self.run(
+            tasks.update_task(
+                self.db,
+                self.owner,
+                task_id,
+                status=status,
+                claim_token=token,
+                retry_policy=IMMEDIATE_RETRY,
+                **extra,
+            )
+        )
+        return record
+
+    @precondition(lambda self: self._held_with(S.CLAIMED))
+    @rule(data=st.data())
+    def start(self, data: st.DataObject) -> None:
+        task_id = data.draw(st.sampled_from(self._held_with(S.CLAIMED)))
+        assert self._update(task_id, S.RUNNING).status == S.RUNNING
+        self.status[task_id] = S.RUNNING
+
+    @precondition(lambda self: self._held_with(S.RUNNING))
+    @rule(data=st.data())
+    def complete(self, data: st.DataObject) -> None:
+        task_id = data.draw(st.sampled_from(self._held_with(S.RUNNING)))
+        assert self._update(task_id, S.COMPLETED, result={"ok": True}).status == S.COMPLETED
+        self._release(task_id, S.COMPLETED)
+
+    @precondition(lambda self: self._held_with(S.CLAIMED, S.RUNNING))
+    @rule(data=st.data(), retry=st.booleans())
+    def fail(self, data: st.DataObject, retry: bool) -> None:
+        task_id = data.draw(st.sampled_from(self._held_with(S.CLAIMED, S.RUNNING)))
+        record = self._update(task_id, S.FAILED, error="boom", retry=retry)
+        expected = S.PENDING if retry and record.attempt < self.max_attempts[task_id] else S.FAILED
+        assert record.status == expected
+        self._release(task_id, expected)
+
+    @rule(task_id=consumes(submitted))
+    def cancel(self, task_id: UUID) -> None:
+        try:
+            record, _ = self.run(
+                tasks.update_task(self.db, self.owner, task_id, status=S.CANCELLED)
+            )
+        except DomainError:
+            assert is_terminal(self.status[task_id])
+            return
+        assert not is_terminal(self.status[task_id]) and record.status == S.CANCELLED
+        self._release(task_id, S.CANCELLED)
+
+    @precondition(lambda self: self.old_tokens)
+    @rule(data=st.data())
+    def stale_write(self, data: st.DataObject) -> None:
+        task_id, token = data.draw(st.sampled_from(self.old_tokens))
+        if self.held.get(task_id, (None, None))[1] == token:
+            return
+        before = self.run(tasks.get_task(self.db, task_id))
+        with pytest.raises(DomainError):
+            self.run(
+                tasks.update_task(
+                    self.db, self.owner, task_id, status=S.COMPLETED, claim_token=token
+                )
+            )
+        after = self.run(tasks.get_task(self.db, task_id))
+        assert (after.status, after.attempt, after.claim_token) == (
+            before.status,
+            before.attempt,
+            before.claim_token,
+        )
+
+    @rule()
+    def sweep_expired_leases(self) -> None:
+        """Every lease runs out: each active attempt is retried or fails."""
+        self.run(self._expire_every_lease())
+        count, _ = self.run(sweeps.end_expired_leases(self.db, utcnow(), IMMEDIATE_RETRY))
+        active = [t for t in self.held if self.status[t] in ACTIVE_STATUSES]
+        assert count == len(active)
+        for task_id in active:
+            record = self.run(tasks.get_task(self.db, task_id))
+            assert record.status in (S.PENDING, S.FAILED)
+            assert (record.status == S.PENDING) == (record.attempt < self.max_attempts[task_id])
+            self._release(task_id, record.status)
+
+    async def _expire_every_lease(self) -> None:
+        async with self.db.write() as conn:
+            await conn.execute(
+                update(task_table)
+                .where(task_table.c.lease_expires_at.is_not(None))
+                .values(lease_expires_at=utcnow() - timedelta(seconds=1))
+            )
+
+    def _release(self, task_id: UUID, status: TaskStatus) -> None:
+        self.status[task_id] = status
+        worker_and_token = self.held.pop(task_id, None)
+        if worker_and_token is not None:
+            self.old_tokens.append((task_id, worker_and_token[1]))
+
+    # -- invariants ----------------------------------------------------------------------
+
+    @invariant()
+    def the_database_agrees_with_what_was_acknowledged(self) -> None:
+        rows = self.run(self._all_tasks())
+        assert {record.id for record in rows} == set(self.status), "a task was lost"
+        pending_positions = []
+        for record in rows:
+            assert record.status == self.status[record.id]
+            assert record.attempt <= record.max_attempts == self.max_attempts[record.id]
+            holds_token = record.claim_token is not None
+            if record.status in ACTIVE_STATUSES:
+                assert holds_token and self.held[record.id][1] == record.claim_token
+            elif record.status == S.PENDING:
+                assert not holds_token and record.worker_id is None
+                pending_positions.append(record.queue_position)
+        assert sorted(pending_positions) == list(range(1, len(pending_positions) + 1))
+
+    async def _all_tasks(self) -> list[Any]:
+        async with self.db.read() as conn:
+            rows = await conn.execute(
+                SELECT_TASKS.where(task_table.c.job_id == self.job_id), {"now": utcnow()}
+            )
+            return [joined_record(row) for row in rows]
+
+
+def test_the_queue_keeps_its_invariants(database_url: str) -> None:
+    QueueMachine.url = database_url
+    run = settings(
+        max_examples=12,
+        stateful_step_count=25,
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+    )
+    QueueMachine.TestCase.settings = run
+    QueueMachine.TestCase().runTest()
