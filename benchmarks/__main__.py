@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import sys
 import tempfile
 from collections.abc import Awaitable, Callable
@@ -28,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import backlog, realtime, throughput
-from benchmarks.report import csv_choices, emit, fail_fast_sniffio_import, log
+from benchmarks.report import Results, csv_choices, emit, log, run_main
 from benchmarks.targets import DEFAULT_PG_ADMIN_URL, FACTORIES, TargetOptions
 
 SCENARIOS = ("throughput", "longpoll", "notify", "fanout", "roomfanout", "backlog")
@@ -50,7 +49,6 @@ class Sizes:
 FULL = Sizes(2000, [1, 4, 16], 30, [1, 200], [500], [10_000, 50_000], 200)
 QUICK = Sizes(200, [1, 4, 16], 5, [1, 20], [20], [500], 20)
 
-Results = list[dict[str, Any]]
 Runner = Callable[[TargetOptions, Sizes, list[str]], Awaitable[Results]]
 
 
@@ -121,7 +119,9 @@ def tables(results: Results) -> str:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("--quick", action="store_true", help="small sizes: a smoke run")
     parser.add_argument(
         "--only",
@@ -142,7 +142,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 async def main_async(args: argparse.Namespace, results: Results) -> None:
-    throughput.cancel_on_termination()
     sizes = QUICK if args.quick else FULL
     with tempfile.TemporaryDirectory(prefix="taskhub-bench-") as workdir:
         options = TargetOptions(Path(workdir), args.server_log_level, False, args.pg_admin_url)
@@ -150,19 +149,8 @@ async def main_async(args: argparse.Namespace, results: Results) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    fail_fast_sniffio_import()
     args = parse_args(argv)
-    results: Results = []
-    code = 0
-    try:
-        asyncio.run(main_async(args, results))
-    except (KeyboardInterrupt, asyncio.CancelledError):
-        log("interrupted: servers stopped")
-        code = 130
-    if args.json_out:
-        args.json_out.write_text("".join(json.dumps(r) + "\n" for r in results))
-    log("\n" + tables(results))
-    return code or (1 if any(r.get("error") for r in results) else 0)
+    return run_main(lambda results: main_async(args, results), tables, args.json_out)
 
 
 if __name__ == "__main__":

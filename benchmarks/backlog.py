@@ -47,14 +47,15 @@ from app.persistence.models import task_table, token_table
 from app.persistence.types import new_id, utcnow
 from app.settings import Settings
 from benchmarks.report import (
+    Results,
     csv_choices,
     csv_ints,
     emit,
-    fail_fast_sniffio_import,
     latency_summary,
     load_average,
     log,
     markdown_table,
+    run_main,
 )
 from benchmarks.targets import (
     DEFAULT_PG_ADMIN_URL,
@@ -68,7 +69,6 @@ from benchmarks.throughput import (
     JOB,
     BenchError,
     call,
-    cancel_on_termination,
     heartbeat,
     new_client,
 )
@@ -312,25 +312,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-async def main_async(args: argparse.Namespace) -> list[dict[str, Any]]:
-    cancel_on_termination()
+async def main_async(args: argparse.Namespace, results: Results) -> None:
     with tempfile.TemporaryDirectory(prefix="taskhub-backlog-") as workdir:
         options = TargetOptions(Path(workdir), args.server_log_level, False, args.pg_admin_url)
-        return await bench_backlog(
+        results += await bench_backlog(
             options, args.targets, args.backlog, args.samples, vacuum=not args.no_vacuum
         )
 
 
 def main(argv: list[str] | None = None) -> int:
-    fail_fast_sniffio_import()
-    args = parse_args(argv)
-    try:
-        results = asyncio.run(main_async(args))
-    except (KeyboardInterrupt, asyncio.CancelledError):
-        log("interrupted: servers stopped")
-        return 130
-    log("\n" + table(results))
-    return 1 if any(r["error"] for r in results) else 0
+    return run_main(lambda results: main_async(parse_args(argv), results), table)
 
 
 if __name__ == "__main__":

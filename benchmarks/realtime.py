@@ -40,14 +40,14 @@ import httpx
 import socketio
 
 from benchmarks.report import (
+    Results,
     csv_choices,
     csv_ints,
     emit,
-    fail_fast_sniffio_import,
     latency_summary,
-    log,
     markdown_table,
     raise_fd_limit,
+    run_main,
 )
 from benchmarks.targets import (
     DEFAULT_PG_ADMIN_URL,
@@ -310,7 +310,7 @@ async def bench_realtime(
     return results
 
 
-async def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=30)
     parser.add_argument("--sockets", type=csv_ints, default=[1, 200], help="notify; fanout: last")
@@ -321,21 +321,21 @@ async def main(argv: list[str] | None = None) -> int:
         default=list(SCENARIOS),
     )
     parser.add_argument("--pg-admin-url", default=DEFAULT_PG_ADMIN_URL)
-    args = parser.parse_args(argv)
-    fail_fast_sniffio_import()
+    return parser.parse_args(argv)
+
+
+async def main_async(args: argparse.Namespace, results: Results) -> None:
     with tempfile.TemporaryDirectory(prefix="taskhub-rt-") as workdir:
-        options = TargetOptions(
-            workdir=Path(workdir),
-            log_level="warning",
-            access_log=False,
-            pg_admin_url=args.pg_admin_url,
-        )
-        results = await bench_realtime(
+        options = TargetOptions(Path(workdir), "warning", False, args.pg_admin_url)
+        results += await bench_realtime(
             options, args.scenarios, args.runs, args.sockets, args.room_sockets
         )
-    log(table(results))
-    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    return run_main(lambda results: main_async(args, results), table)
 
 
 if __name__ == "__main__":
-    sys.exit(asyncio.run(main()))
+    sys.exit(main())

@@ -4,14 +4,19 @@ markdown tables on stderr, and the client-side process set-up."""
 from __future__ import annotations
 
 import argparse
+import asyncio
 import importlib.util
 import json
 import math
 import os
 import resource
+import signal
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from pathlib import Path
 from typing import Any
+
+Results = list[dict[str, Any]]
 
 
 def fail_fast_sniffio_import() -> None:
@@ -79,6 +84,43 @@ def markdown_table(headers: Sequence[str], rows: Iterable[Sequence[Any]], left: 
     ]
     lines += ["| " + " | ".join("n/a" if v is None else str(v) for v in row) + " |" for row in rows]
     return "\n".join(lines)
+
+
+def cancel_on_termination() -> None:
+    """Turn SIGTERM and SIGHUP into cancellation, so that servers are stopped and the
+    PostgreSQL database dropped on the way out (asyncio.run already does so for SIGINT)."""
+    task = asyncio.current_task()
+    loop = asyncio.get_running_loop()
+    if task is not None:
+        for signum in (signal.SIGTERM, signal.SIGHUP):
+            loop.add_signal_handler(signum, task.cancel)
+
+
+def run_main(
+    work: Callable[[Results], Awaitable[None]],
+    render: Callable[[Results], str],
+    json_out: Path | None = None,
+) -> int:
+    """A benchmark script's body: run ``work`` (it appends its results, each already emitted),
+    then write ``json_out`` if asked and the tables on stderr, also after an interruption.
+    Exit status: 130 if interrupted, 1 if any result has an error, else 0."""
+    fail_fast_sniffio_import()
+    results: Results = []
+
+    async def guarded() -> None:
+        cancel_on_termination()
+        await work(results)
+
+    code = 0
+    try:
+        asyncio.run(guarded())
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        log("interrupted: servers stopped")
+        code = 130
+    if json_out is not None:
+        json_out.write_text("".join(json.dumps(result) + "\n" for result in results))
+    log("\n" + render(results))
+    return code or (1 if any(result.get("error") for result in results) else 0)
 
 
 def csv_ints(text: str) -> list[int]:

@@ -16,7 +16,6 @@ import asyncio
 import contextlib
 import os
 import resource
-import signal
 import sys
 import tempfile
 import time
@@ -33,15 +32,16 @@ if __package__ in (None, ""):  # run as a file: make ``benchmarks`` importable
 import httpx
 
 from benchmarks.report import (
+    Results,
     csv_choices,
     csv_ints,
     emit,
-    fail_fast_sniffio_import,
     load_average,
     log,
     markdown_table,
     ms,
     percentile,
+    run_main,
 )
 from benchmarks.targets import (
     DEFAULT_PG_ADMIN_URL,
@@ -380,16 +380,6 @@ def planned_targets(
     return planned
 
 
-def cancel_on_termination() -> None:
-    """Turn SIGTERM and SIGHUP into cancellation, so that servers are stopped and the
-    PostgreSQL database dropped on the way out (asyncio.run already does so for SIGINT)."""
-    task = asyncio.current_task()
-    loop = asyncio.get_running_loop()
-    if task is not None:
-        for signum in (signal.SIGTERM, signal.SIGHUP):
-            loop.add_signal_handler(signum, task.cancel)
-
-
 async def bench_throughput(
     options: TargetOptions, names: list[str], workers: list[int], scenario: Scenario
 ) -> list[dict[str, Any]]:
@@ -400,26 +390,16 @@ async def bench_throughput(
     return results
 
 
-async def main_async(args: argparse.Namespace) -> list[dict[str, Any]]:
-    cancel_on_termination()
+async def main_async(args: argparse.Namespace, results: Results) -> None:
     scenario = Scenario(args.tasks, args.submitters, args.backoff_ms / 1000, args.run_timeout)
-    results: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="taskhub-bench-") as workdir:
         for name, opened in planned_targets(args, Path(workdir)):
             results.extend(await bench_target(name, opened, args.workers, scenario))
-    return results
 
 
 def main(argv: list[str] | None = None) -> int:
-    fail_fast_sniffio_import()
     args = parse_args(argv)
-    try:
-        results = asyncio.run(main_async(args))
-    except (KeyboardInterrupt, asyncio.CancelledError):
-        log("interrupted: servers stopped")
-        return 130
-    log("\n" + table(results))
-    return 1 if any(r["error"] for r in results) else 0
+    return run_main(lambda results: main_async(args, results), table)
 
 
 if __name__ == "__main__":
