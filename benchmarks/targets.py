@@ -22,6 +22,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 START_TIMEOUT_SECONDS = 60.0
 STOP_TIMEOUT_SECONDS = 15.0
 MIGRATE_TIMEOUT_SECONDS = 120.0
+DEFAULT_PG_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/test"
 
 
 class TargetError(RuntimeError):
@@ -36,6 +37,7 @@ class Target:
     base_url: str
     token: str
     pid: int | None = None  # the server process, when this script started it
+    database_url: str | None = None  # SQLAlchemy URL of the hub's database, when known
 
 
 @dataclass(frozen=True)
@@ -133,7 +135,13 @@ async def _run_to_end(argv: list[str], env: dict[str, str], log: Path) -> None:
 
 @asynccontextmanager
 async def served(
-    name: str, argv: list[str], env: dict[str, str], port: int, token: str, log: Path
+    name: str,
+    argv: list[str],
+    env: dict[str, str],
+    port: int,
+    token: str,
+    log: Path,
+    database_url: str | None = None,
 ) -> AsyncIterator[Target]:
     """Start a server subprocess, wait until it is healthy, yield it, and always stop it."""
     with log.open("ab") as out:
@@ -143,7 +151,7 @@ async def served(
     base_url = f"http://{LOCALHOST}:{port}"
     try:
         await _wait_healthy(proc, base_url, log)
-        yield Target(name=name, base_url=base_url, token=token, pid=proc.pid)
+        yield Target(name, base_url, token, proc.pid, database_url)
     finally:
         await _stop(proc)
 
@@ -194,17 +202,17 @@ async def ceiling_target(options: TargetOptions) -> AsyncIterator[Target]:
 async def sqlite_target(options: TargetOptions) -> AsyncIterator[Target]:
     """``taskhub serve`` on a fresh SQLite file (serve migrates SQLite itself)."""
     port, token = free_port(), secrets.token_urlsafe(24)
-    url = f"sqlite+aiosqlite:///{options.workdir / 'bench.db'}"
+    url = f"sqlite+aiosqlite:///{options.workdir / f'bench-{secrets.token_hex(4)}.db'}"
     env = _hub_env(url, token, options)
     log = options.workdir / "sqlite.log"
-    async with served("sqlite", _serve_argv(port), env, port, token, log) as target:
+    async with served("sqlite", _serve_argv(port), env, port, token, log, url) as target:
         yield target
 
 
 async def _pg_admin(admin_url: str, sql: str) -> None:
-    """Run one statement on the admin database."""
+    """Run one statement on the admin database (a ``postgresql+asyncpg://`` URL is fine)."""
     try:
-        conn = await asyncpg.connect(admin_url, timeout=10)
+        conn = await asyncpg.connect(_pg_url(admin_url, "postgresql"), timeout=10)
         try:
             await conn.execute(sql)
         finally:
@@ -213,9 +221,15 @@ async def _pg_admin(admin_url: str, sql: str) -> None:
         raise TargetError(f"{sql!r} failed: {exc}") from exc
 
 
-def _database_url(admin_url: str, database: str) -> str:
+def _pg_url(admin_url: str, scheme: str, database: str | None = None) -> str:
+    """``admin_url`` with another scheme and, if given, another database."""
     parts = urlsplit(admin_url)
-    return urlunsplit(("postgresql+asyncpg", parts.netloc, f"/{database}", "", ""))
+    path = parts.path if database is None else f"/{database}"
+    return urlunsplit((scheme, parts.netloc, path, "", ""))
+
+
+def _database_url(admin_url: str, database: str) -> str:
+    return _pg_url(admin_url, "postgresql+asyncpg", database)
 
 
 @asynccontextmanager
@@ -225,12 +239,14 @@ async def postgres_target(options: TargetOptions) -> AsyncIterator[Target]:
     require_local(options.pg_admin_url)
     port, token = free_port(), secrets.token_urlsafe(24)
     database = f"bench_{secrets.token_hex(6)}"
-    env = _hub_env(_database_url(options.pg_admin_url, database), token, options)
+    url = _database_url(options.pg_admin_url, database)
+    env = _hub_env(url, token, options)
     log = options.workdir / "postgres.log"
     await _pg_admin(options.pg_admin_url, f'CREATE DATABASE "{database}"')
     try:
         await _run_to_end([*taskhub_command(), "migrate"], env, log)
-        async with served("postgres", _serve_argv(port), env, port, token, log) as target:
+        argv = _serve_argv(port)
+        async with served("postgres", argv, env, port, token, log, url) as target:
             yield target
     finally:
         await _pg_admin(options.pg_admin_url, f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
@@ -260,7 +276,8 @@ async def postgres_replicas(
     require_local(redis_url.replace("redis://", "http://"))
     token = secrets.token_urlsafe(24)
     database = f"bench_{secrets.token_hex(6)}"
-    env = _hub_env(_database_url(options.pg_admin_url, database), token, options)
+    url = _database_url(options.pg_admin_url, database)
+    env = _hub_env(url, token, options)
     env["TASKHUB_REDIS_URL"] = redis_url
     log = options.workdir / "replicas.log"
     await _pg_admin(options.pg_admin_url, f'CREATE DATABASE "{database}"')
@@ -272,7 +289,7 @@ async def postgres_replicas(
                 port = free_port()
                 replicas.append(
                     await stack.enter_async_context(
-                        served(f"replica{index}", _serve_argv(port), env, port, token, log)
+                        served(f"replica{index}", _serve_argv(port), env, port, token, log, url)
                     )
                 )
             yield replicas

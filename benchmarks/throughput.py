@@ -14,12 +14,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import importlib.util
-import json
-import math
 import os
 import resource
-import signal
 import sys
 import tempfile
 import time
@@ -35,7 +31,20 @@ if __package__ in (None, ""):  # run as a file: make ``benchmarks`` importable
 
 import httpx
 
+from benchmarks.report import (
+    Results,
+    csv_choices,
+    csv_ints,
+    emit,
+    load_average,
+    log,
+    markdown_table,
+    ms,
+    percentile,
+    run_main,
+)
 from benchmarks.targets import (
+    DEFAULT_PG_ADMIN_URL,
     FACTORIES,
     Target,
     TargetError,
@@ -50,15 +59,6 @@ JOB = {"category": "modifiers", "name": "Bench", "schema": {}}
 REQUEST_KINDS = ("submit", "claim", "claim_empty", "running", "completed")
 REQUEST_TIMEOUT_SECONDS = 30.0
 HEARTBEAT_SECONDS = 10.0
-DEFAULT_PG_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/test"
-
-
-def fail_fast_sniffio_import() -> None:
-    """httpcore runs ``import sniffio`` on every request; without sniffio installed each attempt
-    searches ``sys.path`` again, a quarter of this client's CPU. Make the import fail at once
-    (the same outcome, for every target alike)."""
-    if importlib.util.find_spec("sniffio") is None:
-        sys.modules["sniffio"] = None  # type: ignore[assignment]
 
 
 class BenchError(RuntimeError):
@@ -247,18 +247,6 @@ def cpu_used(
     }
 
 
-def percentile(values: list[float], pct: float) -> float | None:
-    """Nearest-rank percentile."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    return ordered[max(0, math.ceil(pct / 100 * len(ordered)) - 1)]
-
-
-def ms(seconds: float | None) -> float | None:
-    return None if seconds is None else round(seconds * 1000, 2)
-
-
 def summarise(
     target: str,
     workers: int,
@@ -283,6 +271,7 @@ def summarise(
         for kind in REQUEST_KINDS
     }
     return {
+        "scenario": "throughput",
         "target": target,
         "workers": workers,
         "tasks": state.total,
@@ -293,7 +282,7 @@ def summarise(
         "p99_ms": ms(percentile(latencies, 99)),
         "requests": requests,
         **(cpu or {"client_cpu_s": None, "server_cpu_s": None}),
-        "load_avg_1m": round(os.getloadavg()[0], 2),
+        "load_avg_1m": load_average(),
         "error": error,
     }
 
@@ -303,12 +292,9 @@ def failed(target: str, workers: int, tasks: int, error: str) -> dict[str, Any]:
     return summarise(target, workers, RunState(total=tasks), 0.0, error)
 
 
-def log(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
-
-
-def emit(result: dict[str, Any]) -> None:
-    print(json.dumps(result), flush=True)
+def report(result: dict[str, Any]) -> None:
+    """The run's JSON line on stdout and a progress line on stderr."""
+    emit(result)
     log(
         f"[{result['target']} W={result['workers']}] {result['completed']}/{result['tasks']} "
         f"tasks, {result['tasks_per_s']} tasks/s, p50 {result['p50_ms']} ms, "
@@ -329,49 +315,31 @@ async def bench_target(
         async with opened as target:
             for count in workers:
                 results.append(await run_scenario(target, count, scenario))
-                emit(results[-1])
+                report(results[-1])
     except (TargetError, OSError, BenchError, httpx.HTTPError) as exc:
         log(f"target {name} failed: {exc}")
         for count in workers[len(results) :]:
             results.append(failed(name, count, scenario.tasks, f"{type(exc).__name__}: {exc}"))
-            emit(results[-1])
+            report(results[-1])
     return results
 
 
 def table(results: list[dict[str, Any]]) -> str:
     """The markdown summary, each row also as a share of the ceiling at the same W."""
     ceiling = {r["workers"]: r["tasks_per_s"] for r in results if r["target"] == "ceiling"}
-    rows = [
-        "| target | W | tasks/s | p50 ms | p99 ms | % of ceiling |",
-        "|---|---:|---:|---:|---:|---:|",
-    ]
+    rows = []
     for r in results:
         base = ceiling.get(r["workers"])
         share = f"{100 * r['tasks_per_s'] / base:.0f}%" if base else "n/a"
         if r["error"]:
             share += " (failed)"
-        rows.append(
-            f"| {r['target']} | {r['workers']} | {r['tasks_per_s']} | {r['p50_ms']} "
-            f"| {r['p99_ms']} | {share} |"
-        )
-    return "\n".join(rows)
-
-
-def csv_ints(text: str) -> list[int]:
-    values = [int(part) for part in text.split(",") if part.strip()]
-    if not values or min(values) < 1:
-        raise argparse.ArgumentTypeError("expected positive integers, e.g. 1,4,16")
-    return values
+        rows.append([r["target"], r["workers"], r["tasks_per_s"], r["p50_ms"], r["p99_ms"], share])
+    headers = ["target", "W", "tasks/s", "p50 ms", "p99 ms", "% of ceiling"]
+    return markdown_table(headers, rows)
 
 
 def csv_targets(text: str) -> list[str]:
-    names = [part.strip() for part in text.split(",") if part.strip()]
-    unknown = sorted(set(names) - set(FACTORIES))
-    if unknown:
-        raise argparse.ArgumentTypeError(
-            f"unknown targets {unknown}; choose from {list(FACTORIES)}"
-        )
-    return names
+    return csv_choices(text, FACTORIES, "targets")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -412,36 +380,26 @@ def planned_targets(
     return planned
 
 
-def cancel_on_termination() -> None:
-    """Turn SIGTERM and SIGHUP into cancellation, so that servers are stopped and the
-    PostgreSQL database dropped on the way out (asyncio.run already does so for SIGINT)."""
-    task = asyncio.current_task()
-    loop = asyncio.get_running_loop()
-    if task is not None:
-        for signum in (signal.SIGTERM, signal.SIGHUP):
-            loop.add_signal_handler(signum, task.cancel)
-
-
-async def main_async(args: argparse.Namespace) -> list[dict[str, Any]]:
-    cancel_on_termination()
-    scenario = Scenario(args.tasks, args.submitters, args.backoff_ms / 1000, args.run_timeout)
+async def bench_throughput(
+    options: TargetOptions, names: list[str], workers: list[int], scenario: Scenario
+) -> list[dict[str, Any]]:
+    """Every (target, W) run of the named targets (started here), in order."""
     results: list[dict[str, Any]] = []
-    with tempfile.TemporaryDirectory(prefix="taskhub-bench-") as workdir:
-        for name, opened in planned_targets(args, Path(workdir)):
-            results.extend(await bench_target(name, opened, args.workers, scenario))
+    for name in names:
+        results.extend(await bench_target(name, FACTORIES[name](options), workers, scenario))
     return results
 
 
+async def main_async(args: argparse.Namespace, results: Results) -> None:
+    scenario = Scenario(args.tasks, args.submitters, args.backoff_ms / 1000, args.run_timeout)
+    with tempfile.TemporaryDirectory(prefix="taskhub-bench-") as workdir:
+        for name, opened in planned_targets(args, Path(workdir)):
+            results.extend(await bench_target(name, opened, args.workers, scenario))
+
+
 def main(argv: list[str] | None = None) -> int:
-    fail_fast_sniffio_import()
     args = parse_args(argv)
-    try:
-        results = asyncio.run(main_async(args))
-    except (KeyboardInterrupt, asyncio.CancelledError):
-        log("interrupted: servers stopped")
-        return 130
-    log("\n" + table(results))
-    return 1 if any(r["error"] for r in results) else 0
+    return run_main(lambda results: main_async(args, results), table)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,157 @@
+"""Every benchmark scenario in one command.
+
+    .venv/bin/python -m benchmarks                         # the full run
+    .venv/bin/python -m benchmarks --quick                 # small sizes: a smoke run
+    .venv/bin/python -m benchmarks --only backlog,roomfanout --targets sqlite
+    .venv/bin/python -m benchmarks --json-out results.jsonl
+
+Scenarios, in this order: ``throughput`` (end-to-end, W = 1/4/16, on the ceiling app, SQLite
+and PostgreSQL), ``longpoll`` (wake latency, one replica and two), ``notify``
+(``task_available`` with 1 and 200 sockets), ``fanout`` (``task_available`` to 200 worker
+sockets), ``roomfanout`` (``task_status_event`` to 500 room sockets) and ``backlog``
+(get/submit/claim with 10k and 50k pending tasks, SQLite and PostgreSQL). Each result is a
+JSON line on stdout as soon as it is measured; the markdown tables (one per family) follow on
+stderr at the end. A scenario that fails gives an ``error`` line and the run goes on; the exit
+status is then 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import tempfile
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from benchmarks import backlog, realtime, throughput
+from benchmarks.report import Results, csv_choices, emit, log, run_main
+from benchmarks.targets import DEFAULT_PG_ADMIN_URL, FACTORIES, TargetOptions
+
+SCENARIOS = ("throughput", "longpoll", "notify", "fanout", "roomfanout", "backlog")
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """How big each scenario is."""
+
+    tasks: int  # throughput: tasks per run
+    workers: list[int]  # throughput: W values
+    runs: int  # real-time: samples per scenario
+    notify_sockets: list[int]  # notify; fanout uses the last
+    room_sockets: list[int]  # roomfanout
+    backlogs: list[int]  # backlog: B values
+    samples: int  # backlog: requests of each kind
+
+
+FULL = Sizes(2000, [1, 4, 16], 30, [1, 200], [500], [10_000, 50_000], 200)
+QUICK = Sizes(200, [1, 4, 16], 5, [1, 20], [20], [500], 20)
+
+Runner = Callable[[TargetOptions, Sizes, list[str]], Awaitable[Results]]
+
+
+async def _throughput(options: TargetOptions, sizes: Sizes, targets: list[str]) -> Results:
+    scenario = throughput.Scenario(sizes.tasks, 4, 0.005, 300.0)
+    return await throughput.bench_throughput(options, targets, sizes.workers, scenario)
+
+
+def _realtime(name: str) -> Runner:
+    async def run(options: TargetOptions, sizes: Sizes, _targets: list[str]) -> Results:
+        return await realtime.bench_realtime(
+            options, [name], sizes.runs, sizes.notify_sockets, sizes.room_sockets
+        )
+
+    return run
+
+
+async def _backlog(options: TargetOptions, sizes: Sizes, targets: list[str]) -> Results:
+    databases = [name for name in targets if name in backlog.TARGETS]
+    return await backlog.bench_backlog(options, databases, sizes.backlogs, sizes.samples)
+
+
+RUNNERS: dict[str, Runner] = {
+    "throughput": _throughput,
+    **{name: _realtime(name) for name in realtime.SCENARIOS},
+    "backlog": _backlog,
+}
+
+
+async def run_scenarios(
+    options: TargetOptions, names: list[str], sizes: Sizes, targets: list[str], results: Results
+) -> None:
+    """The chosen scenarios in order, appending to ``results`` (kept if interrupted); one that
+    raises becomes an error line."""
+    for name in (n for n in SCENARIOS if n in names):
+        log(f"== {name} ==")
+        try:
+            results += await RUNNERS[name](options, sizes, targets)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # one broken scenario must not hide the others' figures
+            log(f"{name} failed: {type(exc).__name__}: {exc}")
+            results.append(emit({"scenario": name, "error": f"{type(exc).__name__}: {exc}"}))
+
+
+def _measured(result: dict[str, Any]) -> bool:
+    return "samples" in result or "tasks_per_s" in result
+
+
+def tables(results: Results) -> str:
+    """One markdown table per family of results, then the scenarios that failed outright."""
+    measured = [r for r in results if _measured(r)]
+    families = [
+        ("Throughput", throughput.table, lambda r: r["scenario"] == "throughput"),
+        ("Real-time latency", realtime.table, lambda r: r["scenario"] in realtime.SCENARIOS),
+        ("Backlog", backlog.table, lambda r: r["scenario"] == "backlog"),
+    ]
+    parts = []
+    for title, render, belongs in families:
+        rows = [r for r in measured if belongs(r)]
+        if rows:
+            parts.append(f"### {title}\n\n{render(rows)}")
+    failed = [r for r in results if not _measured(r)]
+    if failed:
+        lines = [f"- {r['scenario']}: {r['error']}" for r in failed]
+        parts.append("### Failed\n\n" + "\n".join(lines))
+    return "\n\n".join(parts)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument("--quick", action="store_true", help="small sizes: a smoke run")
+    parser.add_argument(
+        "--only",
+        type=lambda text: csv_choices(text, SCENARIOS, "scenarios"),
+        default=list(SCENARIOS),
+        help="comma-separated scenarios",
+    )
+    parser.add_argument(
+        "--targets",
+        type=lambda text: csv_choices(text, FACTORIES, "targets"),
+        default=list(FACTORIES),
+        help="throughput targets; backlog uses the databases among them",
+    )
+    parser.add_argument("--json-out", type=Path, help="also write the JSON lines to this file")
+    parser.add_argument("--server-log-level", default="warning")
+    parser.add_argument("--pg-admin-url", default=DEFAULT_PG_ADMIN_URL)
+    return parser.parse_args(argv)
+
+
+async def main_async(args: argparse.Namespace, results: Results) -> None:
+    sizes = QUICK if args.quick else FULL
+    with tempfile.TemporaryDirectory(prefix="taskhub-bench-") as workdir:
+        options = TargetOptions(Path(workdir), args.server_log_level, False, args.pg_admin_url)
+        await run_scenarios(options, args.only, sizes, args.targets, results)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    return run_main(lambda results: main_async(args, results), tables, args.json_out)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,328 @@
+"""Request latency with a deep queue: B pending tasks of one job.
+
+For each target (SQLite, PostgreSQL) and each backlog size B, a fresh hub: register one job
+(and its worker) over REST, bulk-insert B pending tasks of it straight into the hub's
+database (PostgreSQL: then ``VACUUM ANALYZE task``), and time ``--samples`` sequential
+requests of each kind, in this order:
+
+- ``get_back``: ``GET /tasks/{id}`` of the newest seeded task (``queue_position`` = B, the
+  most expensive read),
+- ``get_front``: ``GET /tasks/{id}`` of the oldest one (``queue_position`` = 1),
+- ``submit``: ``POST /rooms/{room}/tasks/{job}`` (the answer carries the new task's
+  position, B + 1 onwards),
+- ``claim``: ``POST /tasks/claim`` for the job's worker (each takes the front task, so the
+  queue stays B deep).
+
+One JSON line per (target, B, request) on stdout; a markdown table on stderr.
+
+    .venv/bin/python -m benchmarks.backlog
+    .venv/bin/python -m benchmarks.backlog --targets sqlite --backlog 10000 --samples 50
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+from uuid import UUID
+
+if __package__ in (None, ""):  # run as a file: make ``benchmarks`` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import httpx
+from sqlalchemy import insert, select
+from sqlalchemy.exc import SQLAlchemyError
+
+from app.domain.services.users import hash_token
+from app.persistence.database import Database
+from app.persistence.models import task_table, token_table
+from app.persistence.types import new_id, utcnow
+from app.settings import Settings
+from benchmarks.report import (
+    Results,
+    csv_choices,
+    csv_ints,
+    emit,
+    latency_summary,
+    load_average,
+    log,
+    markdown_table,
+    run_main,
+)
+from benchmarks.targets import (
+    DEFAULT_PG_ADMIN_URL,
+    FACTORIES,
+    Target,
+    TargetError,
+    TargetOptions,
+)
+from benchmarks.throughput import (
+    API,
+    JOB,
+    BenchError,
+    call,
+    heartbeat,
+    new_client,
+)
+
+TARGETS = ("sqlite", "postgres")
+REQUESTS = ("get_back", "get_front", "submit", "claim")
+SEED_CHUNK = 5000
+SEED_STEP = timedelta(milliseconds=1)  # between the seeded tasks' created_at
+WARMUP_READS = 3
+
+
+@dataclass(frozen=True)
+class Queue:
+    """The job under test and the ends of its seeded backlog."""
+
+    room: str
+    job_name: str
+    worker_id: str
+    front: UUID
+    back: UUID
+
+
+@dataclass(frozen=True)
+class Seeded:
+    """What seeding did: the backlog's ends, its duration and the maintenance that followed."""
+
+    front: UUID
+    back: UUID
+    seconds: float
+    maintenance: str | None
+
+
+def backlog_rows(
+    job_id: UUID, room: str, user_id: UUID | None, count: int
+) -> Iterator[list[dict[str, Any]]]:
+    """``count`` pending tasks in chunks, oldest first, all created before now. Only these
+    columns are given: every other one keeps its default."""
+    start = utcnow() - SEED_STEP * (count + 1000)
+    for offset in range(0, count, SEED_CHUNK):
+        yield [
+            {
+                "id": new_id(),
+                "job_id": job_id,
+                "room_id": room,
+                "status": "pending",
+                "payload": {},
+                "created_at": start + SEED_STEP * index,
+                "submitted_by": user_id,
+                "attempt": 0,
+            }
+            for index in range(offset, min(offset + SEED_CHUNK, count))
+        ]
+
+
+async def token_user(db: Database, token: str) -> UUID | None:
+    async with db.read() as conn:
+        query = select(token_table.c.user_id).where(token_table.c.token_hash == hash_token(token))
+        return await conn.scalar(query)
+
+
+async def maintain(db: Database, vacuum: bool) -> str | None:
+    """After a bulk insert, what autovacuum would soon do on PostgreSQL: fresh statistics and
+    (``vacuum``) a visibility map, which lets the position count scan the index alone."""
+    if db.is_sqlite:
+        return None
+    statement = "VACUUM ANALYZE task" if vacuum else "ANALYZE task"
+    async with db.autocommit() as conn:
+        await conn.exec_driver_sql(statement)
+    return statement
+
+
+async def seed_backlog(target: Target, job_id: UUID, room: str, count: int, vacuum: bool) -> Seeded:
+    """Insert ``count`` pending tasks of the job into the running hub's database."""
+    if target.database_url is None:
+        raise TargetError(f"the database of target {target.name} is unknown")
+    db = Database(Settings(database_url=target.database_url))
+    started = time.perf_counter()
+    try:
+        user_id = await token_user(db, target.token)
+        chunks = backlog_rows(job_id, room, user_id, count)
+        front = back = None
+        for rows in chunks:
+            async with db.write() as conn:
+                await conn.execute(insert(task_table), rows)
+            front, back = front or rows[0]["id"], rows[-1]["id"]
+        maintenance = await maintain(db, vacuum)
+    finally:
+        await db.dispose()
+    if front is None or back is None:
+        raise BenchError("the backlog must hold at least one task")
+    return Seeded(front, back, time.perf_counter() - started, maintenance)
+
+
+async def timed(
+    client: httpx.AsyncClient, method: str, path: str, body: dict[str, Any] | None, samples: int
+) -> tuple[list[float], list[Any]]:
+    """``samples`` sequential requests; their durations and decoded answers."""
+    timings, replies = [], []
+    for _ in range(samples):
+        reply, elapsed = await call(client, method, path, body)
+        timings.append(elapsed)
+        replies.append(reply)
+    return timings, replies
+
+
+async def measure(
+    client: httpx.AsyncClient, queue: Queue, samples: int
+) -> dict[str, tuple[list[float], int | None]]:
+    """Each request kind's durations and the ``queue_position`` its first answer reported."""
+    back, front = f"{API}/tasks/{queue.back}", f"{API}/tasks/{queue.front}"
+    for path in (back, front):
+        await timed(client, "GET", path, None, WARMUP_READS)
+    submit = f"{API}/rooms/{queue.room}/tasks/{queue.job_name}"
+    claim = {"worker_id": queue.worker_id}
+    plan = {
+        "get_back": ("GET", back, None),
+        "get_front": ("GET", front, None),
+        "submit": ("POST", submit, {"payload": {}}),
+        "claim": ("POST", f"{API}/tasks/claim", claim),
+    }
+    measured: dict[str, tuple[list[float], int | None]] = {}
+    for kind, (method, path, body) in plan.items():
+        timings, replies = await timed(client, method, path, body, samples)
+        if kind == "claim":
+            if any(reply["task"] is None for reply in replies):
+                raise BenchError("a claim found no task although the backlog is deep")
+            measured[kind] = (timings, None)
+        else:
+            measured[kind] = (timings, replies[0]["queue_position"])
+    return measured
+
+
+def result_line(
+    target: str,
+    backlog: int,
+    kind: str,
+    timings: list[float],
+    position: int | None,
+    seeded: Seeded | None,
+    error: str | None = None,
+) -> dict[str, Any]:
+    """One (target, B, request) JSON line."""
+    return {
+        "scenario": "backlog",
+        "target": target,
+        "backlog": backlog,
+        "request": kind,
+        **latency_summary(timings),
+        "queue_position": position,
+        "seed_s": None if seeded is None else round(seeded.seconds, 2),
+        "maintenance": None if seeded is None else seeded.maintenance,
+        "load_avg_1m": load_average(),
+        "error": error,
+    }
+
+
+async def run_backlog(
+    target: Target, backlog: int, samples: int, vacuum: bool
+) -> list[dict[str, Any]]:
+    """Register, seed and measure one backlog on a running hub."""
+    room = f"backlog-{uuid.uuid4().hex[:8]}"
+    job_name = f"{room}:{JOB['category']}:{JOB['name']}"
+    async with new_client(target) as client, new_client(target) as beats:
+        job, _elapsed = await call(client, "PUT", f"{API}/rooms/{room}/jobs", JOB)
+        beat = asyncio.create_task(heartbeat(beats, [job["worker_id"]]))
+        try:
+            log(f"[backlog {target.name} B={backlog}] seeding ...")
+            seeded = await seed_backlog(target, UUID(job["id"]), room, backlog, vacuum)
+            queue = Queue(room, job_name, job["worker_id"], seeded.front, seeded.back)
+            measured = await measure(client, queue, samples)
+        finally:
+            beat.cancel()
+    return [
+        emit(result_line(target.name, backlog, kind, timings, position, seeded))
+        for kind, (timings, position) in measured.items()
+    ]
+
+
+async def bench_backlog(
+    options: TargetOptions,
+    targets: list[str],
+    backlogs: list[int],
+    samples: int,
+    *,
+    vacuum: bool = True,
+) -> list[dict[str, Any]]:
+    """Every (target, B), each on a freshly started hub; a failure becomes error lines."""
+    results: list[dict[str, Any]] = []
+    for name in targets:
+        for backlog in backlogs:
+            try:
+                async with FACTORIES[name](options) as target:
+                    results += await run_backlog(target, backlog, samples, vacuum)
+            except (TargetError, BenchError, httpx.HTTPError, SQLAlchemyError, OSError) as exc:
+                error = f"{type(exc).__name__}: {exc}"
+                log(f"[backlog {name} B={backlog}] failed: {error}")
+                results += [
+                    emit(result_line(name, backlog, kind, [], None, None, error))
+                    for kind in REQUESTS
+                ]
+    return results
+
+
+def table(results: list[dict[str, Any]]) -> str:
+    headers = ["target", "request", "backlog", "samples", "p50 ms", "p90 ms", "p99 ms"]
+    headers += ["max ms", "queue_position"]
+    rows = [
+        [
+            r["target"],
+            r["request"] + (" (failed)" if r["error"] else ""),
+            r["backlog"],
+            r["samples"],
+            r["p50_ms"],
+            r["p90_ms"],
+            r["p99_ms"],
+            r["max_ms"],
+            r["queue_position"],
+        ]
+        for r in results
+    ]
+    return markdown_table(headers, rows, left=2)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--targets",
+        type=lambda text: csv_choices(text, TARGETS, "targets"),
+        default=list(TARGETS),
+    )
+    parser.add_argument("--backlog", type=csv_ints, default=[10_000, 50_000], help="B values")
+    parser.add_argument("--samples", type=int, default=200, help="requests of each kind")
+    parser.add_argument(
+        "--no-vacuum", action="store_true", help="PostgreSQL: ANALYZE only after seeding"
+    )
+    parser.add_argument("--server-log-level", default="warning")
+    parser.add_argument("--pg-admin-url", default=DEFAULT_PG_ADMIN_URL)
+    args = parser.parse_args(argv)
+    if args.samples < 1:
+        parser.error("--samples must be positive")
+    return args
+
+
+async def main_async(args: argparse.Namespace, results: Results) -> None:
+    with tempfile.TemporaryDirectory(prefix="taskhub-backlog-") as workdir:
+        options = TargetOptions(Path(workdir), args.server_log_level, False, args.pg_admin_url)
+        results += await bench_backlog(
+            options, args.targets, args.backlog, args.samples, vacuum=not args.no_vacuum
+        )
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_main(lambda results: main_async(parse_args(argv), results), table)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
