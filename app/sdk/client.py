@@ -13,6 +13,7 @@ import asyncio
 import math
 import time
 import uuid
+from datetime import datetime
 from types import TracebackType
 from typing import Any
 
@@ -25,6 +26,22 @@ from app.sdk.models import Task
 
 LONG_POLL_SECONDS = 60  # the hub caps it anyway (TASKHUB_LONG_POLL_MAX_WAIT_SECONDS)
 EARLY_ANSWER_PAUSE = 0.5  # a hub that answers at once without waiting is not hammered
+
+
+def _submit_body(payload: dict[str, Any], options: dict[str, Any]) -> dict[str, Any]:
+    """The submit body: the payload and whichever queue options were given
+    (``priority``, ``delay_seconds``, ``run_at``, ``max_attempts``)."""
+    unknown = set(options) - SUBMIT_OPTIONS
+    if unknown:
+        raise TypeError(f"unknown submit options: {sorted(unknown)}")
+    body: dict[str, Any] = {"payload": payload}
+    for key, value in options.items():
+        if value is not None:
+            body[key] = value.isoformat() if isinstance(value, datetime) else value
+    return body
+
+
+SUBMIT_OPTIONS = frozenset({"priority", "delay_seconds", "run_at", "max_attempts"})
 
 
 def _candidates(
@@ -81,9 +98,11 @@ class Client:
         *,
         room: str,
         job_room: str | None = None,
+        **options: Any,
     ) -> TaskHandle:
         """Submit ``job`` (an Extension instance, or a full job name plus ``payload``)
-        into ``room``."""
+        into ``room``; ``options`` are the hub's queue fields (``priority``,
+        ``delay_seconds``, ``run_at``, ``max_attempts``)."""
         names, body = _candidates(job, payload, room, job_room)
         key = {"Idempotency-Key": uuid.uuid4().hex}
         for index, name in enumerate(names):
@@ -91,7 +110,7 @@ class Client:
                 response = self._hub.request(
                     "POST",
                     f"/rooms/{segment(room)}/tasks/{segment(name)}",
-                    json={"payload": body},
+                    json=_submit_body(body, options),
                     headers=key,
                     idempotent=True,  # the key makes a retry after a lost answer safe
                 )
@@ -189,7 +208,9 @@ class AsyncClient:
         *,
         room: str,
         job_room: str | None = None,
+        **options: Any,
     ) -> AsyncTaskHandle:
+        """See ``Client.submit``."""
         names, body = _candidates(job, payload, room, job_room)
         key = {"Idempotency-Key": uuid.uuid4().hex}
         for index, name in enumerate(names):
@@ -197,7 +218,7 @@ class AsyncClient:
                 response = await self._hub.request(
                     "POST",
                     f"/rooms/{segment(room)}/tasks/{segment(name)}",
-                    json={"payload": body},
+                    json=_submit_body(body, options),
                     headers=key,
                     idempotent=True,  # the key makes a retry after a lost answer safe
                 )

@@ -61,6 +61,12 @@ class TaskFailed(TaskhubError):
         super().__init__(f"Task {task.id} failed: {task.error}")
 
 
+class RetryLater(TaskhubError):
+    """Raise inside a run to fail this attempt but ask for another: the hub puts the task
+    back in the queue (after its backoff) while it has attempts left (``max_attempts``),
+    and fails it otherwise."""
+
+
 class TaskCancelled(TaskhubError):
     """The task was cancelled: raised to a submitter waiting for its result, and inside a
     run by ``ctx.raise_if_cancelled()`` (the worker then drops the run's outcome)."""

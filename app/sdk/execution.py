@@ -27,6 +27,7 @@ from app.sdk.errors import (
     InvalidTransition,
     NotFound,
     ProblemError,
+    RetryLater,
 )
 from app.sdk.extension import JobSpec
 from app.sdk.models import ClaimedTask
@@ -109,6 +110,7 @@ class ProgressReporter:
 class Outcome:
     result: Any = None
     error: str | None = None
+    retry: bool = False  # the run raised RetryLater
 
 
 def describe(exc: BaseException) -> str:
@@ -220,6 +222,9 @@ class TaskRun:
         except asyncio.CancelledError:
             raise
         except BaseException as exc:
+            if isinstance(exc, RetryLater):
+                log.info("Task %s asks to be retried: %s", self.id, exc)
+                return Outcome(error=describe(exc), retry=True)
             if not self.cancelled:
                 log.error("Task %s (%s) failed", self.id, self.task.job_name, exc_info=exc)
             return Outcome(error=describe(exc))
@@ -230,7 +235,8 @@ class TaskRun:
             log.info("Task %s was cancelled; its outcome is dropped", self.id)
             return
         if outcome.error is not None:
-            await self._report_end({"status": "failed", "error": outcome.error})
+            body = {"status": "failed", "error": outcome.error}
+            await self._report_end({**body, "retry": True} if outcome.retry else body)
             return
         try:
             result = to_jsonable_python(outcome.result)

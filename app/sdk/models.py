@@ -30,6 +30,9 @@ class Task(BaseModel):
     progress: float | None = None
     progress_message: str | None = None
     attempt: int = 0
+    max_attempts: int = 1
+    priority: int = 0
+    run_at: datetime | None = None
 
     @property
     def is_terminal(self) -> bool:

@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from app.sdk import Extension, TaskContext
+from app.sdk import Extension, RetryLater, TaskContext
 
 GATES: defaultdict[str, threading.Event] = defaultdict(threading.Event)
 STARTED: defaultdict[str, threading.Event] = defaultdict(threading.Event)
@@ -54,6 +54,18 @@ class Boom(Extension):
 
     def run(self, ctx: TaskContext) -> Any:
         raise ValueError(self.message)
+
+
+class Flaky(Extension):
+    """Asks for a retry until its ``attempt`` reaches ``succeed_on``."""
+
+    category = "modifiers"
+    succeed_on: int = 2
+
+    def run(self, ctx: TaskContext) -> Any:
+        if ctx.attempt < self.succeed_on:
+            raise RetryLater(f"attempt {ctx.attempt} is too early")
+        return {"attempt": ctx.attempt}
 
 
 class Slow(Extension):

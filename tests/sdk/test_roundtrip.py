@@ -8,7 +8,7 @@ import pytest
 
 from app.sdk import AsyncClient, Client, TaskFailed, Worker
 from tests.sdk.conftest import Hub, eventually
-from tests.sdk.extensions import GATES, STARTED, AsyncEcho, Boom, Echo, Gate, Results
+from tests.sdk.extensions import GATES, STARTED, AsyncEcho, Boom, Echo, Flaky, Gate, Results
 
 # With a 30 s backstop poll, a task served within seconds proves the Socket.IO wake-up.
 SLOW_POLL = 30.0
@@ -108,3 +108,24 @@ def test_results_are_sent_as_json_or_the_task_fails(hub: Hub, room: str) -> None
         assert model.result(timeout=10) == {"corners": 4, "label": "square"}
         with pytest.raises(TaskFailed, match="not JSON-serialisable"):
             opaque.result(timeout=10)
+
+
+def test_retry_later_gets_another_attempt_until_attempts_run_out(hub: Hub, room: str) -> None:
+    with (
+        Worker(hub.url, hub.user_token, [Flaky], room=room),
+        Client(hub.url, hub.user_token) as client,
+    ):
+        retried = client.submit(Flaky(succeed_on=2), room=room, max_attempts=3, priority=2)
+        assert retried.result(timeout=15) == {"attempt": 2}
+        exhausted = client.submit(Flaky(succeed_on=5), room=room, max_attempts=2)
+        with pytest.raises(TaskFailed) as raised:
+            exhausted.result(timeout=15)
+    task = hub.task(retried.id)
+    assert (task["attempt"], task["max_attempts"], task["priority"]) == (2, 3, 2)
+    assert raised.value.task.attempt == 2
+    assert raised.value.task.error == "RetryLater: attempt 2 is too early"
+
+
+def test_submit_refuses_unknown_options(hub: Hub, room: str) -> None:
+    with Client(hub.url, hub.user_token) as client, pytest.raises(TypeError):
+        client.submit(Flaky(), room=room, priorty=3)
