@@ -42,6 +42,8 @@ class Settings(BaseSettings):
     db_pool_size: int = Field(default=10, gt=0)
     sqlite_synchronous: str = "FULL"
     sqlite_busy_timeout_ms: int = Field(default=5000, ge=0)
+    sqlite_cache_size_mb: int = Field(default=64, ge=1)
+    sqlite_mmap_size_mb: int = Field(default=256, ge=0)
     auth_cache_seconds: float = Field(default=5.0, ge=0)
 
     host: str = "127.0.0.1"

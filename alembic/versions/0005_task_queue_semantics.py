@@ -41,7 +41,7 @@ def upgrade() -> None:
     op.create_index(
         "ix_task_claim_queue",
         "task",
-        ["job_id", sa.text("priority DESC"), "created_at", "id", "run_at"],
+        ["job_id", sa.text("priority DESC"), "created_at", "id", "run_at", "status"],
         **_partial(PENDING),
     )
     op.create_index(

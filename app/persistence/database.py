@@ -40,6 +40,10 @@ def _sqlite_engine(url: str, settings: Settings, *, writer: bool) -> AsyncEngine
         cursor.execute(f"PRAGMA synchronous={settings.sqlite_synchronous}")
         cursor.execute(f"PRAGMA busy_timeout={settings.sqlite_busy_timeout_ms}")
         cursor.execute("PRAGMA foreign_keys=ON")
+        # Deep queues are counted on indexes of several MB: keep them in memory, and map
+        # the file so every reader shares the OS page cache instead of copying pages.
+        cursor.execute(f"PRAGMA cache_size=-{settings.sqlite_cache_size_mb * 1024}")
+        cursor.execute(f"PRAGMA mmap_size={settings.sqlite_mmap_size_mb * 1024 * 1024}")
         cursor.close()
 
     @event.listens_for(engine.sync_engine, "begin")

@@ -26,7 +26,7 @@ from sqlalchemy.sql import Executable
 
 from app.domain.naming import INTERNAL_ROOM
 from app.domain.states import TaskStatus
-from app.persistence.models import job_table, link_table, task_table, worker_table
+from app.persistence.models import is_pending, job_table, link_table, task_table, worker_table
 
 if TYPE_CHECKING:
     from app.persistence.database import Database
@@ -76,7 +76,7 @@ def insert_task_of_live_job(dialect: str) -> Executable:
 def _claimable() -> list[Any]:
     """Pending and due (``run_at`` NULL or not after ``:now``)."""
     return [
-        task_table.c.status == TaskStatus.PENDING.value,
+        is_pending(),
         or_(
             task_table.c.run_at.is_(None),
             task_table.c.run_at <= bindparam("now", type_=task_table.c.run_at.type),
@@ -150,7 +150,7 @@ def claim_statement(dialect: str, *, check_owner: bool, limit: int) -> Executabl
         chosen = task.c.id.in_(candidates.scalar_subquery())
     return (
         update(task)
-        .where(chosen, task.c.status == TaskStatus.PENDING.value)
+        .where(chosen, is_pending())
         .values(
             status=TaskStatus.CLAIMED.value,
             worker_id=bindparam("worker_id"),

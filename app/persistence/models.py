@@ -7,7 +7,18 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
-from sqlalchemy import Column, ForeignKey, Index, MetaData, String, Text, UniqueConstraint, text
+from sqlalchemy import (
+    Column,
+    ColumnElement,
+    ForeignKey,
+    Index,
+    MetaData,
+    String,
+    Text,
+    UniqueConstraint,
+    literal_column,
+    text,
+)
 from sqlalchemy.orm import registry
 from sqlmodel import Field, SQLModel
 
@@ -160,9 +171,18 @@ job_table = Job.__table__
 link_table = WorkerJobLink.__table__
 task_table = Task.__table__
 
+
+def is_pending(table: Any = task_table) -> ColumnElement[bool]:
+    """``status = 'pending'`` with the constant written into the SQL, as in the partial
+    indexes' predicates: against a bound parameter neither planner can prove a partial
+    index applies (SQLite never; PostgreSQL not in a generic plan of a prepared statement)."""
+    return table.c.status == literal_column("'pending'")
+
+
 # The claim queue: only pending rows, per job, higher priority first, FIFO within a
-# priority; ``run_at`` rides along so readiness is decided from the index alone (claims and
-# queue positions never visit the table rows they skip or count).
+# priority; ``run_at`` and ``status`` ride along so the index covers what claims and queue
+# positions read (SQLite re-checks ``status`` even though the predicate implies it), and
+# they never visit the table rows they skip or count.
 Index(
     "ix_task_claim_queue",
     task_table.c.job_id,
@@ -170,6 +190,7 @@ Index(
     task_table.c.created_at,
     task_table.c.id,
     task_table.c.run_at,
+    task_table.c.status,
     sqlite_where=text("status = 'pending'"),
     postgresql_where=text("status = 'pending'"),
 )

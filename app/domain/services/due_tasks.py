@@ -10,12 +10,11 @@ from sqlalchemy import bindparam, func, select
 
 from app.domain.events import EventBatch, TaskAvailable
 from app.domain.naming import INTERNAL_ROOM
-from app.domain.states import TaskStatus
 from app.persistence.database import Database
-from app.persistence.models import job_table, task_table
+from app.persistence.models import is_pending, job_table, task_table
 
 task = task_table
-_WAITING = [task.c.status == TaskStatus.PENDING.value, task.c.run_at.is_not(None)]
+_WAITING = [is_pending(), task.c.run_at.is_not(None)]
 _AFTER = bindparam("after", type_=task.c.run_at.type)
 _UNTIL = bindparam("until", type_=task.c.run_at.type)
 

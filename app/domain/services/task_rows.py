@@ -19,7 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.domain.records import TaskRecord
 from app.domain.states import TaskStatus
-from app.persistence.models import job_table, task_table
+from app.persistence.models import is_pending, job_table, task_table
 from app.persistence.types import utcnow
 
 task = task_table
@@ -69,7 +69,7 @@ def _count(*where: Any) -> Any:
 
 def _ready_position(s: _Subject) -> Any:
     def queued(a: Any) -> Any:
-        return and_(a.c.job_id == s.job_id, a.c.status == PENDING, _ready(a))
+        return and_(a.c.job_id == s.job_id, is_pending(a), _ready(a))
 
     higher = _count(queued, lambda a: a.c.priority > s.priority)
     level = _count(
@@ -82,7 +82,7 @@ def _ready_position(s: _Subject) -> Any:
 
 def _delayed_position(s: _Subject) -> Any:
     def queued(a: Any) -> Any:
-        return and_(a.c.job_id == s.job_id, a.c.status == PENDING)
+        return and_(a.c.job_id == s.job_id, is_pending(a))
 
     ready = _count(queued, _ready)
     delayed_before = _count(
