@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import (
     Table,
+    TextClause,
     bindparam,
     exists,
     func,
@@ -22,6 +23,7 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine.interfaces import BindTyping
 from sqlalchemy.sql import Executable
 
 from app.domain.naming import INTERNAL_ROOM
@@ -70,7 +72,26 @@ def insert_task_of_live_job(dialect: str) -> Executable:
         ),
         bindparam("b_run_at", type_=task.c.run_at.type),
     ).where(job_table.c.id == bindparam("b_job_id"), job_table.c.deleted.is_(False))
-    return _insert(dialect, task).from_select(columns, rows).on_conflict_do_nothing()
+    return _compiled_once(
+        dialect, _insert(dialect, task).from_select(columns, rows).on_conflict_do_nothing()
+    )
+
+
+def _compiled_once(dialect: str, statement: Executable) -> TextClause:
+    """``statement`` as fixed SQL text with its typed parameters. SQLAlchemy (2.0.x) does
+    not cache its dialects' ``ON CONFLICT`` clauses, so such a statement would be compiled
+    again on every execution; as text with typed parameters it is compiled once."""
+    module = postgresql if dialect == "postgresql" else sqlite
+    plain = module.dialect(paramstyle="named")
+    plain.bind_typing = BindTyping.NONE  # no inline casts: the executing dialect adds its own
+    compiled = statement.compile(dialect=plain)
+    params = [
+        bindparam(name, value=bind.value, type_=bind.type)
+        if bind.value is not None
+        else bindparam(name, type_=bind.type)
+        for bind, name in compiled.bind_names.items()
+    ]
+    return text(compiled.string).bindparams(*params)
 
 
 def _claimable() -> list[Any]:
