@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from app.domain.records import TaskRecord
-from app.domain.states import is_terminal
+from app.domain.states import TaskStatus, is_terminal
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +38,7 @@ class TaskStatusChanged:
 
     name: ClassVar[str] = "task_status_event"
     task: TaskRecord
+    previous: TaskStatus | None = None
 
     @property
     def room(self) -> str:
