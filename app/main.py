@@ -1,9 +1,10 @@
-"""The ASGI application: REST routes, problem handlers, health, the room page."""
+"""The ASGI application: REST routes, problem handlers, health, metrics, the room page."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -16,9 +17,13 @@ from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from app.observability import metrics
+from app.observability.request_id import Receive, RequestIdMiddleware, Scope, Send
+from app.observability.scrape import metrics_endpoint
 from app.realtime.socket_sink import SocketSink
 from app.runtime import Hub
 from app.settings import Settings
+from app.shutdown import StopSignals
 from app.transport.http import jobs, tasks, workers
 from app.transport.http.openapi import openapi_endpoint
 from app.transport.http.problems import EXCEPTION_HANDLERS, problem_response
@@ -30,6 +35,8 @@ STATIC_DIR = Path(__file__).resolve().parent.parent / "static"
 SOCKETIO_CLIENT_DIR = STATIC_DIR.parent / "node_modules" / "socket.io-client" / "dist"
 # Order matters: ".../jobs/{full_name}/tasks" must be tried before ".../jobs/{full_name}".
 ENDPOINTS = [*tasks.api.endpoints, *jobs.api.endpoints, *workers.api.endpoints]
+SOCKET_CLOSE_SECONDS = 5.0
+log = logging.getLogger(__name__)
 
 
 async def healthz(_request: Request) -> Response:
@@ -65,19 +72,61 @@ async def _ping_database(hub: Hub) -> None:
 
 
 class TaskhubApp(socketio.ASGIApp):
-    """Socket.IO at ``/socket.io/``, everything else (and the lifespan) to Starlette."""
+    """Socket.IO at ``/socket.io/``, everything else (and the lifespan) to Starlette; a
+    request id around every HTTP request and socket connection."""
 
-    def __init__(self, sio: socketio.AsyncServer, web: Starlette, hub: Hub) -> None:
-        super().__init__(sio, other_asgi_app=web)
-        self.web = web
+    def __init__(
+        self, sio: socketio.AsyncServer, hub: Hub, *, drain_on_signals: bool = False
+    ) -> None:
+        self.sio = sio
         self.hub = hub
+        self.web = create_web_app(hub, self._running)
+        super().__init__(sio, other_asgi_app=self.web)
+        self._entry = RequestIdMiddleware(super().__call__)
+        self._stop_signals = StopSignals(self.begin_shutdown) if drain_on_signals else None
+        self._draining = False
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self._entry(scope, receive, send)
 
     def lifespan_context(self) -> AbstractAsyncContextManager[None]:
         """Start and stop the hub without a server (tests, tools)."""
         return self.web.router.lifespan_context(self.web)
 
+    @asynccontextmanager
+    async def _running(self) -> AsyncIterator[None]:
+        try:
+            await self.hub.start()
+            if self._stop_signals is not None:
+                self._stop_signals.install()
+            yield
+        finally:
+            if self._stop_signals is not None:
+                self._stop_signals.uninstall()
+            await self.begin_shutdown()
+            await self.hub.close()
+            metrics.process_exiting()
 
-def create_app(settings: Settings | None = None) -> TaskhubApp:
+    async def begin_shutdown(self) -> None:
+        """The first step of a graceful shutdown (the server stops accepting meanwhile):
+        answer waiting long-polls with their task's current state, stop the sweeper, close
+        Socket.IO connections (clients see a transport close and reconnect elsewhere).
+        In-flight requests finish on their own."""
+        if self._draining:
+            return
+        self._draining = True
+        log.info("shutting down: answering long-polls, closing Socket.IO connections")
+        await self.hub.begin_shutdown()
+        if self.sio.eio.sockets:
+            try:
+                await asyncio.wait_for(self.sio.eio.disconnect(), SOCKET_CLOSE_SECONDS)
+            except TimeoutError:
+                log.warning("shutting down: some Socket.IO connections did not close in time")
+
+
+def create_app(settings: Settings | None = None, *, drain_on_signals: bool = False) -> TaskhubApp:
+    """The application. ``drain_on_signals``: SIGTERM/SIGINT start the graceful shutdown at
+    once (``taskhub serve``) rather than when the server gets to the lifespan shutdown."""
     settings = settings or Settings()
     hub = Hub.create(settings)
     manager = (
@@ -88,17 +137,16 @@ def create_app(settings: Settings | None = None) -> TaskhubApp:
     sio = socketio.AsyncServer(async_mode="asgi", client_manager=manager)
     SocketHandlers(sio, hub)
     hub.publisher.add_sink(SocketSink(sio))
-    return TaskhubApp(sio, create_web_app(hub), hub)
+    return TaskhubApp(sio, hub, drain_on_signals=drain_on_signals)
 
 
-def create_web_app(hub: Hub) -> Starlette:
+def create_web_app(hub: Hub, running: Callable[[], AbstractAsyncContextManager[None]]) -> Starlette:
+    """The Starlette app; ``running`` is its lifespan (starts and stops the hub)."""
+
     @asynccontextmanager
-    async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        try:
-            await hub.start()
+    async def lifespan(_app: Starlette) -> AsyncIterator[None]:
+        async with running():
             yield
-        finally:
-            await hub.close()
 
     api_routes = [
         Route(API_PREFIX + ep.path, ep.handler_endpoint, methods=[ep.method]) for ep in ENDPOINTS
@@ -106,6 +154,7 @@ def create_web_app(hub: Hub) -> Starlette:
     routes = [
         Route("/healthz", healthz, methods=["GET"]),
         Route("/readyz", readyz, methods=["GET"]),
+        Route("/metrics", metrics_endpoint, methods=["GET"]),
         Route("/openapi.json", openapi_endpoint(ENDPOINTS, API_PREFIX), methods=["GET"]),
         *api_routes,
         Route("/", room_page, methods=["GET"]),

@@ -89,6 +89,12 @@ class Hub:
         if self.settings.sweeper_enabled:
             self.sweeper.start()
 
+    async def begin_shutdown(self) -> None:
+        """Answer every waiting long-poll now and stop the sweeper (graceful shutdown;
+        ``close`` follows once the server's connections are done)."""
+        self.waiters.release_all()
+        await self.sweeper.stop()
+
     async def close(self) -> None:
         await self.sweeper.stop()
         self.waiters.release_all()
