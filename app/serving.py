@@ -12,10 +12,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType
+from typing import TYPE_CHECKING
 
-from app.main import TaskhubApp, create_app
 from app.observability.logging import log_config
 from app.settings import Settings
+
+if TYPE_CHECKING:
+    from app.main import TaskhubApp
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 WORKER_APP = "app.serving:worker_app"
@@ -40,6 +43,8 @@ def workers_problem(settings: Settings) -> str | None:
 
 def worker_app() -> TaskhubApp:
     """The application of one worker process (uvicorn imports this factory in each)."""
+    from app.main import create_app
+
     return create_app(Settings(), drain_on_signals=True)
 
 
@@ -55,8 +60,12 @@ def serve(settings: Settings) -> int:
         "access_log": settings.access_log,
         "timeout_graceful_shutdown": settings.graceful_shutdown_seconds,
     }
+    # The metrics module is imported only once the multiprocess directory is ready (its
+    # metrics open their files on import); the supervisor of several workers never does.
     with metrics_directory(settings.workers), sigterm_exits_cleanly():
         if settings.workers == 1:
+            from app.main import create_app
+
             uvicorn.run(create_app(settings, drain_on_signals=True), **options)  # type: ignore[arg-type]
         else:
             uvicorn.run(WORKER_APP, factory=True, workers=settings.workers, **options)  # type: ignore[arg-type]

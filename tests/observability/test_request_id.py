@@ -107,3 +107,13 @@ async def test_log_lines_outside_requests_have_no_id(json_log: io.StringIO) -> N
     (line,) = [line for line in lines(json_log) if line["logger"] == "taskhub.test"]
     assert line["request_id"] is None
     assert line["message"] == "between requests"
+
+
+async def test_socket_handler_log_lines_carry_the_connection_id(app, json_log) -> None:
+    """A failing Socket.IO event is logged with ``sio-<sid>`` (here: an unknown sid)."""
+    handler = app.sio.handlers["/"]["join_job_room"]
+    ack = await handler("s1d-x", {"job_name": "lab:modifiers:R", "worker_id": "w"})
+    assert ack["status"] == 500
+    (line,) = [line for line in lines(json_log) if line["level"] == "ERROR"]
+    assert line["request_id"] == "sio-s1d-x"
+    assert line["logger"] == "app.transport.sockets.handlers"
