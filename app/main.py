@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
@@ -10,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import socketio
+from engineio import packet as engineio_packet
 from sqlalchemy import text
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -35,7 +37,8 @@ STATIC_DIR = Path(__file__).resolve().parent.parent / "static"
 SOCKETIO_CLIENT_DIR = STATIC_DIR.parent / "node_modules" / "socket.io-client" / "dist"
 # Order matters: ".../jobs/{full_name}/tasks" must be tried before ".../jobs/{full_name}".
 ENDPOINTS = [*tasks.api.endpoints, *jobs.api.endpoints, *workers.api.endpoints]
-SOCKET_CLOSE_SECONDS = 5.0
+# uvicorn stops accepting within 0.1 s of the signal; polls are answered after that.
+POLL_RELEASE_DELAY_SECONDS = 0.5
 log = logging.getLogger(__name__)
 
 
@@ -108,20 +111,35 @@ class TaskhubApp(socketio.ASGIApp):
             metrics.process_exiting()
 
     async def begin_shutdown(self) -> None:
-        """The first step of a graceful shutdown (the server stops accepting meanwhile):
-        answer waiting long-polls with their task's current state, stop the sweeper, close
-        Socket.IO connections (clients see a transport close and reconnect elsewhere).
-        In-flight requests finish on their own."""
+        """The first step of a graceful shutdown: answer waiting long-polls with their
+        task's current state and stop the sweeper; then end Socket.IO polls. In-flight
+        requests finish on their own."""
         if self._draining:
             return
         self._draining = True
-        log.info("shutting down: answering long-polls, closing Socket.IO connections")
+        log.info("shutting down: answering long-polls, releasing Socket.IO polls")
         await self.hub.begin_shutdown()
-        if self.sio.eio.sockets:
-            try:
-                await asyncio.wait_for(self.sio.eio.disconnect(), SOCKET_CLOSE_SECONDS)
-            except TimeoutError:
-                log.warning("shutting down: some Socket.IO connections did not close in time")
+        await self._end_socket_polls()
+
+    async def _end_socket_polls(self) -> None:
+        """Websocket connections are closed by the server as it shuts down (code 1012,
+        "service restart", so clients reconnect, e.g. to another replica). A client on
+        the HTTP long-polling transport has a poll that Engine.IO would hold until its next
+        ping: once the server has stopped accepting, answer it (a no-op packet), so its
+        connection ends and the client's next poll finds the server gone. No Engine.IO
+        CLOSE packet: Python clients take that for a deliberate disconnect and would not
+        reconnect."""
+        polling = [
+            socket
+            for socket in list(self.sio.eio.sockets.values())
+            if not socket.upgraded and not socket.closed
+        ]
+        if not polling:
+            return
+        await asyncio.sleep(POLL_RELEASE_DELAY_SECONDS)
+        for socket in polling:
+            with contextlib.suppress(Exception):
+                await socket.send(engineio_packet.Packet(engineio_packet.NOOP))
 
 
 def create_app(settings: Settings | None = None, *, drain_on_signals: bool = False) -> TaskhubApp:

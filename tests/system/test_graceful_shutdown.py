@@ -7,14 +7,24 @@ from __future__ import annotations
 import asyncio
 import signal
 import time
+from collections.abc import Callable
 
 import httpx
+import socketio
 
 from tests.support.metrics import Samples
 from tests.support.server import HubServer
 from tests.support.sockets import SocketProbe
 
 JOB = "lab:modifiers:Slow"
+
+
+def _record_reason(future: asyncio.Future[str]) -> Callable[..., None]:
+    def record(reason: str = "") -> None:
+        if not future.done():
+            future.set_result(reason)
+
+    return record
 
 
 async def wait_for_metric(http: httpx.AsyncClient, name: str, value: float) -> None:
@@ -40,12 +50,22 @@ async def test_sigterm_answers_long_polls_closes_sockets_and_exits_zero(
         submitted = await http.post(f"/v1/joblib/rooms/lab/tasks/{JOB}", headers=headers, json={})
         task_id = submitted.json()["id"]
 
-        async with SocketProbe("browser") as browser:
-            disconnected = asyncio.Event()
-            browser.client.on("disconnect", lambda *_: disconnected.set())
+        async with SocketProbe("browser") as browser, SocketProbe("poller") as poller:
+            reasons: dict[str, asyncio.Future[str]] = {}
+            for name, probe in (("websocket", browser), ("polling", poller)):
+                reasons[name] = asyncio.get_running_loop().create_future()
+                probe.client.on("disconnect", _record_reason(reasons[name]))
             await browser.connect(hub_server.base_url, hub_server.admin_token)
             await browser.room_join("lab")
-            await wait_for_metric(http, "taskhub_connected_sockets", 1)
+            await asyncio.wait_for(
+                poller.client.connect(
+                    hub_server.base_url,
+                    auth={"token": hub_server.admin_token},
+                    transports=["polling"],
+                ),
+                10,
+            )
+            await wait_for_metric(http, "taskhub_connected_sockets", 2)
 
             poll = asyncio.create_task(
                 http.get(f"/v1/joblib/tasks/{task_id}", headers={**headers, "Prefer": "wait=30"})
@@ -57,7 +77,12 @@ async def test_sigterm_answers_long_polls_closes_sockets_and_exits_zero(
             sent = time.monotonic()
             response = await asyncio.wait_for(poll, 5)
             answered_after = time.monotonic() - sent
-            await asyncio.wait_for(disconnected.wait(), 5)
+            # Both transports are dropped promptly, not as a deliberate server disconnect
+            # (after which clients would not try to reconnect to another replica).
+            dropped = await asyncio.wait_for(asyncio.gather(*reasons.values()), 5)
+            assert time.monotonic() - sent < 5
+            server_disconnect = socketio.AsyncClient.reason.SERVER_DISCONNECT
+            assert server_disconnect not in dropped, dropped
 
     assert response.status_code == 200, response.text
     assert response.json()["id"] == task_id
