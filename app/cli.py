@@ -35,11 +35,15 @@ def cmd_migrate(settings: Settings, _args: argparse.Namespace) -> int:
 
 
 def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
-    import uvicorn
+    from app import serving
 
-    from app.main import create_app
-
-    settings = settings.model_copy(update={"host": args.host, "port": args.port})
+    settings = settings.model_copy(
+        update={"host": args.host, "port": args.port, "workers": args.workers or settings.workers}
+    )
+    problem = serving.workers_problem(settings)
+    if problem is not None:
+        print(f"taskhub: {problem}", file=sys.stderr)
+        return 2
     if settings.is_sqlite:
         migrations.upgrade(settings.database_url)  # the embedded default looks after itself
     else:
@@ -51,17 +55,11 @@ def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
     new_token = _run_with_db(settings, _bootstrap_admin(settings))
     print(f"Taskhub listening on http://{settings.host}:{settings.port}/", flush=True)
     print(f"  database: {_safe_url(settings.database_url)}", flush=True)
+    if settings.workers > 1:
+        print(f"  workers: {settings.workers}", flush=True)
     if new_token:
         print(f"  admin token (shown once): {new_token}", flush=True)
-    uvicorn.run(
-        create_app(settings),
-        host=settings.host,
-        port=settings.port,
-        log_level=settings.log_level,
-        access_log=settings.access_log,
-        timeout_graceful_shutdown=10,
-    )
-    return 0
+    return serving.serve(settings)
 
 
 def _safe_url(url: str) -> str:
@@ -102,6 +100,13 @@ def cmd_tokens_create(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
+def _positive_int(value: str) -> int:
+    number = int(value)
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {number}")
+    return number
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="taskhub", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -109,6 +114,12 @@ def build_parser() -> argparse.ArgumentParser:
     serve = commands.add_parser("serve", help="run the hub (HTTP + Socket.IO)")
     serve.add_argument("--host", default=None)
     serve.add_argument("--port", type=int, default=None)
+    serve.add_argument(
+        "--workers",
+        type=_positive_int,
+        default=None,
+        help="worker processes on one socket (PostgreSQL and Redis only; TASKHUB_WORKERS)",
+    )
     serve.set_defaults(func=cmd_serve)
 
     migrate = commands.add_parser("migrate", help="upgrade the database schema to this version")

@@ -1,14 +1,17 @@
-"""The ASGI application: REST routes, problem handlers, health, the room page."""
+"""The ASGI application: REST routes, problem handlers, health, metrics, the room page."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import socketio
+from engineio import packet as engineio_packet
 from sqlalchemy import text
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -16,9 +19,13 @@ from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from app.observability import metrics
+from app.observability.request_id import Receive, RequestIdMiddleware, Scope, Send
+from app.observability.scrape import metrics_endpoint
 from app.realtime.socket_sink import SocketSink
 from app.runtime import Hub
 from app.settings import Settings
+from app.shutdown import StopSignals
 from app.transport.http import jobs, tasks, workers
 from app.transport.http.openapi import openapi_endpoint
 from app.transport.http.problems import EXCEPTION_HANDLERS, problem_response
@@ -30,6 +37,9 @@ STATIC_DIR = Path(__file__).resolve().parent.parent / "static"
 SOCKETIO_CLIENT_DIR = STATIC_DIR.parent / "node_modules" / "socket.io-client" / "dist"
 # Order matters: ".../jobs/{full_name}/tasks" must be tried before ".../jobs/{full_name}".
 ENDPOINTS = [*tasks.api.endpoints, *jobs.api.endpoints, *workers.api.endpoints]
+# uvicorn stops accepting within 0.1 s of the signal; polls are answered after that.
+POLL_RELEASE_DELAY_SECONDS = 0.5
+log = logging.getLogger(__name__)
 
 
 async def healthz(_request: Request) -> Response:
@@ -65,19 +75,76 @@ async def _ping_database(hub: Hub) -> None:
 
 
 class TaskhubApp(socketio.ASGIApp):
-    """Socket.IO at ``/socket.io/``, everything else (and the lifespan) to Starlette."""
+    """Socket.IO at ``/socket.io/``, everything else (and the lifespan) to Starlette; a
+    request id around every HTTP request and socket connection."""
 
-    def __init__(self, sio: socketio.AsyncServer, web: Starlette, hub: Hub) -> None:
-        super().__init__(sio, other_asgi_app=web)
-        self.web = web
+    def __init__(
+        self, sio: socketio.AsyncServer, hub: Hub, *, drain_on_signals: bool = False
+    ) -> None:
+        self.sio = sio
         self.hub = hub
+        self.web = create_web_app(hub, self._running)
+        super().__init__(sio, other_asgi_app=self.web)
+        self._entry = RequestIdMiddleware(super().__call__)
+        self._stop_signals = StopSignals(self.begin_shutdown) if drain_on_signals else None
+        self._draining = False
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self._entry(scope, receive, send)
 
     def lifespan_context(self) -> AbstractAsyncContextManager[None]:
         """Start and stop the hub without a server (tests, tools)."""
         return self.web.router.lifespan_context(self.web)
 
+    @asynccontextmanager
+    async def _running(self) -> AsyncIterator[None]:
+        try:
+            await self.hub.start()
+            if self._stop_signals is not None:
+                self._stop_signals.install()
+            yield
+        finally:
+            if self._stop_signals is not None:
+                self._stop_signals.uninstall()
+            await self.begin_shutdown()
+            await self.hub.close()
+            metrics.process_exiting()
 
-def create_app(settings: Settings | None = None) -> TaskhubApp:
+    async def begin_shutdown(self) -> None:
+        """The first step of a graceful shutdown: answer waiting long-polls with their
+        task's current state and stop the sweeper; then end Socket.IO polls. In-flight
+        requests finish on their own."""
+        if self._draining:
+            return
+        self._draining = True
+        log.info("shutting down: answering long-polls, releasing Socket.IO polls")
+        await self.hub.begin_shutdown()
+        await self._end_socket_polls()
+
+    async def _end_socket_polls(self) -> None:
+        """Websocket connections are closed by the server as it shuts down (code 1012,
+        "service restart", so clients reconnect, e.g. to another replica). A client on
+        the HTTP long-polling transport has a poll that Engine.IO would hold until its next
+        ping: once the server has stopped accepting, answer it (a no-op packet), so its
+        connection ends and the client's next poll finds the server gone. No Engine.IO
+        CLOSE packet: Python clients take that for a deliberate disconnect and would not
+        reconnect."""
+        polling = [
+            socket
+            for socket in list(self.sio.eio.sockets.values())
+            if not socket.upgraded and not socket.closed
+        ]
+        if not polling:
+            return
+        await asyncio.sleep(POLL_RELEASE_DELAY_SECONDS)
+        for socket in polling:
+            with contextlib.suppress(Exception):
+                await socket.send(engineio_packet.Packet(engineio_packet.NOOP))
+
+
+def create_app(settings: Settings | None = None, *, drain_on_signals: bool = False) -> TaskhubApp:
+    """The application. ``drain_on_signals``: SIGTERM/SIGINT start the graceful shutdown at
+    once (``taskhub serve``) rather than when the server gets to the lifespan shutdown."""
     settings = settings or Settings()
     hub = Hub.create(settings)
     manager = (
@@ -88,17 +155,16 @@ def create_app(settings: Settings | None = None) -> TaskhubApp:
     sio = socketio.AsyncServer(async_mode="asgi", client_manager=manager)
     SocketHandlers(sio, hub)
     hub.publisher.add_sink(SocketSink(sio))
-    return TaskhubApp(sio, create_web_app(hub), hub)
+    return TaskhubApp(sio, hub, drain_on_signals=drain_on_signals)
 
 
-def create_web_app(hub: Hub) -> Starlette:
+def create_web_app(hub: Hub, running: Callable[[], AbstractAsyncContextManager[None]]) -> Starlette:
+    """The Starlette app; ``running`` is its lifespan (starts and stops the hub)."""
+
     @asynccontextmanager
-    async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        try:
-            await hub.start()
+    async def lifespan(_app: Starlette) -> AsyncIterator[None]:
+        async with running():
             yield
-        finally:
-            await hub.close()
 
     api_routes = [
         Route(API_PREFIX + ep.path, ep.handler_endpoint, methods=[ep.method]) for ep in ENDPOINTS
@@ -106,6 +172,7 @@ def create_web_app(hub: Hub) -> Starlette:
     routes = [
         Route("/healthz", healthz, methods=["GET"]),
         Route("/readyz", readyz, methods=["GET"]),
+        Route("/metrics", metrics_endpoint, methods=["GET"]),
         Route("/openapi.json", openapi_endpoint(ENDPOINTS, API_PREFIX), methods=["GET"]),
         *api_routes,
         Route("/", room_page, methods=["GET"]),

@@ -95,6 +95,13 @@ class Hub:
             self.sweeper.start()
         self.due_announcer.start()
 
+    async def begin_shutdown(self) -> None:
+        """Answer every waiting long-poll now and stop the background timers (graceful
+        shutdown; ``close`` follows once the server's connections are done)."""
+        self.waiters.release_all()
+        await self.sweeper.stop()
+        await self.due_announcer.stop()
+
     async def close(self) -> None:
         await self.sweeper.stop()
         await self.due_announcer.stop()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from functools import cached_property
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
@@ -49,7 +49,10 @@ class Settings(BaseSettings):
     host: str = "127.0.0.1"
     port: int = 8000
     log_level: str = "info"
+    log_format: Literal["text", "json"] = "text"
     access_log: bool = False
+    workers: int = Field(default=1, ge=1)
+    graceful_shutdown_seconds: float = Field(default=10, ge=0)
 
     @field_validator("allowed_categories", "internal_job_modules", mode="before")
     @classmethod

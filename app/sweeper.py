@@ -16,6 +16,7 @@ from datetime import timedelta
 
 from app.domain.events import EventBatch
 from app.domain.services import sweeps
+from app.observability import metrics
 from app.persistence.database import Database
 from app.persistence.dialects import cluster_lock
 from app.persistence.types import utcnow
@@ -67,6 +68,7 @@ class Sweeper:
             for events in (removed, expired, stuck):
                 report.events.extend(events)
         await self.publisher.publish(report.events)
+        metrics.record_sweep(report)
         if len(report.events) or report.tasks_purged:
             log.info(
                 "sweeper: %d workers removed, %d leases expired, %d internal tasks timed out, "

@@ -8,6 +8,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from app.domain.events import Event, EventBatch, TaskStatusChanged
+from app.observability import metrics
 from app.realtime.waiters import TaskWaiters
 
 if TYPE_CHECKING:
@@ -33,6 +34,7 @@ class Publisher:
         if not len(events):
             return
         batch = list(events)
+        metrics.record_transitions(batch)
         ended = [
             event.task.id
             for event in batch

@@ -44,5 +44,10 @@ class TaskWaiters:
                 wake.set()
 
     @property
+    def closed(self) -> bool:
+        """Whether ``release_all`` ran: waiting is over for good."""
+        return self._closed
+
+    @property
     def count(self) -> int:
         return sum(len(waiters) for waiters in self._waiting.values())

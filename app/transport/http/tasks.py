@@ -13,6 +13,7 @@ from app.domain.naming import INTERNAL_ROOM
 from app.domain.records import TaskRecord
 from app.domain.services import tasks as service
 from app.domain.states import is_terminal
+from app.observability import metrics
 from app.persistence.types import utcnow
 from app.transport.http.api import Api, ApiRequest, json_response
 from app.transport.http.schemas import (
@@ -82,13 +83,15 @@ def _idempotency_key(value: str | None) -> str | None:
 async def claim_task(req: ApiRequest) -> Response:
     """Claim the oldest pending task(s) of the worker's jobs."""
     body = await req.body(TaskClaimIn)
-    records, events = await service.claim_tasks(
-        req.hub.db,
-        req.principal,
-        body.worker_id,
-        body.max_tasks or 1,
-        lease_seconds=req.hub.settings.task_lease_seconds,
-    )
+    with metrics.claim_latency() as outcome:
+        records, events = await service.claim_tasks(
+            req.hub.db,
+            req.principal,
+            body.worker_id,
+            body.max_tasks or 1,
+            lease_seconds=req.hub.settings.task_lease_seconds,
+        )
+        outcome.value = "claimed" if records else "empty"
     await req.hub.publisher.publish(events)
     claimed = [ClaimedTaskOut.of(record) for record in records]
     reply = TaskClaimOut(task=claimed[0] if claimed else None, tasks=claimed).model_dump(
@@ -110,17 +113,20 @@ async def get_task(req: ApiRequest) -> Response:
         record = await service.get_task(req.hub.db, task_id)
         if is_terminal(record.status):
             return json_response(TaskOut.of(record))
-        record = await _wait_for_end(req, record, wake, wait)
+        with metrics.long_poll() as outcome:
+            record = await _wait_for_end(req, record, wake, wait)
+            outcome.value = _wait_outcome(record, released=req.hub.waiters.closed)
     return json_response(TaskOut.of(record), headers={"Preference-Applied": f"wait={wait}"})
 
 
 async def _wait_for_end(
     req: ApiRequest, record: TaskRecord, wake: asyncio.Event, wait: float
 ) -> TaskRecord:
-    """Wait holding no database connection; re-read when woken or, rarely, as a fallback."""
+    """Wait holding no database connection; re-read when woken or, rarely, as a fallback.
+    A graceful shutdown ends the wait with the task's current state."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + wait
-    while not is_terminal(record.status):
+    while not is_terminal(record.status) and not req.hub.waiters.closed:
         remaining = deadline - loop.time()
         if remaining <= 0:
             break
@@ -129,6 +135,12 @@ async def _wait_for_end(
         wake.clear()
         record = await service.get_task(req.hub.db, record.id)
     return record
+
+
+def _wait_outcome(record: TaskRecord, *, released: bool) -> str:
+    if is_terminal(record.status):
+        return "woken"
+    return "shutdown" if released else "timeout"
 
 
 def _requested_wait(prefer: str | None, cap: int) -> int:

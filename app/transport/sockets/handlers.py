@@ -16,6 +16,8 @@ from app.domain.errors import DomainError, Unauthorized, ValidationFailed
 from app.domain.naming import JobName, validate_room_id
 from app.domain.records import Principal
 from app.domain.services.workers import heartbeat
+from app.observability import metrics
+from app.observability.request_id import bound, socket_request_id
 from app.runtime import Hub
 from app.transport.credentials import bearer_token
 from app.transport.http.problems import problem_body
@@ -55,17 +57,22 @@ def _worker_id(data: Any) -> UUID:
 
 def _acknowledged(handler: Ack) -> Ack:
     """Every client event gets an answer: an unexpected error becomes a 500 problem (logged,
-    no trace sent) instead of a client left waiting for an acknowledgement."""
+    no trace sent) instead of a client left waiting for an acknowledgement. Log lines carry
+    the connection's request id."""
 
     @functools.wraps(handler)
     async def answer(sid: str, data: Any = None) -> dict[str, Any]:
-        try:
-            return await handler(sid, data)
-        except Exception:
-            log.exception("socket event %s failed", handler.__name__)
-            return problem_body(
-                500, "internal-error", "Internal Server Error", "The event could not be handled."
-            )
+        with bound(socket_request_id(sid)):
+            try:
+                return await handler(sid, data)
+            except Exception:
+                log.exception("socket event %s failed", handler.__name__)
+                return problem_body(
+                    500,
+                    "internal-error",
+                    "Internal Server Error",
+                    "The event could not be handled.",
+                )
 
     return answer
 
@@ -81,6 +88,11 @@ class SocketHandlers:
             sio.on(name, _acknowledged(getattr(self, name)))
 
     async def connect(self, sid: str, environ: dict[str, Any], auth: Any = None) -> None:
+        with bound(socket_request_id(sid)):
+            await self._connect(sid, environ, auth)
+            log.debug("socket connected")
+
+    async def _connect(self, sid: str, environ: dict[str, Any], auth: Any) -> None:
         token = auth.get("token") if isinstance(auth, dict) else None
         if not isinstance(token, str) or not token:
             token = bearer_token(environ.get("HTTP_AUTHORIZATION"))
@@ -90,11 +102,17 @@ class SocketHandlers:
             # The client's connect_error gets {"message": detail, "data": problem}.
             raise socketio.exceptions.ConnectionRefusedError(refusal.detail, _problem(refusal))
         self.sessions[sid] = SocketSession(principal)
+        metrics.socket_connected()
 
     async def disconnect(self, sid: str, *_reason: Any) -> None:
         session = self.sessions.pop(sid, None)
-        if session is not None and session.workers:
-            self.hub.presence.detach(sid, session.workers)
+        if session is None:
+            return
+        metrics.socket_disconnected()
+        with bound(socket_request_id(sid)):
+            log.debug("socket disconnected")
+            if session.workers:
+                self.hub.presence.detach(sid, session.workers)
 
     async def join_job_room(self, sid: str, data: Any) -> dict[str, Any]:
         """Enter ``jobs:{job_name}`` for a worker the socket's user owns."""

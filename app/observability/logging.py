@@ -1,0 +1,93 @@
+"""Log set-up for ``taskhub serve``: one handler on stderr for the application's and
+uvicorn's loggers, in text or JSON lines (``TASKHUB_LOG_FORMAT``), each line carrying the
+request id of the request or socket it was written for."""
+
+from __future__ import annotations
+
+import json
+import logging
+import logging.config
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from app.observability.request_id import current_request_id
+
+LogFormat = Literal["text", "json"]
+TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s [%(request_id)s] %(message)s"
+UVICORN_LOGGERS = ("uvicorn", "uvicorn.error", "uvicorn.access")
+
+
+class RequestIdFilter(logging.Filter):
+    """Adds ``record.request_id`` (``-`` outside a request) without dropping anything."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not hasattr(record, "request_id"):
+            record.request_id = current_request_id.get() or "-"
+        return True
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: time (UTC, ISO 8601), level, logger, message, request_id
+    (null outside a request), and exception text when there is one."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        request_id = getattr(record, "request_id", None)
+        line: dict[str, Any] = {
+            "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+            "request_id": None if request_id in (None, "-") else request_id,
+        }
+        if record.name == "uvicorn.access" and isinstance(record.args, tuple):
+            line.update(_access_fields(record.args))
+        if record.exc_info:
+            line["exception"] = self.formatException(record.exc_info)
+        elif record.exc_text:
+            line["exception"] = record.exc_text
+        if record.stack_info:
+            line["stack"] = self.formatStack(record.stack_info)
+        return json.dumps(line, ensure_ascii=False, default=str)
+
+
+def _access_fields(args: tuple[Any, ...]) -> dict[str, Any]:
+    """uvicorn's access record args: client, method, path, HTTP version, status."""
+    if len(args) != 5:
+        return {}
+    client, method, path, _version, status = args
+    return {"client": client, "method": method, "path": path, "status": status}
+
+
+def log_config(log_format: LogFormat, level: str) -> dict[str, Any]:
+    """A ``logging.config.dictConfig`` for the whole process, uvicorn included (uvicorn
+    applies it in every worker process)."""
+    formatter: dict[str, Any] = (
+        {"()": JsonFormatter}
+        if log_format == "json"
+        else {"format": TEXT_FORMAT, "datefmt": "%Y-%m-%dT%H:%M:%S%z"}
+    )
+    level = level.upper()
+    return {
+        "version": 1,
+        "disable_existing_loggers": False,
+        "filters": {"request_id": {"()": RequestIdFilter}},
+        "formatters": {"taskhub": formatter},
+        "handlers": {
+            "stderr": {
+                "class": "logging.StreamHandler",
+                "stream": "ext://sys.stderr",
+                "formatter": "taskhub",
+                "filters": ["request_id"],
+            }
+        },
+        "root": {"handlers": ["stderr"], "level": level},
+        "loggers": {
+            # uvicorn's loggers write through the root handler (no handlers of their own).
+            name: {"handlers": [], "level": level, "propagate": True}
+            for name in UVICORN_LOGGERS
+        },
+    }
+
+
+def configure_logging(log_format: LogFormat, level: str) -> None:
+    logging.config.dictConfig(log_config(log_format, level))

@@ -1,0 +1,149 @@
+"""Taskhub's Prometheus metrics and the hooks that update them.
+
+The metrics live in prometheus-client's default registry, so they work in its multiprocess
+mode too (``PROMETHEUS_MULTIPROC_DIR``): counters and histograms are summed across
+processes, the two gauges count what is live (``livesum``). ``taskhub_queue_depth`` is not
+here: it is read from the database at scrape time (``app.observability.scrape``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+
+from prometheus_client import Counter, Gauge, Histogram, disable_created_metrics, multiprocess
+
+from app.domain.events import Event, TaskStatusChanged
+from app.domain.states import TRANSITIONS, TaskStatus
+
+NO_STATUS = "none"  # the ``from_status`` of a newly submitted task
+disable_created_metrics()  # no ``*_created`` series: half the exposition, no use here
+
+TASK_TRANSITIONS = Counter(
+    "taskhub_task_transitions",
+    "Task status changes published after their commit, by status before and after.",
+    ["from_status", "to_status"],
+)
+CLAIM_SECONDS = Histogram(
+    "taskhub_claim_seconds",
+    "Duration of the claim service call; outcome claimed (at least one task) or empty.",
+    ["outcome"],
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0),
+)
+LONG_POLL_SECONDS = Histogram(
+    "taskhub_long_poll_seconds",
+    "How long long-polls (GET /tasks/{id} with Prefer: wait) waited; outcome woken (the "
+    "task ended), timeout, or shutdown (released by a graceful shutdown).",
+    ["outcome"],
+    buckets=(0.01, 0.05, 0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0),
+)
+LONG_POLL_WAITERS = Gauge(
+    "taskhub_long_poll_waiters",
+    "Long-polls waiting right now.",
+    multiprocess_mode="livesum",
+)
+CONNECTED_SOCKETS = Gauge(
+    "taskhub_connected_sockets",
+    "Authenticated Socket.IO connections right now.",
+    multiprocess_mode="livesum",
+)
+SWEEPER_RUNS = Counter(
+    "taskhub_sweeper_runs",
+    "Sweeper cycles that ran (held the cluster-wide sweeper lock).",
+)
+SWEEPER_CLEANED = Counter(
+    "taskhub_sweeper_cleaned",
+    "What sweeper cycles cleaned, by kind (a count field of the sweep report).",
+    ["kind"],
+)
+
+# Every series that can exist starts at zero, so rate() and alerts see it before it moves.
+for _source, _targets in TRANSITIONS.items():
+    for _target in _targets:
+        TASK_TRANSITIONS.labels(_source.value, _target.value)
+TASK_TRANSITIONS.labels(NO_STATUS, TaskStatus.PENDING.value)
+for _outcome in ("claimed", "empty"):
+    CLAIM_SECONDS.labels(_outcome)
+for _outcome in ("woken", "timeout", "shutdown"):
+    LONG_POLL_SECONDS.labels(_outcome)
+
+
+def multiprocess_mode() -> bool:
+    """Whether prometheus-client keeps values in files shared by several processes."""
+    return bool(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
+
+
+def process_exiting() -> None:
+    """Drop this process's live gauges from the shared files (multiprocess mode)."""
+    if multiprocess_mode():
+        multiprocess.mark_process_dead(os.getpid())
+
+
+def record_transitions(events: Iterable[Event]) -> None:
+    """Count the status changes among committed events; a progress report (same status
+    before and after) is not a transition."""
+    for event in events:
+        if not isinstance(event, TaskStatusChanged):
+            continue
+        previous, current = event.previous, event.task.status
+        if previous == current:
+            continue
+        source = NO_STATUS if previous is None else TaskStatus(previous).value
+        TASK_TRANSITIONS.labels(source, TaskStatus(current).value).inc()
+
+
+def record_sweep(report: object) -> None:
+    """Count one sweeper cycle that ran and every integer field of its report
+    (``workers_removed``, ``leases_expired``, … — new fields are picked up as kinds)."""
+    SWEEPER_RUNS.inc()
+    if not dataclasses.is_dataclass(report):
+        return
+    for item in dataclasses.fields(report):
+        value = getattr(report, item.name)
+        if isinstance(value, int) and not isinstance(value, bool):
+            SWEEPER_CLEANED.labels(item.name).inc(value)
+
+
+class Outcome:
+    """What a timed operation ended with; left ``None`` when it raised (not observed)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self) -> None:
+        self.value: str | None = None
+
+
+@contextmanager
+def claim_latency() -> Iterator[Outcome]:
+    """Time a claim; set ``outcome.value`` to ``claimed`` or ``empty``."""
+    outcome = Outcome()
+    started = time.perf_counter()
+    yield outcome
+    if outcome.value is not None:
+        CLAIM_SECONDS.labels(outcome.value).observe(time.perf_counter() - started)
+
+
+@contextmanager
+def long_poll() -> Iterator[Outcome]:
+    """A long-poll waiting: counted as a waiter while inside, then its wait is observed
+    under ``outcome.value`` (``woken``, ``timeout`` or ``shutdown``)."""
+    outcome = Outcome()
+    started = time.perf_counter()
+    LONG_POLL_WAITERS.inc()
+    try:
+        yield outcome
+    finally:
+        LONG_POLL_WAITERS.dec()
+        if outcome.value is not None:
+            LONG_POLL_SECONDS.labels(outcome.value).observe(time.perf_counter() - started)
+
+
+def socket_connected() -> None:
+    CONNECTED_SOCKETS.inc()
+
+
+def socket_disconnected() -> None:
+    CONNECTED_SOCKETS.dec()

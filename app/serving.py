@@ -1,0 +1,112 @@
+"""Running the hub under uvicorn (``taskhub serve``): one process or several workers on one
+socket, logs through ``app.observability.logging``, metrics shared between workers through
+prometheus-client's multiprocess directory, and a graceful stop that exits with status 0."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from types import FrameType
+from typing import TYPE_CHECKING
+
+from app.observability.logging import log_config
+from app.settings import Settings
+
+if TYPE_CHECKING:
+    from app.main import TaskhubApp
+
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+WORKER_APP = "app.serving:worker_app"
+
+
+def workers_problem(settings: Settings) -> str | None:
+    """Why these settings cannot run ``settings.workers`` workers, or None."""
+    if settings.workers == 1:
+        return None
+    if settings.is_sqlite:
+        return (
+            f"{settings.workers} workers need PostgreSQL and Redis; SQLite serves from one "
+            "process (set TASKHUB_WORKERS=1, or use TASKHUB_DATABASE_URL=postgresql+asyncpg://…)"
+        )
+    if not settings.redis_url:
+        return (
+            f"{settings.workers} workers need TASKHUB_REDIS_URL: long-poll wake-ups and "
+            "Socket.IO events must reach every worker process"
+        )
+    return None
+
+
+def worker_app() -> TaskhubApp:
+    """The application of one worker process (uvicorn imports this factory in each)."""
+    from app.main import create_app
+
+    return create_app(Settings(), drain_on_signals=True)
+
+
+def serve(settings: Settings) -> int:
+    """Serve until SIGTERM or SIGINT; return the process's exit status."""
+    import uvicorn
+
+    options = {
+        "host": settings.host,
+        "port": settings.port,
+        "log_level": settings.log_level,
+        "log_config": log_config(settings.log_format, settings.log_level),
+        "access_log": settings.access_log,
+        "timeout_graceful_shutdown": settings.graceful_shutdown_seconds,
+    }
+    # The metrics module is imported only once the multiprocess directory is ready (its
+    # metrics open their files on import); the supervisor of several workers never does.
+    with metrics_directory(settings.workers), sigterm_exits_cleanly():
+        if settings.workers == 1:
+            from app.main import create_app
+
+            uvicorn.run(create_app(settings, drain_on_signals=True), **options)  # type: ignore[arg-type]
+        else:
+            uvicorn.run(WORKER_APP, factory=True, workers=settings.workers, **options)  # type: ignore[arg-type]
+    return 0
+
+
+@contextmanager
+def metrics_directory(workers: int) -> Iterator[Path | None]:
+    """prometheus-client's multiprocess directory: the one in ``PROMETHEUS_MULTIPROC_DIR``
+    (emptied of metric files first, as the library requires between runs) or, for several
+    workers, a fresh temporary one removed afterwards. None: one process, in memory."""
+    configured = os.environ.get(MULTIPROC_ENV)
+    if configured:
+        path = Path(configured)
+        path.mkdir(parents=True, exist_ok=True)
+        for stale in path.glob("*.db"):
+            stale.unlink(missing_ok=True)
+        yield path
+        return
+    if workers == 1:
+        yield None
+        return
+    path = Path(tempfile.mkdtemp(prefix="taskhub-metrics-"))
+    os.environ[MULTIPROC_ENV] = str(path)  # inherited by the worker processes
+    try:
+        yield path
+    finally:
+        os.environ.pop(MULTIPROC_ENV, None)
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _stopped(_sig: int, _frame: FrameType | None) -> None:
+    """SIGTERM after the server has shut down: nothing left to do."""
+
+
+@contextmanager
+def sigterm_exits_cleanly() -> Iterator[None]:
+    """uvicorn re-raises the signal that stopped it once it is done, under the handler that
+    was there before it; with this one a SIGTERM ends ``taskhub serve`` with status 0."""
+    previous = signal.signal(signal.SIGTERM, _stopped)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)

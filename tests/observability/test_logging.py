@@ -1,0 +1,101 @@
+"""``TASKHUB_LOG_FORMAT``: text or JSON lines through one handler, uvicorn's own loggers
+included, each line carrying the request id."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import sys
+from pathlib import Path
+
+import httpx
+
+from app.observability.logging import JsonFormatter, RequestIdFilter, log_config
+from app.observability.request_id import bound
+from tests.support.server import running_hub
+
+
+def format_with(formatter: logging.Formatter, record: logging.LogRecord) -> str:
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.addFilter(RequestIdFilter())
+    handler.setFormatter(formatter)
+    handler.handle(record)
+    return stream.getvalue().strip()
+
+
+def record(
+    name: str = "app.x", msg: str = "hello %s", args: tuple = ("world",)
+) -> logging.LogRecord:
+    return logging.LogRecord(name, logging.INFO, __file__, 1, msg, args, None)
+
+
+def test_json_lines_have_the_documented_fields() -> None:
+    with bound("req-1"):
+        line = json.loads(format_with(JsonFormatter(), record()))
+    assert line["level"] == "INFO"
+    assert line["logger"] == "app.x"
+    assert line["message"] == "hello world"
+    assert line["request_id"] == "req-1"
+    assert line["time"].endswith("+00:00")
+
+
+def test_json_lines_carry_exception_text() -> None:
+    try:
+        raise ValueError("boom")
+    except ValueError:
+        failed = logging.LogRecord(
+            "app.x", logging.ERROR, __file__, 1, "failed", (), sys.exc_info()
+        )
+    line = json.loads(format_with(JsonFormatter(), failed))
+    assert "ValueError: boom" in line["exception"]
+    assert line["request_id"] is None
+
+
+def test_text_lines_carry_the_request_id() -> None:
+    text = log_config("text", "info")["formatters"]["taskhub"]
+    formatter = logging.Formatter(text["format"], text["datefmt"])
+    with bound("req-2"):
+        assert "[req-2] hello world" in format_with(formatter, record())
+    assert "[-] hello world" in format_with(formatter, record())
+
+
+def test_uvicorn_loggers_write_through_the_same_handler() -> None:
+    config = log_config("json", "warning")
+    assert config["root"]["handlers"] == ["stderr"]
+    for name in ("uvicorn", "uvicorn.error", "uvicorn.access"):
+        assert config["loggers"][name] == {"handlers": [], "level": "WARNING", "propagate": True}
+
+
+def test_a_json_server_writes_only_json_lines_with_request_ids(tmp_path: Path) -> None:
+    env = {
+        "TASKHUB_LOG_FORMAT": "json",
+        "TASKHUB_LOG_LEVEL": "info",
+        "TASKHUB_ACCESS_LOG": "true",
+    }
+    with running_hub("sqlite", tmp_path, env=env) as server:
+        with httpx.Client(base_url=server.base_url, timeout=10, trust_env=False) as client:
+            sent = client.get("/healthz", headers={"X-Request-ID": "probe-42"})
+            generated = client.get("/v1/joblib/workers")  # a 401 problem, no id sent
+        assert sent.headers["x-request-id"] == "probe-42"
+        assert generated.status_code == 401
+        generated_id = generated.headers["x-request-id"]
+        server.stop()
+        output = server.output()
+
+    # stdout's start-up banner is plain text; everything logged is one JSON object a line.
+    logged = [
+        line
+        for line in output.splitlines()
+        if line.strip() and not line.startswith(("Taskhub listening", "  "))
+    ]
+    parsed = [json.loads(line) for line in logged]
+    assert all({"time", "level", "logger", "message", "request_id"} <= set(p) for p in parsed)
+    loggers = {p["logger"] for p in parsed}
+    assert "uvicorn.error" in loggers, output  # "Started server process", "Shutting down"
+    access = [p for p in parsed if p["logger"] == "uvicorn.access"]
+    by_id = {p["request_id"]: p for p in access}
+    assert by_id["probe-42"]["path"] == "/healthz"
+    assert by_id["probe-42"]["status"] == 200
+    assert by_id[generated_id]["status"] == 401

@@ -1,0 +1,122 @@
+"""``taskhub serve`` with several uvicorn workers (PostgreSQL and Redis): ``/metrics`` sums
+what every worker process counted, whichever worker answers the scrape, and the queue depth
+(read from the database by the scraping process) is not multiplied by the worker count."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+import redis
+from prometheus_client.multiprocess import MultiProcessCollector
+
+from tests.support.databases import REDIS_URL
+from tests.support.metrics import Samples
+from tests.support.server import HubServer, ServerError, provisioned_database, running_hub
+
+PREFIX = "/v1/joblib"
+JOB = "lab:modifiers:Spread"
+EMPTY_CLAIMS = "taskhub_claim_seconds_count"
+MAX_CLAIMS = 300
+_PID = re.compile(r"_(\d+)\.db$")
+
+
+@pytest.fixture
+def namespace() -> Iterator[str]:
+    name = f"test-{uuid.uuid4().hex[:12]}"
+    yield name
+    with redis.Redis.from_url(REDIS_URL) as client:
+        keys = list(client.scan_iter(f"{name}:*"))
+        if keys:
+            client.delete(*keys)
+
+
+def empty_claims_by_process(directory: Path, scratch: Path) -> dict[int, float]:
+    """Each process's own count of empty claims, read from its files alone."""
+    pids = {int(m.group(1)) for f in directory.glob("*.db") if (m := _PID.search(f.name))}
+    counts: dict[int, float] = {}
+    for pid in pids:
+        own = scratch / str(pid)
+        own.mkdir(parents=True, exist_ok=True)
+        for file in directory.glob(f"*_{pid}.db"):
+            shutil.copy(file, own / file.name)
+        for family in MultiProcessCollector(None, path=str(own)).collect():
+            for sample in family.samples:
+                if sample.name == EMPTY_CLAIMS and sample.labels == {"outcome": "empty"}:
+                    counts[pid] = sample.value
+        shutil.rmtree(own)
+    return counts
+
+
+def test_metrics_are_summed_across_two_workers(tmp_path: Path, namespace: str) -> None:
+    metrics_dir = tmp_path / "prometheus"
+    env = {
+        "TASKHUB_WORKERS": "2",
+        "TASKHUB_REDIS_URL": REDIS_URL,
+        "TASKHUB_REDIS_NAMESPACE": namespace,
+        "PROMETHEUS_MULTIPROC_DIR": str(metrics_dir),
+    }
+    with running_hub("postgres", tmp_path, env=env) as server:
+        # No keep-alive: every request is a new connection, taken by whichever worker
+        # accepts it first.
+        limits = httpx.Limits(max_keepalive_connections=0)
+        with httpx.Client(
+            base_url=server.base_url, timeout=10, trust_env=False, limits=limits
+        ) as client:
+            headers = server.admin_headers
+            registered = client.put(
+                f"{PREFIX}/rooms/lab/jobs",
+                headers=headers,
+                json={"category": "modifiers", "name": "Spread", "schema": {}},
+            )
+            assert registered.status_code == 201, registered.text
+            worker_id = registered.json()["worker_id"]
+
+            claims = 0
+            by_process: dict[int, float] = {}
+            while claims < MAX_CLAIMS:
+                for _ in range(20):
+                    answer = client.post(
+                        f"{PREFIX}/tasks/claim", headers=headers, json={"worker_id": worker_id}
+                    )
+                    assert answer.status_code == 200 and answer.json()["task"] is None
+                    claims += 1
+                by_process = empty_claims_by_process(metrics_dir, tmp_path / "scratch")
+                if sum(1 for count in by_process.values() if count > 0) >= 2:
+                    break
+            busy = {pid: count for pid, count in by_process.items() if count > 0}
+            assert len(busy) == 2, f"one worker took all {claims} connections: {by_process}"
+            assert sum(busy.values()) == claims
+
+            for _ in range(3):
+                submitted = client.post(f"{PREFIX}/rooms/lab/tasks/{JOB}", headers=headers, json={})
+                assert submitted.status_code == 202, submitted.text
+
+            for _ in range(8):  # scrapes land on either worker; each sees the sum
+                samples = Samples(client.get("/metrics").text)
+                assert samples.value(EMPTY_CLAIMS, {"outcome": "empty"}) == claims
+                assert samples.labelled("taskhub_queue_depth", "job")[JOB] == 3
+                to_pending = samples.value(
+                    "taskhub_task_transitions_total",
+                    {"from_status": "none", "to_status": "pending"},
+                )
+                assert to_pending == 3
+
+        assert server.stop() == 0, server.output()
+        assert not server.killed
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_several_workers_need_postgres_and_redis(tmp_path: Path, backend: str) -> None:
+    with provisioned_database(backend, tmp_path) as url:  # type: ignore[arg-type]
+        server = HubServer(url, log_dir=tmp_path, env={"TASKHUB_WORKERS": "2"})
+        with pytest.raises(ServerError):
+            server.start(attempts=1)
+        assert server.returncode == 2
+        expected = "need PostgreSQL and Redis" if backend == "sqlite" else "TASKHUB_REDIS_URL"
+        assert expected in server.output()
