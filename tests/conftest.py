@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from app.domain.services.users import create_user
-from app.main import create_app
+from app.main import TaskhubApp, create_app
 from app.persistence.database import Database
 from app.settings import Settings
 from tests.support.api import ApiClient
@@ -22,6 +22,7 @@ from tests.support.databases import (
     drop_postgres_database,
     truncate_all,
 )
+from tests.support.events import EventRecorder
 
 T = TypeVar("T")
 
@@ -123,6 +124,14 @@ def bob(http: httpx.AsyncClient, tokens: Users) -> ApiClient:
 @pytest.fixture
 def anonymous(http: httpx.AsyncClient) -> ApiClient:
     return ApiClient(http, None)
+
+
+@pytest.fixture
+def recorder(app: TaskhubApp) -> EventRecorder:
+    """Every event the hub publishes from now on (``wait_for`` waits for one to arrive)."""
+    recorder = EventRecorder()
+    app.hub.publisher.add_sink(recorder)
+    return recorder
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

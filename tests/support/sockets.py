@@ -33,7 +33,9 @@ TASK_STATUS_KEYS = frozenset(
 )
 # Taskhub's optional additions (PROTOCOL.md); ``result`` because SPEC.md has results "reach
 # the room live".
-TASK_STATUS_EXTRAS = frozenset({"progress", "progress_message", "attempt", "result"})
+TASK_STATUS_EXTRAS = frozenset(
+    {"progress", "progress_message", "attempt", "result", "priority", "max_attempts", "run_at"}
+)
 PROBLEM_KEYS = frozenset({"type", "title", "status", "detail"})
 
 
@@ -160,7 +162,8 @@ def assert_task_status_payload(data: dict[str, Any]) -> None:
     timestamp carries a UTC offset."""
     keys = set(data)
     assert keys >= TASK_STATUS_KEYS, f"missing {TASK_STATUS_KEYS - keys}"
-    assert keys <= TASK_STATUS_KEYS | TASK_STATUS_EXTRAS, f"unexpected {keys - TASK_STATUS_KEYS}"
+    unexpected = keys - TASK_STATUS_KEYS - TASK_STATUS_EXTRAS
+    assert not unexpected, f"unexpected {unexpected}"
     for key in ("created_at", "started_at", "completed_at"):
         if data[key] is not None:
             assert datetime.fromisoformat(data[key]).utcoffset() is not None, (key, data[key])

@@ -9,16 +9,8 @@ import pytest
 
 from app.domain.events import Event, TaskAvailable
 from tests.support.api import assert_problem
-from tests.support.events import EventRecorder
 
 JOB = "room1:modifiers:Rotate"
-
-
-@pytest.fixture
-def recorder(app) -> EventRecorder:
-    recorder = EventRecorder()
-    app.hub.publisher.add_sink(recorder)
-    return recorder
 
 
 @pytest.fixture

@@ -12,7 +12,6 @@ from app.domain.states import TaskStatus
 from app.persistence.types import utcnow
 from app.settings import Settings
 from tests.support.api import assert_problem
-from tests.support.events import EventRecorder
 
 JOB = "room1:modifiers:Rotate"
 BACKOFF = 0.2
@@ -26,13 +25,6 @@ def settings(database_url: str) -> Settings:
         retry_backoff_max_seconds=BACKOFF,
         sweeper_enabled=False,
     )
-
-
-@pytest.fixture
-def recorder(app) -> EventRecorder:
-    recorder = EventRecorder()
-    app.hub.publisher.add_sink(recorder)
-    return recorder
 
 
 @pytest.fixture

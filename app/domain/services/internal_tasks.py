@@ -26,10 +26,22 @@ INTERNAL_TIMEOUT = "Internal worker timeout"
 
 
 async def _write(
-    db: Database, task_id: UUID, previous: TaskStatus, guard: list[Any], values: dict[str, Any]
+    db: Database,
+    task_id: UUID,
+    allowed: tuple[TaskStatus, ...],
+    guard: list[Any],
+    values: dict[str, Any],
 ) -> tuple[TaskRecord | None, EventBatch]:
-    """Move the task from ``previous`` (part of the guard) as ``values`` say."""
+    """Move the task from one of the ``allowed`` statuses as ``values`` say. The status it
+    had is read row-locked in the same transaction (SQLite: the one writer), so the event
+    can say where the task came from."""
     async with db.write() as conn:
+        current = await conn.scalar(
+            select(task.c.status).where(task.c.id == task_id).with_for_update()
+        )
+        if current is None or TaskStatus(current) not in allowed:
+            return None, EventBatch()
+        previous = TaskStatus(current)
         row = (
             await conn.execute(
                 update(task).where(task.c.id == task_id, task.c.status == previous.value, *guard)
@@ -51,7 +63,7 @@ async def mark_dispatched(db: Database, task_id: UUID) -> tuple[TaskRecord | Non
     return await _write(
         db,
         task_id,
-        TaskStatus.PENDING,
+        (TaskStatus.PENDING,),
         [],
         {"status": TaskStatus.CLAIMED.value, "claim_token": uuid4()},
     )
@@ -61,7 +73,7 @@ async def mark_dispatch_failed(db: Database, task_id: UUID) -> tuple[TaskRecord 
     return await _write(
         db,
         task_id,
-        TaskStatus.PENDING,
+        (TaskStatus.PENDING,),
         [],
         {
             "status": TaskStatus.FAILED.value,
@@ -74,12 +86,13 @@ async def mark_dispatch_failed(db: Database, task_id: UUID) -> tuple[TaskRecord 
 async def start(db: Database, task_id: UUID, attempt: int) -> tuple[TaskRecord | None, EventBatch]:
     """→ RUNNING, only from CLAIMED (or, when the executor beat the dispatcher's mark,
     PENDING) of this very attempt."""
-    values = {"status": TaskStatus.RUNNING.value, "started_at": utcnow()}
-    for previous in (TaskStatus.CLAIMED, TaskStatus.PENDING):
-        record, events = await _write(db, task_id, previous, [task.c.attempt == attempt], values)
-        if record is not None:
-            break
-    return record, events
+    return await _write(
+        db,
+        task_id,
+        (TaskStatus.CLAIMED, TaskStatus.PENDING),
+        [task.c.attempt == attempt],
+        {"status": TaskStatus.RUNNING.value, "started_at": utcnow()},
+    )
 
 
 async def finish(
@@ -91,7 +104,7 @@ async def finish(
         values.update(status=TaskStatus.COMPLETED.value, result=result)
     else:
         values.update(status=TaskStatus.FAILED.value, error=error)
-    return await _write(db, task_id, TaskStatus.RUNNING, [task.c.attempt == attempt], values)
+    return await _write(db, task_id, (TaskStatus.RUNNING,), [task.c.attempt == attempt], values)
 
 
 async def ensure_internal_jobs(db: Database, schemas: dict[str, dict[str, Any]]) -> EventBatch:
