@@ -14,6 +14,7 @@ from app.dispatch.registry import InternalRegistry
 from app.domain.events import EventBatch
 from app.domain.records import TaskRecord
 from app.domain.services import internal_tasks
+from app.domain.services.tasks import get_task
 from app.persistence.database import Database
 
 log = logging.getLogger(__name__)
@@ -38,5 +39,5 @@ class InternalDispatcher:
         else:
             updated, events = await internal_tasks.mark_dispatched(self.db, record.id)
         if updated is None:  # the executor already moved it on; report what it did
-            return record, events
+            return await get_task(self.db, record.id), events
         return updated, events
