@@ -185,19 +185,23 @@ async def test_remote_tasks_are_never_failed_as_internal(alice, db, sweeper):
 async def test_a_failing_cycle_is_logged_and_the_next_one_runs(app, caplog):
     hub = app.hub
     cycles: list[str] = []
+    third_cycle_done = asyncio.Event()
 
     class FlakySweeper(Sweeper):
         async def run_once(self):  # type: ignore[override]
             cycles.append("cycle")
             if len(cycles) == 1:
                 raise RuntimeError("database hiccup")
-            return await super().run_once()
+            report = await super().run_once()
+            if len(cycles) >= 3:
+                third_cycle_done.set()
+            return report
 
     flaky = FlakySweeper(
         hub.settings.model_copy(update={"sweeper_interval_seconds": 0.05}), hub.db, hub.publisher
     )
     flaky.start()
-    await asyncio.sleep(0.4)
+    await asyncio.wait_for(third_cycle_done.wait(), 30)  # the loop survived the failure
     await flaky.stop()
     assert len(cycles) >= 3
     assert "sweeper cycle failed" in caplog.text

@@ -133,14 +133,16 @@ async def test_long_polls_are_counted_while_waiting_and_timed_by_outcome(alice, 
     before = await scrape(http)
 
     polls = [
-        asyncio.create_task(alice.get(f"/tasks/{task['id']}", headers={"Prefer": "wait=1"}))
+        asyncio.create_task(alice.get(f"/tasks/{task['id']}", headers={"Prefer": "wait=2"}))
         for task in (woken, timed_out)
     ]
-    await asyncio.sleep(0.3)
-    waiting = await scrape(http)
-    assert (
-        waiting.count("taskhub_long_poll_waiters") == before.count("taskhub_long_poll_waiters") + 2
-    )
+    expected = before.count("taskhub_long_poll_waiters") + 2
+    for _ in range(75):  # both polls reach their wait within moments (1.5 s at most)
+        waiting = await scrape(http)
+        if waiting.count("taskhub_long_poll_waiters") == expected:
+            break
+        await asyncio.sleep(0.02)
+    assert waiting.count("taskhub_long_poll_waiters") == expected
 
     await alice.transition(woken["id"], "cancelled")
     responses = await asyncio.gather(*polls)
