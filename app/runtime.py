@@ -12,7 +12,6 @@ from app.dispatch.broker import make_broker
 from app.dispatch.dispatcher import InternalDispatcher
 from app.dispatch.executor import InternalRuntime
 from app.dispatch.registry import BUILT_IN_MODULES, InternalRegistry
-from app.domain.retries import RetryPolicy
 from app.domain.services.internal_tasks import ensure_internal_jobs
 from app.domain.services.users import Authenticator, ensure_admin_token
 from app.domain.services.workers import remove_silent_worker
@@ -112,11 +111,9 @@ class Hub:
             await self.wake_bus.close()
         await self.db.dispose()
 
-    @property
-    def retry_policy(self) -> RetryPolicy:
-        return self.settings.retry_policy
-
     async def _remove_disconnected_worker(self, worker_id: UUID, since: datetime) -> None:
-        events = await remove_silent_worker(self.db, worker_id, since, policy=self.retry_policy)
+        events = await remove_silent_worker(
+            self.db, worker_id, since, policy=self.settings.retry_policy
+        )
         if events is not None:
             await self.publisher.publish(events)

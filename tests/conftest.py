@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 import httpx
 import pytest
 
+from app.domain.events import Event
 from app.domain.services.users import create_user
 from app.main import TaskhubApp, create_app
 from app.persistence.database import Database
@@ -132,6 +133,12 @@ def recorder(app: TaskhubApp) -> EventRecorder:
     recorder = EventRecorder()
     app.hub.publisher.add_sink(recorder)
     return recorder
+
+
+@pytest.fixture
+def published(recorder: EventRecorder) -> list[Event]:
+    """The events published so far, in order (a live list)."""
+    return recorder.events
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -8,7 +8,6 @@ from uuid import UUID
 import pytest
 from sqlalchemy import update
 
-from app.domain.events import Event
 from app.domain.services import sweeps
 from app.domain.services.workers import remove_silent_worker
 from app.persistence.models import task_table, worker_table
@@ -33,29 +32,23 @@ def settings(database_url):
 
 
 @pytest.fixture
-def published(app) -> list[Event]:
-    events: list[Event] = []
-
-    async def record(batch: list[Event]) -> None:
-        events.extend(batch)
-
-    app.hub.publisher.add_sink(record)
-    return events
-
-
-@pytest.fixture
 def sweeper(app) -> Sweeper:
     hub = app.hub
     return Sweeper(hub.settings, hub.db, hub.publisher)
 
 
-async def age_worker(db, worker_id: str, seconds: float) -> None:
+async def backdate(db, table, row_id: str, column: str, seconds: float) -> None:
+    """Set ``column`` of one row to ``seconds`` ago."""
     async with db.write() as conn:
         await conn.execute(
-            update(worker_table)
-            .where(worker_table.c.id == UUID(worker_id))
-            .values(last_heartbeat=utcnow() - timedelta(seconds=seconds))
+            update(table)
+            .where(table.c.id == UUID(row_id))
+            .values({column: utcnow() - timedelta(seconds=seconds)})
         )
+
+
+async def age_worker(db, worker_id: str, seconds: float) -> None:
+    await backdate(db, worker_table, worker_id, "last_heartbeat", seconds)
 
 
 async def test_only_silent_workers_are_picked_longest_silent_first(alice, db):
@@ -217,12 +210,7 @@ async def lease_of(db, task_id: str):
 
 
 async def expire_lease(db, task_id: str) -> None:
-    async with db.write() as conn:
-        await conn.execute(
-            update(task_table)
-            .where(task_table.c.id == UUID(task_id))
-            .values(lease_expires_at=utcnow() - timedelta(seconds=1))
-        )
+    await backdate(db, task_table, task_id, "lease_expires_at", 1)
 
 
 async def test_a_claim_takes_a_lease_and_running_extends_it(alice, db, settings):
@@ -299,12 +287,7 @@ async def test_an_expired_lease_with_attempts_left_is_retried_and_its_worker_tol
 
 
 async def age_task(db, task_id: str, days: float) -> None:
-    async with db.write() as conn:
-        await conn.execute(
-            update(task_table)
-            .where(task_table.c.id == UUID(task_id))
-            .values(completed_at=utcnow() - timedelta(days=days))
-        )
+    await backdate(db, task_table, task_id, "completed_at", days * 86400)
 
 
 async def test_retention_purges_old_terminal_tasks_in_bounded_batches(alice, db, app):

@@ -14,11 +14,6 @@ JOB = "room1:modifiers:Rotate"
 
 
 @pytest.fixture
-def published(recorder) -> list[Event]:
-    return recorder.events
-
-
-@pytest.fixture
 async def job(alice):
     return await alice.register()
 

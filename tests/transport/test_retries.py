@@ -7,7 +7,7 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from app.domain.events import Event, TaskAvailable, TaskStatusChanged
+from app.domain.events import TaskAvailable, TaskStatusChanged
 from app.domain.states import TaskStatus
 from app.persistence.types import utcnow
 from app.settings import Settings
@@ -25,11 +25,6 @@ def settings(database_url: str) -> Settings:
         retry_backoff_max_seconds=BACKOFF,
         sweeper_enabled=False,
     )
-
-
-@pytest.fixture
-def published(recorder) -> list[Event]:
-    return recorder.events
 
 
 @pytest.fixture

@@ -175,7 +175,7 @@ async def update_task(req: ApiRequest) -> Response:
         progress_message=body.progress_message,
         lease_seconds=req.hub.settings.task_lease_seconds,
         retry=body.retry,
-        retry_policy=req.hub.retry_policy,
+        retry_policy=req.hub.settings.retry_policy,
     )
     await req.hub.publisher.publish(events)
     return json_response(TaskOut.of(record))

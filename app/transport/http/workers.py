@@ -62,7 +62,7 @@ async def heartbeat(req: ApiRequest) -> Response:
 async def delete_worker(req: ApiRequest) -> Response:
     """Remove a worker: its running tasks are retried or fail; orphaned jobs are soft-deleted."""
     events = await service.delete_worker(
-        req.hub.db, req.principal, req.uuid("worker_id"), policy=req.hub.retry_policy
+        req.hub.db, req.principal, req.uuid("worker_id"), policy=req.hub.settings.retry_policy
     )
     await req.hub.publisher.publish(events)
     return Response(status_code=204)
