@@ -91,8 +91,7 @@ async def submit_task(
     events = EventBatch()
     now = utcnow()
     run_at = options.run_at if options.run_at is not None and options.run_at > now else None
-    # Reads go to a reader, so the (SQLite: only) writer is held for the INSERT alone.
-    async with db.read() as conn:
+    async with db.autocommit() as conn:
         job = await find_visible_job(conn, room_id, full_name)
         job_name = f"{job.room_id}:{job.category}:{job.name}"
         if job.room_id == INTERNAL_ROOM and not internal.has_executor(job_name):
@@ -100,30 +99,29 @@ async def submit_task(
                 f"Internal job {job_name!r} is registered but no executor is available."
             )
         validate_payload((job.id, job.updated_at), job.schema, payload)
+        record = TaskRecord(
+            id=new_id(),
+            job_id=job.id,
+            job_name=job_name,
+            room_id=room_id,
+            status=TaskStatus.PENDING,
+            payload=payload,
+            created_at=now,
+            started_at=None,
+            completed_at=None,
+            worker_id=None,
+            error=None,
+            submitted_by=principal.id,
+            claim_token=None,
+            attempt=1 if job.room_id == INTERNAL_ROOM else 0,
+            priority=options.priority,
+            max_attempts=options.max_attempts or job.max_attempts,
+            run_at=run_at,
+        )
         if idempotency_key is not None:
             original = await _submitted_before(conn, principal, job.id, idempotency_key)
             if original is not None:
                 return original, events, False
-    record = TaskRecord(
-        id=new_id(),
-        job_id=job.id,
-        job_name=job_name,
-        room_id=room_id,
-        status=TaskStatus.PENDING,
-        payload=payload,
-        created_at=now,
-        started_at=None,
-        completed_at=None,
-        worker_id=None,
-        error=None,
-        submitted_by=principal.id,
-        claim_token=None,
-        attempt=1 if job.room_id == INTERNAL_ROOM else 0,
-        priority=options.priority,
-        max_attempts=options.max_attempts or job.max_attempts,
-        run_at=run_at,
-    )
-    async with db.autocommit() as conn:
         inserted = await conn.execute(
             insert_task_of_live_job(db.dialect),
             {
@@ -140,7 +138,6 @@ async def submit_task(
                 "b_run_at": run_at,
             },
         )
-    async with db.read() as conn:
         if inserted.rowcount != 1:  # a concurrent duplicate won, or the job was soft-deleted
             if idempotency_key is not None:
                 original = await _submitted_before(conn, principal, job.id, idempotency_key)
