@@ -29,6 +29,14 @@ TRANSITIONS: dict[TaskStatus, frozenset[TaskStatus]] = {
 }
 
 
+# Not reachable by PATCH ``status``: an attempt that ends with attempts left (a failure
+# with ``retry``, a vanished worker, an expired lease) sends the task back to the queue.
+RETRY_TRANSITIONS: dict[TaskStatus, frozenset[TaskStatus]] = {
+    TaskStatus.CLAIMED: frozenset({TaskStatus.PENDING}),
+    TaskStatus.RUNNING: frozenset({TaskStatus.PENDING}),
+}
+
+
 def is_terminal(status: TaskStatus) -> bool:
     return status in TERMINAL_STATUSES
 

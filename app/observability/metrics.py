@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from prometheus_client import Counter, Gauge, Histogram, disable_created_metrics, multiprocess
 
 from app.domain.events import Event, TaskStatusChanged
-from app.domain.states import TRANSITIONS, TaskStatus
+from app.domain.states import RETRY_TRANSITIONS, TRANSITIONS, TaskStatus
 
 NO_STATUS = "none"  # the ``from_status`` of a newly submitted task
 disable_created_metrics()  # no ``*_created`` series: half the exposition, no use here
@@ -61,7 +61,7 @@ SWEEPER_CLEANED = Counter(
 )
 
 # Every series that can exist starts at zero, so rate() and alerts see it before it moves.
-for _source, _targets in TRANSITIONS.items():
+for _source, _targets in [*TRANSITIONS.items(), *RETRY_TRANSITIONS.items()]:
     for _target in _targets:
         TASK_TRANSITIONS.labels(_source.value, _target.value)
 TASK_TRANSITIONS.labels(NO_STATUS, TaskStatus.PENDING.value)
