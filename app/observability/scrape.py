@@ -19,10 +19,9 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response
 
-from app.domain.states import TaskStatus
 from app.observability.metrics import multiprocess_mode
 from app.persistence.database import Database
-from app.persistence.models import job_table, task_table
+from app.persistence.models import job_table, queue_bucket_table
 
 log = logging.getLogger(__name__)
 
@@ -36,17 +35,19 @@ class Collector(Protocol):
 
 async def pending_by_job(db: Database, limit: int = QUEUE_DEPTH_MAX_JOBS) -> dict[str, int]:
     """Pending tasks per job full name: every live job (0 when idle) and any deleted job
-    that still has pending tasks; the ``limit`` deepest queues."""
-    depth = func.count(task_table.c.id).label("depth")
-    joined = job_table.outerjoin(
-        task_table,
-        (task_table.c.job_id == job_table.c.id) & (task_table.c.status == TaskStatus.PENDING.value),
+    that still has pending tasks; the ``limit`` deepest queues. Read off the pending counts
+    the database keeps (``task_queue_bucket``), not by counting tasks."""
+    buckets = queue_bucket_table
+    counts = (
+        select(buckets.c.job_id, func.sum(buckets.c.pending).label("pending"))
+        .group_by(buckets.c.job_id)
+        .subquery("counts")
     )
+    depth = func.coalesce(counts.c.pending, 0).label("depth")
     statement = (
         select(job_table.c.room_id, job_table.c.category, job_table.c.name, depth)
-        .select_from(joined)
-        .where(or_(~job_table.c.deleted, task_table.c.id.is_not(None)))
-        .group_by(job_table.c.id, job_table.c.room_id, job_table.c.category, job_table.c.name)
+        .select_from(job_table.outerjoin(counts, counts.c.job_id == job_table.c.id))
+        .where(or_(~job_table.c.deleted, counts.c.pending > 0))
         .order_by(depth.desc(), job_table.c.room_id, job_table.c.category, job_table.c.name)
         .limit(limit)
     )

@@ -8,6 +8,7 @@ from typing import Any
 from uuid import UUID
 
 from sqlalchemy import (
+    BigInteger,
     Column,
     ColumnElement,
     ForeignKey,
@@ -16,12 +17,14 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    event,
     literal_column,
     text,
 )
 from sqlalchemy.orm import registry
 from sqlmodel import Field, SQLModel
 
+from app.persistence import queue_counts
 from app.persistence.types import JSONDocument, UTCDateTime, new_id, utcnow
 
 # Taskhub's own MetaData, not SQLModel's global one: other SQLModel applications (such as
@@ -164,12 +167,26 @@ class Task(TaskhubModel, table=True):
     run_at: datetime | None = Field(default=None, sa_type=UTCDateTime)
 
 
+class TaskQueueBucket(TaskhubModel, table=True):
+    """How many tasks of a job wait (pending) at one priority, submitted within one second.
+    Written only by the database's triggers on ``task`` (``app/persistence/queue_counts.py``);
+    a row goes when its count reaches zero."""
+
+    __tablename__ = "task_queue_bucket"
+
+    job_id: UUID = Field(primary_key=True)
+    priority: int = Field(primary_key=True)
+    bucket: int = Field(sa_type=BigInteger, primary_key=True)
+    pending: int
+
+
 user_table = User.__table__
 token_table = ApiToken.__table__
 worker_table = Worker.__table__
 job_table = Job.__table__
 link_table = WorkerJobLink.__table__
 task_table = Task.__table__
+queue_bucket_table = TaskQueueBucket.__table__
 
 
 def is_pending(table: Any = task_table) -> ColumnElement[bool]:
@@ -194,3 +211,22 @@ Index(
     sqlite_where=text("status = 'pending'"),
     postgresql_where=text("status = 'pending'"),
 )
+
+# Delayed and retried tasks per job by due time: what queue positions subtract from the
+# pending counts (a task waiting for its ``run_at`` is not ahead of the ready ones).
+Index(
+    "ix_task_delayed",
+    task_table.c.job_id,
+    task_table.c.run_at,
+    task_table.c.priority,
+    task_table.c.created_at,
+    task_table.c.id,
+    sqlite_where=text("status = 'pending' AND run_at IS NOT NULL"),
+    postgresql_where=text("status = 'pending' AND run_at IS NOT NULL"),
+)
+
+
+@event.listens_for(metadata, "after_create")
+def _install_queue_count_triggers(target: MetaData, connection: Any, **_: Any) -> None:
+    """``metadata.create_all`` installs the pending-count triggers as migration 0006 does."""
+    queue_counts.install(connection)

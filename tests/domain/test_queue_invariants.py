@@ -12,7 +12,7 @@ SQLite and PostgreSQL, and checks after every step that the queue keeps its prom
 from __future__ import annotations
 
 import asyncio
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID
 
@@ -27,18 +27,18 @@ from hypothesis.stateful import (
     precondition,
     rule,
 )
-from sqlalchemy import delete, update
+from sqlalchemy import delete, func, select, update
 
 from app.domain.errors import DomainError
 from app.domain.records import Principal
 from app.domain.retries import RetryPolicy
 from app.domain.services import sweeps, tasks
 from app.domain.services.jobs import register_job
-from app.domain.services.task_rows import SELECT_TASKS, joined_record
+from app.domain.services.task_rows import SELECT_TASKS, with_positions
 from app.domain.services.users import create_user
 from app.domain.states import ACTIVE_STATUSES, TaskStatus, is_terminal
 from app.persistence.database import Database
-from app.persistence.models import metadata, task_table
+from app.persistence.models import metadata, queue_bucket_table, task_table
 from app.persistence.types import utcnow
 from app.settings import Settings
 
@@ -63,6 +63,7 @@ class QueueMachine(RuleBasedStateMachine):
         self.max_attempts: dict[UUID, int] = {}
         self.held: dict[UUID, tuple[UUID, UUID]] = {}  # task -> (worker, claim token)
         self.old_tokens: list[tuple[UUID, UUID]] = []
+        self.waiting: set[UUID] = set()  # submitted with a run_at an hour ahead
         self.run(self._set_up())
 
     def run(self, coroutine: Any) -> Any:
@@ -101,8 +102,10 @@ class QueueMachine(RuleBasedStateMachine):
         target=submitted,
         priority=st.integers(-1, 1),
         max_attempts=st.integers(1, 3),
+        delay=st.sampled_from([None, None, -5, 3600]),  # due at once, overdue, or waiting
     )
-    def submit(self, priority: int, max_attempts: int) -> UUID:
+    def submit(self, priority: int, max_attempts: int, delay: int | None) -> UUID:
+        run_at = None if delay is None else utcnow() + timedelta(seconds=delay)
         record, _, created = self.run(
             tasks.submit_task(
                 self.db,
@@ -111,22 +114,29 @@ class QueueMachine(RuleBasedStateMachine):
                 "room1:modifiers:Job",
                 {},
                 NoExecutors(),
-                options=tasks.SubmitOptions(priority=priority, max_attempts=max_attempts),
+                options=tasks.SubmitOptions(
+                    priority=priority, max_attempts=max_attempts, run_at=run_at
+                ),
             )
         )
         assert created and record.status == S.PENDING
         self.status[record.id] = S.PENDING
+        if delay is not None and delay > 0:
+            self.waiting.add(record.id)
         self.max_attempts[record.id] = max_attempts
         return record.id
 
     @rule(worker=st.integers(0, 1), batch=st.integers(1, 3))
     def claim(self, worker: int, batch: int) -> None:
         worker_id = self.workers[worker]
-        claimable = sum(status == S.PENDING for status in self.status.values())
+        queue, _ = self.run(self._all_tasks(utcnow()))
+        ready = [r for r in queue if r.status == S.PENDING and r.id not in self.waiting]
+        first = {r.id for r in sorted(ready, key=lambda r: claim_order(r, utcnow()))[:batch]}
         records, _ = self.run(
             tasks.claim_tasks(self.db, self.owner, worker_id, batch, lease_seconds=60)
         )
-        assert len(records) == min(batch, claimable), "empty-handed while tasks were claimable"
+        assert len(records) == min(batch, len(ready)), "empty-handed while tasks were claimable"
+        assert {record.id for record in records} == first, "not claimed in queue order"
         for record in records:
             assert self.status[record.id] == S.PENDING and record.id not in self.held
             assert record.attempt <= self.max_attempts[record.id]
@@ -237,7 +247,8 @@ class QueueMachine(RuleBasedStateMachine):
 
     @invariant()
     def the_database_agrees_with_what_was_acknowledged(self) -> None:
-        rows = self.run(self._all_tasks())
+        now = utcnow()
+        rows, counted = self.run(self._all_tasks(now))
         assert {record.id for record in rows} == set(self.status), "a task was lost"
         pending_positions = []
         for record in rows:
@@ -250,13 +261,31 @@ class QueueMachine(RuleBasedStateMachine):
                 assert not holds_token and record.worker_id is None
                 pending_positions.append(record.queue_position)
         assert sorted(pending_positions) == list(range(1, len(pending_positions) + 1))
+        pending = [record for record in rows if record.status == S.PENDING]
+        assert counted == len(pending), "the trigger-kept pending count drifted"
+        in_claim_order = sorted(pending, key=lambda record: claim_order(record, now))
+        positions = [record.queue_position for record in in_claim_order]
+        assert positions == list(range(1, len(pending) + 1)), "positions not in claim order"
 
-    async def _all_tasks(self) -> list[Any]:
+    async def _all_tasks(self, now: datetime) -> tuple[list[Any], int]:
         async with self.db.read() as conn:
-            rows = await conn.execute(
-                SELECT_TASKS.where(task_table.c.job_id == self.job_id), {"now": utcnow()}
+            rows = await conn.execute(SELECT_TASKS.where(task_table.c.job_id == self.job_id))
+            records = await with_positions(conn, rows.all(), now)
+            counted = await conn.scalar(
+                select(func.coalesce(func.sum(queue_bucket_table.c.pending), 0)).where(
+                    queue_bucket_table.c.job_id == self.job_id
+                )
             )
-            return [joined_record(row) for row in rows]
+            return records, int(counted)
+
+
+def claim_order(record: Any, now: datetime) -> tuple[Any, ...]:
+    """The documented queue order, computed independently of the hub: ready tasks by
+    priority (higher first) then FIFO; then the delayed ones by due time."""
+    fifo = (-record.priority, record.created_at, record.id)
+    if record.run_at is None or record.run_at <= now:
+        return (0, *fifo)
+    return (1, record.run_at, *fifo)
 
 
 def test_the_queue_keeps_its_invariants(database_url: str) -> None:

@@ -1,5 +1,6 @@
-"""The claim statement is served by its index on PostgreSQL (EXPLAIN), not by a scan of the
-task table, on a table large enough for the planner to care."""
+"""The claim statement and the queue position are served by their indexes on PostgreSQL
+(EXPLAIN), not by a scan of the task table, on a table large enough for the planner to
+care."""
 
 from datetime import timedelta
 from uuid import uuid4
@@ -7,6 +8,7 @@ from uuid import uuid4
 import pytest
 from sqlalchemy import insert, text
 
+from app.domain.services.task_rows import SELECT_TASKS, joined_record, position_query
 from app.persistence.database import Database
 from app.persistence.dialects import claim_statement
 from app.persistence.models import job_table, link_table, task_table, user_table, worker_table
@@ -87,3 +89,22 @@ async def test_the_claim_uses_the_claim_queue_index(db: Database, check_owner: b
     assert "Seq Scan on task" not in plan, plan
     # The queue is read in index order and the scan stops at the head: no sort of tasks.
     assert "Sort Key: task" not in plan, plan
+
+
+@pytest.mark.parametrize("delayed", [False, True])
+async def test_the_queue_position_reads_counts_and_index_ranges(db: Database, delayed: bool):
+    """A position sums the kept counts and counts index ranges; it never scans the tasks."""
+    await seed(db)
+    async with db.read() as conn:
+        rows = await conn.execute(
+            SELECT_TASKS.where(task_table.c.status == "pending").order_by(task_table.c.id.desc())
+        )
+        record = joined_record(rows.first())
+    now = utcnow()
+    if delayed:
+        record.run_at = now + timedelta(hours=1)
+    statement, params = position_query(record, now)
+    plan = await explain(db, statement, params)
+    assert "pk_task_queue_bucket" in plan, plan
+    assert ("ix_task_delayed" in plan) and ("ix_task_claim_queue" in plan) != delayed, plan
+    assert "Seq Scan" not in plan, plan

@@ -17,7 +17,7 @@ import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import MetaData, String, insert, inspect, select, text
+from sqlalchemy import MetaData, String, delete, insert, inspect, select, text, update
 from sqlalchemy.engine import Connection
 from sqlalchemy.sql.elements import ClauseElement
 
@@ -40,7 +40,15 @@ from tests.support.databases import (
     drop_postgres_database,
 )
 
-APP_TABLES = {"app_user", "api_token", "worker", "job", "worker_job_link", "task"}
+APP_TABLES = {
+    "app_user",
+    "api_token",
+    "worker",
+    "job",
+    "worker_job_link",
+    "task",
+    "task_queue_bucket",
+}
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
@@ -132,7 +140,40 @@ def schema_snapshot(conn: Connection) -> dict[str, Any]:
                 "check_constraints": by_name(inspector.get_check_constraints(table)),
             }
         )
+    snapshot["triggers"] = trigger_definitions(conn)
     return snapshot
+
+
+def trigger_definitions(conn: Connection) -> dict[str, str]:
+    """The triggers (and PostgreSQL trigger functions) as the database reports them."""
+    if conn.dialect.name == "sqlite":
+        rows = conn.exec_driver_sql("SELECT name, sql FROM sqlite_master WHERE type = 'trigger'")
+        return dict(rows.all())
+    triggers = conn.exec_driver_sql(
+        "SELECT tgname, pg_get_triggerdef(oid) FROM pg_trigger WHERE NOT tgisinternal"
+    )
+    functions = conn.exec_driver_sql(
+        "SELECT proname, prosrc FROM pg_proc WHERE proname LIKE 'taskhub\\_%'"
+    )
+    return dict(triggers.all()) | dict(functions.all())
+
+
+async def pending_counts(db: Database) -> tuple[dict[Any, int], dict[Any, int]]:
+    """Pending tasks per (job, priority): counted in ``task``, and as the triggers keep them."""
+    async with db.read() as conn:
+        counted = await conn.execute(
+            text(
+                "SELECT job_id, priority, count(*) FROM task WHERE status = 'pending' "
+                "GROUP BY job_id, priority"
+            )
+        )
+        kept = await conn.execute(
+            text("SELECT job_id, priority, sum(pending) FROM task_queue_bucket GROUP BY 1, 2")
+        )
+        return (
+            {(row[0], row[1]): row[2] for row in counted},
+            {(row[0], row[1]): row[2] for row in kept},
+        )
 
 
 async def table_names(db: Database) -> set[str]:
@@ -225,14 +266,48 @@ async def test_create_all_builds_the_same_schema_as_the_migrations(
         if not database.is_sqlite:
             await drop_postgres_database(other_url)
 
-    assert set(migrated) == APP_TABLES
+    assert set(migrated) == APP_TABLES | {"triggers"}
+    assert len(migrated["triggers"]) >= 3, migrated["triggers"]
     pending_queue = next(
         index for index in migrated["task"]["indexes"] if index["name"] == "ix_task_claim_queue"
     )
     where = pending_queue["dialect_options"][f"{database.dialect}_where"]
     assert "status" in where and "pending" in where
-    for table in APP_TABLES:
+    for table in [*APP_TABLES, "triggers"]:
         assert created[table] == migrated[table], table
+
+
+async def test_queue_counts_start_from_the_tasks_already_waiting(
+    empty_url: str, database: Database
+) -> None:
+    """0006 counts the pending tasks already there; from then on the triggers keep the
+    counts through inserts, status changes and deletes; its downgrade leaves plain tables."""
+    await upgrade(empty_url, "0005")
+    await insert_sample_rows(database, "first")
+    await insert_sample_rows(database, "second")
+    async with database.write() as conn:
+        await conn.execute(text("UPDATE task SET priority = 3 WHERE room_id = 'room1'"))
+    await upgrade(empty_url)
+    counted, kept = await pending_counts(database)
+    assert len(counted) == 2 and kept == counted
+
+    await insert_sample_rows(database, "third")
+    task = task_table
+    async with database.write() as conn:
+        first = await conn.scalar(select(task.c.id).order_by(task.c.id).limit(1))
+        await conn.execute(update(task).where(task.c.id == first).values(status="claimed"))
+    counted, kept = await pending_counts(database)
+    assert len(counted) == 2 and kept == counted
+    async with database.write() as conn:
+        await conn.execute(update(task).where(task.c.id == first).values(status="pending"))
+        await conn.execute(delete(task).where(task.c.status == "pending", task.c.id != first))
+    counted, kept = await pending_counts(database)
+    assert len(counted) == 1 and kept == counted
+
+    await downgrade(empty_url, "0005")
+    assert "task_queue_bucket" not in await table_names(database)
+    async with database.write() as conn:
+        await conn.execute(text("UPDATE task SET status = 'claimed'"))
 
 
 async def test_every_migration_goes_up_down_and_up_again(

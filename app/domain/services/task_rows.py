@@ -3,127 +3,105 @@
 The queue order of a job, at a moment ``now``: first the ready tasks (``run_at`` NULL or
 past), higher priority first and FIFO (``created_at``, ``id``) within a priority — the
 order claims take; then the delayed ones by ``run_at``. A pending task's ``queue_position``
-is its 1-based place in that order, counted on the claim-queue index in at most two index
-ranges (the priorities above it, and its own priority up to it).
+is its 1-based place in that order.
+
+It is computed without walking the queue: the database keeps how many tasks wait per
+(job, priority, second of submission) (``app/persistence/queue_counts.py``), so the tasks
+ahead are a sum over a few bucket rows, a count inside the task's own second, minus the
+delayed tasks among them (those are few, and indexed per job by due time).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 from uuid import UUID
 
-from sqlalchemy import ColumnElement, Select, and_, bindparam, case, func, or_, select, tuple_
+from sqlalchemy import and_, bindparam, func, or_, select, tuple_
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.domain.records import TaskRecord
 from app.domain.states import TaskStatus
-from app.persistence.models import is_pending, job_table, task_table
+from app.persistence.models import is_pending, job_table, queue_bucket_table, task_table
+from app.persistence.queue_counts import bucket_of, bucket_start
 from app.persistence.types import utcnow
 
 task = task_table
+bucket = queue_bucket_table
 PENDING = TaskStatus.PENDING.value
-NOW = bindparam("now", type_=task.c.run_at.type)
 
 
-@dataclass(frozen=True)
-class _Subject:
-    """The task whose position is counted: bound parameters, or a correlated row."""
-
-    job_id: Any
-    priority: Any
-    created_at: Any
-    id: Any
-    run_at: Any
-
-    @classmethod
-    def row(cls, table: Any) -> _Subject:
-        c = table.c
-        return cls(c.job_id, c.priority, c.created_at, c.id, c.run_at)
-
-    @classmethod
-    def params(cls) -> _Subject:
-        return cls(
-            bindparam("job_id", type_=task.c.job_id.type),
-            bindparam("priority", type_=task.c.priority.type),
-            bindparam("created_at", type_=task.c.created_at.type),
-            bindparam("task_id", type_=task.c.id.type),
-            bindparam("run_at", type_=task.c.run_at.type),
-        )
+def _param(name: str, column: Any) -> Any:
+    return bindparam(name, type_=column.type)
 
 
-def _ready(table: Any) -> ColumnElement[bool]:
-    return or_(table.c.run_at.is_(None), table.c.run_at <= NOW)
+JOB_ID = _param("job_id", task.c.job_id)
+PRIORITY = _param("priority", task.c.priority)
+CREATED_AT = _param("created_at", task.c.created_at)
+TASK_ID = _param("task_id", task.c.id)
+RUN_AT = _param("run_at", task.c.run_at)
+NOW = _param("now", task.c.run_at)
+BUCKET = _param("bucket", bucket.c.bucket)
+BUCKET_START = _param("bucket_start", task.c.created_at)
+
+
+def _counted(*where: Any) -> Any:
+    """Pending tasks of the bucket rows matching ``where`` (0 when none)."""
+    total = select(func.sum(bucket.c.pending)).where(bucket.c.job_id == JOB_ID, *where)
+    return func.coalesce(total.scalar_subquery(), 0)
 
 
 def _count(*where: Any) -> Any:
-    ahead = task_table.alias("ahead")
-    return (
-        select(func.count())
-        .select_from(ahead)
-        .where(*(clause(ahead) for clause in where))
-        .scalar_subquery()
+    """Pending tasks of the job matching ``where``, counted row by row on an index."""
+    rows = select(func.count()).select_from(task)
+    return rows.where(task.c.job_id == JOB_ID, is_pending(), *where).scalar_subquery()
+
+
+def _up_to_subject() -> Any:
+    """At the subject's place or before it in its own priority (FIFO)."""
+    return tuple_(task.c.created_at, task.c.id) <= tuple_(CREATED_AT, TASK_ID)
+
+
+def _waiting() -> list[Any]:
+    """Delayed: pending, but not claimable before ``now`` (on ``ix_task_delayed``)."""
+    return [task.c.run_at.is_not(None), task.c.run_at > NOW]
+
+
+def _ready_position() -> Any:
+    """A ready subject: the pending tasks of higher priority, those of its own priority
+    submitted up to it (whole seconds from the bucket rows, its own second row by row) —
+    less the delayed ones among them."""
+    higher = _counted(bucket.c.priority > PRIORITY)
+    earlier_seconds = _counted(bucket.c.priority == PRIORITY, bucket.c.bucket < BUCKET)
+    same_second = _count(
+        task.c.priority == PRIORITY, task.c.created_at >= BUCKET_START, _up_to_subject()
     )
-
-
-def _ready_position(s: _Subject) -> Any:
-    def queued(a: Any) -> Any:
-        return and_(a.c.job_id == s.job_id, is_pending(a), _ready(a))
-
-    higher = _count(queued, lambda a: a.c.priority > s.priority)
-    level = _count(
-        queued,
-        lambda a: a.c.priority == s.priority,
-        lambda a: tuple_(a.c.created_at, a.c.id) <= tuple_(s.created_at, s.id),
+    delayed_ahead = _count(
+        *_waiting(),
+        or_(task.c.priority > PRIORITY, and_(task.c.priority == PRIORITY, _up_to_subject())),
     )
-    return higher + level
+    return higher + earlier_seconds + same_second - delayed_ahead
 
 
-def _delayed_position(s: _Subject) -> Any:
-    def queued(a: Any) -> Any:
-        return and_(a.c.job_id == s.job_id, is_pending(a))
-
-    ready = _count(queued, _ready)
-    delayed_before = _count(
-        queued,
-        lambda a: a.c.run_at > NOW,
-        lambda a: or_(
-            a.c.run_at < s.run_at,
-            and_(
-                a.c.run_at == s.run_at,
-                or_(
-                    a.c.priority > s.priority,
-                    and_(
-                        a.c.priority == s.priority,
-                        tuple_(a.c.created_at, a.c.id) <= tuple_(s.created_at, s.id),
-                    ),
-                ),
+def _delayed_position() -> Any:
+    """A delayed subject: every pending task but the delayed ones due after it (by due
+    time, then priority, then FIFO)."""
+    due_after = or_(
+        task.c.run_at > RUN_AT,
+        and_(
+            task.c.run_at == RUN_AT,
+            or_(
+                task.c.priority < PRIORITY,
+                and_(task.c.priority == PRIORITY, ~_up_to_subject()),
             ),
         ),
     )
-    return ready + delayed_before
-
-
-def _select_tasks() -> Select[Any]:
-    row = _Subject.row(task)
-    position = case(
-        (task.c.status != PENDING, None),
-        (_ready(task), _ready_position(row)),
-        else_=_delayed_position(row),
-    )
-    return select(
-        task,
-        job_table.c.room_id.label("job_room_id"),
-        job_table.c.category.label("job_category"),
-        job_table.c.name.label("job_name_part"),
-        position.label("queue_position"),
-    ).join(job_table, job_table.c.id == task.c.job_id)
+    return _counted() - _count(*_waiting(), due_after)
 
 
 def joined_record(row: Any) -> TaskRecord:
     name = f"{row.job_room_id}:{row.job_category}:{row.job_name_part}"
-    return task_record(row, name, row.queue_position)
+    return task_record(row, name)
 
 
 def task_record(row: Any, job_name: str, queue_position: int | None = None) -> TaskRecord:
@@ -152,22 +130,37 @@ def task_record(row: Any, job_name: str, queue_position: int | None = None) -> T
     )
 
 
-SELECT_TASKS = _select_tasks()
-"""Tasks with their job's full name parts and queue position (binds ``now``)."""
-
-_SELECT_ONE = select(
+SELECT_TASKS = select(
     task,
     job_table.c.room_id.label("job_room_id"),
     job_table.c.category.label("job_category"),
     job_table.c.name.label("job_name_part"),
 ).join(job_table, job_table.c.id == task.c.job_id)
-_LOAD_TASK = _SELECT_ONE.where(task.c.id == bindparam("task_id"))
-_READY_POSITION = select(_ready_position(_Subject.params()))
-_DELAYED_POSITION = select(_delayed_position(_Subject.params()))
+"""Tasks with their job's full name parts (``joined_record`` turns a row into a record)."""
+_LOAD_TASK = SELECT_TASKS.where(task.c.id == bindparam("task_id"))
+_READY_POSITION = select(_ready_position())
+_DELAYED_POSITION = select(_delayed_position())
 
 
 def is_ready(run_at: datetime | None, now: datetime) -> bool:
     return run_at is None or run_at <= now
+
+
+def position_query(record: TaskRecord, now: datetime) -> tuple[Any, dict[str, Any]]:
+    """The statement that reads a pending ``record``'s place at ``now``, and its parameters."""
+    statement = _READY_POSITION if is_ready(record.run_at, now) else _DELAYED_POSITION
+    second = bucket_of(record.created_at)
+    params = {
+        "job_id": record.job_id,
+        "priority": record.priority,
+        "created_at": record.created_at,
+        "task_id": record.id,
+        "run_at": record.run_at,
+        "now": now,
+        "bucket": second,
+        "bucket_start": bucket_start(second),
+    }
+    return statement, params
 
 
 async def queue_position(
@@ -176,17 +169,19 @@ async def queue_position(
     """``record``'s place in its job's queue at ``now`` (None unless pending)."""
     if record.status != TaskStatus.PENDING:
         return None
-    now = now or utcnow()
-    statement = _READY_POSITION if is_ready(record.run_at, now) else _DELAYED_POSITION
-    params = {
-        "job_id": record.job_id,
-        "priority": record.priority,
-        "created_at": record.created_at,
-        "task_id": record.id,
-        "run_at": record.run_at,
-        "now": now,
-    }
+    statement, params = position_query(record, now or utcnow())
     return await conn.scalar(statement, params)
+
+
+async def with_positions(
+    conn: AsyncConnection, rows: Any, now: datetime | None = None
+) -> list[TaskRecord]:
+    """Records of joined rows, each pending one with its queue position."""
+    records = [joined_record(row) for row in rows]
+    now = now or utcnow()
+    for record in records:
+        record.queue_position = await queue_position(conn, record, now)
+    return records
 
 
 async def load_task(conn: AsyncConnection, task_id: UUID) -> TaskRecord | None:
@@ -194,6 +189,6 @@ async def load_task(conn: AsyncConnection, task_id: UUID) -> TaskRecord | None:
     row = (await conn.execute(_LOAD_TASK, {"task_id": task_id})).first()
     if row is None:
         return None
-    record = task_record(row, f"{row.job_room_id}:{row.job_category}:{row.job_name_part}")
+    record = joined_record(row)
     record.queue_position = await queue_position(conn, record)
     return record

@@ -34,10 +34,10 @@ from app.domain.services.jobs import JobNames, find_visible_job, soft_delete_if_
 from app.domain.services.ownership import owned_worker
 from app.domain.services.task_rows import (
     SELECT_TASKS,
-    joined_record,
     load_task,
     queue_position,
     task_record,
+    with_positions,
 )
 from app.domain.states import (
     TaskStatus,
@@ -154,9 +154,9 @@ async def submit_task(
 async def _submitted_before(
     conn: AsyncConnection, principal: Principal, job_id: UUID, key: str
 ) -> TaskRecord | None:
-    params = {"b_user": principal.id, "b_job": job_id, "b_key": key, "now": utcnow()}
-    row = (await conn.execute(_IDEMPOTENT_REPLAY, params)).first()
-    return joined_record(row) if row is not None else None
+    params = {"b_user": principal.id, "b_job": job_id, "b_key": key}
+    rows = (await conn.execute(_IDEMPOTENT_REPLAY, params)).all()
+    return next(iter(await with_positions(conn, rows)), None)
 
 
 _IDEMPOTENT_REPLAY = SELECT_TASKS.where(
@@ -451,11 +451,10 @@ async def _page(
         SELECT_TASKS.where(*where)
         .order_by(task.c.created_at.desc(), task.c.id.desc())
         .limit(limit)
-        .offset(offset),
-        {"now": utcnow()},
+        .offset(offset)
     )
     return Page(
-        items=[joined_record(row) for row in rows],
+        items=await with_positions(conn, rows.all()),
         total=int(total or 0),
         limit=limit,
         offset=offset,
