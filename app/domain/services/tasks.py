@@ -48,7 +48,7 @@ from app.domain.states import (
 )
 from app.persistence.database import Database
 from app.persistence.dialects import HAS_CLAIMABLE, claim_statement, insert_task_of_live_job
-from app.persistence.models import task_table, worker_table
+from app.persistence.models import link_table, task_table, worker_table
 from app.persistence.types import new_id, utcnow
 
 task = task_table
@@ -270,7 +270,7 @@ async def update_task(
         )
         if status == TaskStatus.CANCELLED and record.worker_id is not None:
             events.add(TaskCancelled(str(record.id), record.job_name, str(record.worker_id)))
-        if status is not None and is_terminal(record.status):
+        if status is not None and is_terminal(record.status) and not updated.job_served:
             await _soft_delete_job(conn, record.job_id, events)
     return record, events
 
@@ -342,7 +342,10 @@ def _update_statement(
         else:
             guard.append(owns_worker)
     values = {column: bindparam(f"v_{column}") for column in columns}
-    return update(task).where(*guard).values(values).returning(*task.c)
+    # Whether a worker still serves the job: a served job is no orphan, so a terminal
+    # transition needs no soft-delete statement after this one.
+    served = exists().where(link_table.c.job_id == task.c.job_id).label("job_served")
+    return update(task).where(*guard).values(values).returning(*task.c, served)
 
 
 def _transition_values(
