@@ -19,6 +19,16 @@ CLAIMERS = 16
 SUBMIT_CONCURRENCY = 16
 
 
+async def queue_depth(client: httpx.AsyncClient) -> float:
+    """The job's ``taskhub_queue_depth`` on ``/metrics`` (read off the trigger-kept counts)."""
+    response = await client.get("/metrics")
+    assert response.status_code == 200, response.text
+    sample = f'taskhub_queue_depth{{job="{JOB}"}} '
+    lines = [line for line in response.text.splitlines() if line.startswith(sample)]
+    assert len(lines) == 1, response.text
+    return float(lines[0].removeprefix(sample))
+
+
 @dataclass
 class ClaimLedger:
     """What the claimers saw, shared by all of them (one event loop, so no locks)."""
@@ -100,6 +110,7 @@ async def test_concurrent_claimers_take_every_task_exactly_once(hub_server: HubS
             assert len(set(submitted)) == TASKS
             pending = await client.get(f"{PREFIX}/rooms/{ROOM}/tasks", params={"status": "pending"})
             assert pending.json()["total"] == TASKS
+            assert await queue_depth(client) == TASKS
 
             ledger = ClaimLedger()
             await asyncio.gather(*(_claimer(client, w, ledger) for w in workers))
@@ -126,3 +137,5 @@ async def test_concurrent_claimers_take_every_task_exactly_once(hub_server: HubS
             assert pending.json()["items"] == []
             claimed = await client.get(f"{PREFIX}/rooms/{ROOM}/tasks", params={"status": "claimed"})
             assert claimed.json()["total"] == TASKS
+            # The pending counts the database keeps stayed exact through the race.
+            assert await queue_depth(client) == 0
