@@ -28,7 +28,6 @@ from app.persistence.types import utcnow
 
 task = task_table
 bucket = queue_bucket_table
-PENDING = TaskStatus.PENDING.value
 
 
 def _param(name: str, column: Any) -> Any:
