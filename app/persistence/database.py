@@ -1,13 +1,17 @@
 """Engines and transactions.
 
-SQLite (embedded default): one writer connection whose transactions start with
-``BEGIN IMMEDIATE`` (writes queue in-process on the pool, never on ``database is locked``),
-plus a small pool of readers that run concurrently under WAL. PostgreSQL: one pool;
-writes rely on row locks and guarded ``UPDATE … WHERE`` statements.
+SQLite (embedded default): one writer SQLite connection, plus a small pool of readers that
+run concurrently under WAL. A transaction (``write``) has the writer to itself and starts
+with ``BEGIN IMMEDIATE`` (writes queue in-process, never on ``database is locked``).
+Autocommit work (``autocommit``: single self-guarded statements, the hot path) shares it:
+the statements of concurrent requests are committed in groups, one ``fsync`` per group
+(``app/persistence/sqlite_driver.py``). PostgreSQL: one pool; writes rely on row locks and
+guarded ``UPDATE … WHERE`` statements.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -25,9 +29,11 @@ AUTOCOMMIT_OPTION = "taskhub_autocommit"
 def _sqlite_engine(url: str, settings: Settings, *, writer: bool) -> AsyncEngine:
     engine = create_async_engine(
         make_url(url).set(drivername=sqlite_driver.DRIVER_NAME),
-        pool_size=1 if writer else max(2, settings.db_pool_size // 2),
+        pool_size=max(2, settings.db_pool_size // 2),
         max_overflow=0,
         pool_timeout=60,
+        # The writer's pool connections all stand on one SQLite connection.
+        connect_args={"taskhub_share": "writer"} if writer else {},
     )
     begin_sql = "BEGIN IMMEDIATE" if writer else "BEGIN"
 
@@ -56,6 +62,47 @@ def _sqlite_engine(url: str, settings: Settings, *, writer: bool) -> AsyncEngine
     return engine
 
 
+class SharedOrExclusive:
+    """A gate with two kinds of holders: any number of shared ones at a time, or one
+    exclusive one. A waiting exclusive holder goes before shared ones that come later."""
+
+    def __init__(self) -> None:
+        self._changed = asyncio.Condition()
+        self._shared = 0
+        self._exclusive = False
+        self._exclusive_waiting = 0
+
+    @asynccontextmanager
+    async def shared(self) -> AsyncIterator[None]:
+        async with self._changed:
+            await self._changed.wait_for(
+                lambda: not self._exclusive and not self._exclusive_waiting
+            )
+            self._shared += 1
+        try:
+            yield
+        finally:
+            async with self._changed:
+                self._shared -= 1
+                self._changed.notify_all()
+
+    @asynccontextmanager
+    async def exclusive(self) -> AsyncIterator[None]:
+        async with self._changed:
+            self._exclusive_waiting += 1
+            try:
+                await self._changed.wait_for(lambda: not self._exclusive and not self._shared)
+            finally:
+                self._exclusive_waiting -= 1
+            self._exclusive = True
+        try:
+            yield
+        finally:
+            async with self._changed:
+                self._exclusive = False
+                self._changed.notify_all()
+
+
 class Database:
     """Hands out short transactions; nothing holds a connection across an ``await`` on
     anything but the database itself."""
@@ -64,7 +111,9 @@ class Database:
         self.settings = settings
         self.url = settings.database_url
         self.dialect = make_url(self.url).get_backend_name()
+        self._writer_gate: SharedOrExclusive | None = None
         if self.dialect == "sqlite":
+            self._writer_gate = SharedOrExclusive()
             self._writer = _sqlite_engine(self.url, settings, writer=True)
             self._reader = _sqlite_engine(self.url, settings, writer=False)
         elif self.dialect == "postgresql":
@@ -90,20 +139,31 @@ class Database:
     @asynccontextmanager
     async def write(self) -> AsyncIterator[AsyncConnection]:
         """A transaction that may write; commits on success, rolls back on error."""
-        async with self._writer.begin() as conn:
+        if self._writer_gate is None:
+            async with self._writer.begin() as conn:
+                yield conn
+            return
+        async with self._writer_gate.exclusive(), self._writer.begin() as conn:
             yield conn
 
     @asynccontextmanager
     async def autocommit(self) -> AsyncIterator[AsyncConnection]:
         """A writer connection without a surrounding transaction: each statement commits on
-        its own. For work whose every write is one self-guarded statement (no BEGIN/COMMIT
-        round trips)."""
-        async with self._writer.connect() as conn:
-            if self.is_sqlite:
-                await conn.execution_options(**{AUTOCOMMIT_OPTION: True})
-            else:
+        its own (on SQLite, in a group with other requests' statements). For work whose
+        every write is one self-guarded statement (no BEGIN/COMMIT round trips)."""
+        if self._writer_gate is None:
+            async with self._writer.connect() as conn:
                 await conn.execution_options(isolation_level="AUTOCOMMIT")
-            yield conn
+                yield conn
+            return
+        async with self._writer_gate.shared(), self._writer.connect() as conn:
+            await conn.execution_options(**{AUTOCOMMIT_OPTION: True})
+            raw = (await conn.get_raw_connection()).dbapi_connection
+            raw.grouped = True
+            try:
+                yield conn
+            finally:
+                raw.grouped = False
 
     @asynccontextmanager
     async def read(self) -> AsyncIterator[AsyncConnection]:
