@@ -40,6 +40,15 @@ metadata = MetaData(
 )
 
 
+PENDING_ONLY = "status = 'pending'"
+WAITING_ONLY = f"{PENDING_ONLY} AND run_at IS NOT NULL"
+
+
+def _partial(where: str) -> dict[str, Any]:
+    """A partial index's predicate, the same on both engines."""
+    return {"sqlite_where": text(where), "postgresql_where": text(where)}
+
+
 class TaskhubModel(SQLModel, registry=registry(metadata=metadata)):
     """Base of every Taskhub table."""
 
@@ -118,15 +127,13 @@ class Task(TaskhubModel, table=True):
         Index(
             "ix_task_due",
             "run_at",
-            sqlite_where=text("status = 'pending' AND run_at IS NOT NULL"),
-            postgresql_where=text("status = 'pending' AND run_at IS NOT NULL"),
+            **_partial(WAITING_ONLY),
         ),
         # Retention: terminal tasks by age.
         Index(
             "ix_task_completed_at",
             "completed_at",
-            sqlite_where=text("completed_at IS NOT NULL"),
-            postgresql_where=text("completed_at IS NOT NULL"),
+            **_partial("completed_at IS NOT NULL"),
         ),
         Index("ix_task_room_created", "room_id", "created_at"),
         Index("ix_task_job_room_created", "job_id", "room_id", "created_at"),
@@ -189,11 +196,11 @@ task_table = Task.__table__
 queue_bucket_table = TaskQueueBucket.__table__
 
 
-def is_pending(table: Any = task_table) -> ColumnElement[bool]:
-    """``status = 'pending'`` with the constant written into the SQL, as in the partial
+def is_pending() -> ColumnElement[bool]:
+    """``task.status = 'pending'`` with the constant written into the SQL, as in the partial
     indexes' predicates: against a bound parameter neither planner can prove a partial
     index applies (SQLite never; PostgreSQL not in a generic plan of a prepared statement)."""
-    return table.c.status == literal_column("'pending'")
+    return task_table.c.status == literal_column("'pending'")
 
 
 # The claim queue: only pending rows, per job, higher priority first, FIFO within a
@@ -208,8 +215,7 @@ Index(
     task_table.c.id,
     task_table.c.run_at,
     task_table.c.status,
-    sqlite_where=text("status = 'pending'"),
-    postgresql_where=text("status = 'pending'"),
+    **_partial(PENDING_ONLY),
 )
 
 # Delayed and retried tasks per job by due time: what queue positions subtract from the
@@ -221,8 +227,7 @@ Index(
     task_table.c.priority,
     task_table.c.created_at,
     task_table.c.id,
-    sqlite_where=text("status = 'pending' AND run_at IS NOT NULL"),
-    postgresql_where=text("status = 'pending' AND run_at IS NOT NULL"),
+    **_partial(WAITING_ONLY),
 )
 
 

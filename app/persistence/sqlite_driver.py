@@ -140,7 +140,7 @@ class OneHopCursor(AsyncAdapt_aiosqlite_cursor):
         aio = self._connection
         adapted = self._adapt_connection
         try:
-            if adapted.grouped and adapted.share is not None:
+            if adapted.grouped:  # only ever set on the shared writer
                 outcome = adapted.share.group.run(operation, parameters)
             else:
                 outcome = aio._execute(lambda: _run(aio._conn, operation, parameters))

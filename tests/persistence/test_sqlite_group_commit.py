@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -22,7 +23,7 @@ from tests.support.databases import create_schema_from_models
 
 
 @pytest.fixture
-async def sqlite_db(tmp_path: Path) -> Database:
+async def sqlite_db(tmp_path: Path) -> AsyncIterator[Database]:
     db = Database(Settings(database_url=f"sqlite+aiosqlite:///{tmp_path / 'group.db'}"))
     await create_schema_from_models(db)
     yield db

@@ -172,22 +172,21 @@ async def queue_position(
     return await conn.scalar(statement, params)
 
 
+async def with_position(conn: AsyncConnection, row: Any, now: datetime | None = None) -> TaskRecord:
+    """The record of a joined row, with its queue position if it is pending."""
+    record = joined_record(row)
+    record.queue_position = await queue_position(conn, record, now)
+    return record
+
+
 async def with_positions(
     conn: AsyncConnection, rows: Any, now: datetime | None = None
 ) -> list[TaskRecord]:
-    """Records of joined rows, each pending one with its queue position."""
-    records = [joined_record(row) for row in rows]
     now = now or utcnow()
-    for record in records:
-        record.queue_position = await queue_position(conn, record, now)
-    return records
+    return [await with_position(conn, row, now) for row in rows]
 
 
 async def load_task(conn: AsyncConnection, task_id: UUID) -> TaskRecord | None:
     """One task with its queue position (two short statements: the row, then its place)."""
     row = (await conn.execute(_LOAD_TASK, {"task_id": task_id})).first()
-    if row is None:
-        return None
-    record = joined_record(row)
-    record.queue_position = await queue_position(conn, record)
-    return record
+    return None if row is None else await with_position(conn, row)

@@ -37,6 +37,7 @@ from app.domain.services.task_rows import (
     load_task,
     queue_position,
     task_record,
+    with_position,
     with_positions,
 )
 from app.domain.states import (
@@ -155,8 +156,8 @@ async def _submitted_before(
     conn: AsyncConnection, principal: Principal, job_id: UUID, key: str
 ) -> TaskRecord | None:
     params = {"b_user": principal.id, "b_job": job_id, "b_key": key}
-    rows = (await conn.execute(_IDEMPOTENT_REPLAY, params)).all()
-    return next(iter(await with_positions(conn, rows)), None)
+    row = (await conn.execute(_IDEMPOTENT_REPLAY, params)).first()
+    return None if row is None else await with_position(conn, row)
 
 
 _IDEMPOTENT_REPLAY = SELECT_TASKS.where(
