@@ -13,6 +13,7 @@ from app.dispatch.dispatcher import InternalDispatcher
 from app.dispatch.executor import InternalRuntime
 from app.dispatch.registry import BUILT_IN_MODULES, InternalRegistry
 from app.domain.services.internal_tasks import ensure_internal_jobs
+from app.domain.services.jobs import KnownJobs
 from app.domain.services.users import Authenticator, ensure_admin_token
 from app.domain.services.workers import remove_silent_worker
 from app.persistence.database import Database
@@ -36,6 +37,7 @@ class Hub:
     broker: AsyncBroker
     internal: InternalDispatcher
     wake_bus: RedisWakeBus | None = None
+    known_jobs: KnownJobs = field(default_factory=KnownJobs)
     presence: WorkerPresence = field(init=False)
     sweeper: Sweeper = field(init=False)
     due_announcer: DueTaskAnnouncer = field(init=False)

@@ -24,15 +24,18 @@ from app.persistence import sqlite_driver
 from app.settings import Settings
 
 AUTOCOMMIT_OPTION = "taskhub_autocommit"
+# Handles on the one SQLite writer connection: cheap, and as many as requests in flight so
+# that concurrent single statements reach the same commit group instead of queueing.
+SQLITE_WRITER_HANDLES = 64
 
 
 def _sqlite_engine(url: str, settings: Settings, *, writer: bool) -> AsyncEngine:
     engine = create_async_engine(
         make_url(url).set(drivername=sqlite_driver.DRIVER_NAME),
-        pool_size=max(2, settings.db_pool_size // 2),
+        pool_size=SQLITE_WRITER_HANDLES if writer else max(2, settings.db_pool_size // 2),
         max_overflow=0,
         pool_timeout=60,
-        # The writer's pool connections all stand on one SQLite connection.
+        # The writer's pool "connections" are handles on one SQLite connection.
         connect_args={"taskhub_share": "writer"} if writer else {},
     )
     begin_sql = "BEGIN IMMEDIATE" if writer else "BEGIN"
@@ -120,7 +123,11 @@ class Database:
             engine = create_async_engine(
                 self.url,
                 pool_size=settings.db_pool_size,
-                max_overflow=settings.db_pool_size,
+                # No overflow: a connection opened past the pool's size would be closed
+                # again on return, and reconnecting (and re-preparing statements) under
+                # load costs more than waiting for a pooled connection.
+                max_overflow=0,
+                pool_timeout=60,
                 pool_pre_ping=False,
             )
             self._writer = self._reader = engine

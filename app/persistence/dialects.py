@@ -48,11 +48,16 @@ def _served_jobs() -> Any:
 
 
 @functools.cache
-def insert_task_of_live_job(dialect: str) -> Executable:
-    """``INSERT INTO task … SELECT … FROM job WHERE id = :b_job_id AND NOT deleted
-    ON CONFLICT DO NOTHING``: no row when the job was soft-deleted meanwhile, or when an
-    equal ``(submitter, job, idempotency key)`` already exists (the unique index decides
-    between racing duplicates). Both engines spell it alike, through their dialects."""
+def insert_task_of_live_job(dialect: str, position: Any = None) -> Executable:
+    """``INSERT INTO task … SELECT … FROM job WHERE id = :b_job_id AND updated_at =
+    :b_job_version AND NOT deleted ON CONFLICT DO NOTHING RETURNING max_attempts``: no row
+    when the job was soft-deleted or changed since the caller read it, or when an equal
+    ``(submitter, job, idempotency key)`` already exists (the unique index decides between
+    racing duplicates). ``:b_max_attempts`` NULL takes the job's.
+
+    With ``position`` (PostgreSQL): the insert becomes a data-modifying CTE and the row
+    also carries ``position`` as ``queue_position`` — one round trip instead of two. It is
+    evaluated on the statement's snapshot, which does not hold the new task yet."""
     task = task_table
     columns = ["id", "job_id", "room_id", "status", "payload", "created_at", "submitted_by"]
     columns += ["attempt", "idempotency_key", "priority", "max_attempts", "run_at"]
@@ -71,10 +76,24 @@ def insert_task_of_live_job(dialect: str) -> Executable:
             bindparam("b_max_attempts", type_=task.c.max_attempts.type), job_table.c.max_attempts
         ),
         bindparam("b_run_at", type_=task.c.run_at.type),
-    ).where(job_table.c.id == bindparam("b_job_id"), job_table.c.deleted.is_(False))
-    return _compiled_once(
-        dialect, _insert(dialect, task).from_select(columns, rows).on_conflict_do_nothing()
+    ).where(
+        job_table.c.id == bindparam("b_job_id"),
+        job_table.c.updated_at == bindparam("b_job_version", type_=job_table.c.updated_at.type),
+        job_table.c.deleted.is_(False),
     )
+    inserted = (
+        _insert(dialect, task)
+        .from_select(columns, rows)
+        .on_conflict_do_nothing()
+        .returning(task.c.max_attempts)
+    )
+    if position is None:
+        return _compiled_once(dialect, inserted)
+    if dialect != "postgresql":
+        raise ValueError("only PostgreSQL reads a position in the statement that inserts")
+    new_row = inserted.cte("inserted")
+    both = select(new_row.c.max_attempts, position.label("queue_position"))
+    return _compiled_once(dialect, both.select_from(new_row))
 
 
 def _compiled_once(dialect: str, statement: Executable) -> TextClause:

@@ -4,7 +4,7 @@ from datetime import datetime
 
 import pytest
 
-from tests.support.api import assert_problem
+from tests.support.api import SCHEMA, assert_problem
 
 JOB = "room1:modifiers:Rotate"
 
@@ -358,6 +358,49 @@ async def test_a_revived_job_validates_against_its_new_schema(alice, job):
     assert_problem(
         await alice.post(f"/rooms/room1/tasks/{JOB}", json={"payload": {}}), 422, "validation-error"
     )
+
+
+async def _orphan(alice, task_id: str) -> None:
+    """Cancel the job's one task and remove its workers: the job is soft-deleted."""
+    await alice.transition(task_id, "cancelled")
+    for worker_id in (await alice.get(f"/rooms/room1/jobs/{JOB}")).json()["workers"]:
+        assert (await alice.delete(f"/workers/{worker_id}")).status_code == 204
+    assert await alice.room_jobs() == []
+
+
+# Submits skip the job lookup while the job is as the hub last read it (the insert checks
+# that it still is): a job deleted or revived since must be seen as it is now.
+
+
+async def test_a_submit_sees_a_revival_after_the_hub_last_read_the_job(alice):
+    await alice.register(schema={**SCHEMA, "required": ["angle"], "additionalProperties": False})
+    first = await alice.submit(JOB, payload={"angle": 1})
+    await _orphan(alice, first["id"])
+    revived = {"type": "object", "properties": {"turns": {"type": "integer"}}}
+    await alice.register(schema={**revived, "required": ["turns"]})
+    task = await alice.submit(JOB, payload={"turns": 2})
+    assert (task["status"], task["queue_position"]) == ("pending", 1)
+    stale = await alice.post(f"/rooms/room1/tasks/{JOB}", json={"payload": {"angle": 1}})
+    assert_problem(stale, 422, "validation-error")
+
+
+async def test_a_submit_sees_a_deletion_after_the_hub_last_read_the_job(alice, job):
+    await _orphan(alice, (await alice.submit(JOB))["id"])
+    response = await alice.post(f"/rooms/room1/tasks/{JOB}", json={"payload": {}})
+    assert_problem(response, 404, "job-not-found")
+    assert (await alice.get("/rooms/room1/tasks", params={"status": "pending"})).json()[
+        "total"
+    ] == 0
+
+
+async def test_a_submit_takes_the_jobs_current_default_attempts(alice, job):
+    assert (await alice.submit(JOB))["max_attempts"] == 1
+    response = await alice.put(
+        "/rooms/room1/jobs",
+        json={"category": "modifiers", "name": "Rotate", "schema": SCHEMA, "max_attempts": 3},
+    )
+    assert response.status_code == 200
+    assert (await alice.submit(JOB))["max_attempts"] == 3
 
 
 async def test_idempotency_key_returns_the_original_task(alice, bob, job):

@@ -57,6 +57,29 @@ class JobNames:
         return (await cls.resolve(conn, {job_id}))[job_id]
 
 
+class KnownJobs:
+    """Job rows by full name, as this process last read them: a submit uses one instead of
+    looking the job up. An entry is only a guess — the task insert is guarded by the job's
+    id and version (``updated_at``, which every change of the job moves), so after a
+    soft-delete, a revival or a re-registration elsewhere it inserts nothing, and the
+    submit reads the job again."""
+
+    def __init__(self, limit: int = 10_000) -> None:
+        self._limit = limit
+        self._rows: dict[str, Any] = {}
+
+    def get(self, full_name: str) -> Any | None:
+        return self._rows.get(full_name)
+
+    def remember(self, full_name: str, row: Any) -> None:
+        if len(self._rows) >= self._limit:
+            self._rows.clear()
+        self._rows[full_name] = row
+
+    def forget(self, full_name: str) -> None:
+        self._rows.pop(full_name, None)
+
+
 @dataclass(slots=True)
 class Registration:
     job: JobRecord
@@ -136,7 +159,9 @@ async def register_job(
             )
         if max_attempts is not None and max_attempts != row.max_attempts:
             await conn.execute(
-                update(job).where(job.c.id == row.id).values(max_attempts=max_attempts)
+                update(job)
+                .where(job.c.id == row.id)
+                .values(max_attempts=max_attempts, updated_at=utcnow())
             )
         linked = await conn.execute(
             insert_ignoring_duplicates(
@@ -207,11 +232,17 @@ async def get_job(db: Database, room_id: str, full_name: str) -> JobRecord:
     return _record(row, workers)
 
 
-async def find_visible_job(conn: AsyncConnection, room_id: str, full_name: str) -> Any:
-    """The live job called ``full_name`` if ``room_id`` may see it, else ``JobNotFound``."""
+def visible_job_name(room_id: str, full_name: str) -> JobName:
+    """``full_name`` parsed, if ``room_id`` may see jobs of its room, else ``JobNotFound``."""
     parsed = JobName.parse(full_name)
     if parsed.room_id not in visible_job_rooms(room_id):
         raise JobNotFound(f"Job {full_name!r} is not visible from room {room_id!r}.")
+    return parsed
+
+
+async def find_visible_job(conn: AsyncConnection, room_id: str, full_name: str) -> Any:
+    """The live job called ``full_name`` if ``room_id`` may see it, else ``JobNotFound``."""
+    parsed = visible_job_name(room_id, full_name)
     params = {"room_id": parsed.room_id, "category": parsed.category, "name": parsed.name}
     row = (await conn.execute(_FIND_LIVE_JOB, params)).first()
     if row is None:

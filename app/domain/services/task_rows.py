@@ -145,11 +145,29 @@ def is_ready(run_at: datetime | None, now: datetime) -> bool:
     return run_at is None or run_at <= now
 
 
+# The same places, read on the snapshot of the statement that inserts the task (which does
+# not hold the task itself yet): one more than the tasks ahead there.
+_READY_POSITION_BEFORE_INSERT = _ready_position() + 1
+_DELAYED_POSITION_BEFORE_INSERT = _delayed_position() + 1
+
+
 def position_query(record: TaskRecord, now: datetime) -> tuple[Any, dict[str, Any]]:
     """The statement that reads a pending ``record``'s place at ``now``, and its parameters."""
     statement = _READY_POSITION if is_ready(record.run_at, now) else _DELAYED_POSITION
+    return statement, position_params(record, now)
+
+
+def position_before_insert(record: TaskRecord, now: datetime) -> Any:
+    """The expression of a new pending ``record``'s place at ``now``, for the statement that
+    inserts it (parameters: ``position_params``)."""
+    if is_ready(record.run_at, now):
+        return _READY_POSITION_BEFORE_INSERT
+    return _DELAYED_POSITION_BEFORE_INSERT
+
+
+def position_params(record: TaskRecord, now: datetime) -> dict[str, Any]:
     second = bucket_of(record.created_at)
-    params = {
+    return {
         "job_id": record.job_id,
         "priority": record.priority,
         "created_at": record.created_at,
@@ -159,7 +177,6 @@ def position_query(record: TaskRecord, now: datetime) -> tuple[Any, dict[str, An
         "bucket": second,
         "bucket_start": bucket_start(second),
     }
-    return statement, params
 
 
 async def queue_position(

@@ -18,6 +18,7 @@ from app.domain.errors import (
     JobNotFound,
     StaleClaim,
     TaskNotFound,
+    ValidationFailed,
 )
 from app.domain.events import (
     EventBatch,
@@ -30,11 +31,19 @@ from app.domain.naming import INTERNAL_ROOM, validate_room_id
 from app.domain.payloads import validate_payload
 from app.domain.records import Page, Principal, TaskRecord
 from app.domain.retries import DEFAULT_RETRY_POLICY, RetryPolicy, may_retry
-from app.domain.services.jobs import JobNames, find_visible_job, soft_delete_if_orphaned
+from app.domain.services.jobs import (
+    JobNames,
+    KnownJobs,
+    find_visible_job,
+    soft_delete_if_orphaned,
+    visible_job_name,
+)
 from app.domain.services.ownership import owned_worker
 from app.domain.services.task_rows import (
     SELECT_TASKS,
     load_task,
+    position_before_insert,
+    position_params,
     queue_position,
     task_record,
     with_position,
@@ -79,6 +88,7 @@ async def submit_task(
     internal: InternalExecutors,
     idempotency_key: str | None = None,
     options: SubmitOptions | None = None,
+    known_jobs: KnownJobs | None = None,
 ) -> tuple[TaskRecord, EventBatch, bool]:
     """Queue a task of a job visible from ``room_id``; returns ``(task, events, created)``.
     ``task_available`` goes out only if the task is claimable at once (a delayed one is
@@ -86,70 +96,131 @@ async def submit_task(
     the caller dispatches it to the broker after this commit. With ``idempotency_key``, a
     task this user already submitted to this job with that key is returned instead
     (``created`` False, no events) — also when the duplicates race: the unique index
-    decides, and the loser reads the winner."""
+    decides, and the loser reads the winner. With ``known_jobs``, the job as last read
+    stands in for a lookup (the insert checks it is still current)."""
     validate_room_id(room_id)
+    visible_job_name(room_id, full_name)
     options = options or SubmitOptions()
-    events = EventBatch()
     now = utcnow()
     run_at = options.run_at if options.run_at is not None and options.run_at > now else None
     async with db.autocommit() as conn:
-        job = await find_visible_job(conn, room_id, full_name)
-        job_name = f"{job.room_id}:{job.category}:{job.name}"
-        if job.room_id == INTERNAL_ROOM and not internal.has_executor(job_name):
-            raise InternalJobNotConfigured(
-                f"Internal job {job_name!r} is registered but no executor is available."
-            )
-        validate_payload((job.id, job.updated_at), job.schema, payload)
-        record = TaskRecord(
-            id=new_id(),
-            job_id=job.id,
-            job_name=job_name,
-            room_id=room_id,
-            status=TaskStatus.PENDING,
-            payload=payload,
-            created_at=now,
-            started_at=None,
-            completed_at=None,
-            worker_id=None,
-            error=None,
-            submitted_by=principal.id,
-            claim_token=None,
-            attempt=1 if job.room_id == INTERNAL_ROOM else 0,
-            priority=options.priority,
-            max_attempts=options.max_attempts or job.max_attempts,
-            run_at=run_at,
-        )
-        if idempotency_key is not None:
-            original = await _submitted_before(conn, principal, job.id, idempotency_key)
-            if original is not None:
-                return original, events, False
-        inserted = await conn.execute(
-            insert_task_of_live_job(db.dialect),
-            {
-                "b_key": idempotency_key,
-                "b_id": record.id,
-                "b_job_id": record.job_id,
-                "b_room_id": room_id,
-                "b_payload": payload,
-                "b_created_at": record.created_at,
-                "b_submitted_by": principal.id,
-                "b_attempt": record.attempt,
-                "b_priority": record.priority,
-                "b_max_attempts": record.max_attempts,
-                "b_run_at": run_at,
-            },
-        )
-        if inserted.rowcount != 1:  # a concurrent duplicate won, or the job was soft-deleted
+        job = known_jobs.get(full_name) if known_jobs is not None else None
+        while True:
+            fresh = job is None
+            if job is None:
+                job = await find_visible_job(conn, room_id, full_name)
+                if known_jobs is not None:
+                    known_jobs.remember(full_name, job)
+            try:
+                record = _new_task(
+                    job, room_id, principal, payload, internal, options, now, run_at
+                )
+            except (ValidationFailed, InternalJobNotConfigured):
+                if fresh:
+                    raise
+                job = None  # judged by a job as read earlier: read it again to be sure
+                continue
             if idempotency_key is not None:
                 original = await _submitted_before(conn, principal, job.id, idempotency_key)
                 if original is not None:
-                    return original, events, False
-            raise JobNotFound(f"Job {full_name!r} not found.")
-        record.queue_position = await queue_position(conn, record, now)
+                    return original, EventBatch(), False
+            if await _insert_task(conn, db, record, job, idempotency_key, options, now):
+                break
+            # A concurrent duplicate won, or the job changed or went since it was read.
+            if idempotency_key is not None:
+                original = await _submitted_before(conn, principal, job.id, idempotency_key)
+                if original is not None:
+                    return original, EventBatch(), False
+            if known_jobs is not None:
+                known_jobs.forget(full_name)
+            if fresh:
+                raise JobNotFound(f"Job {full_name!r} not found.")
+            job = None
+    events = EventBatch()
     events.add(TaskStatusChanged(record))
     if job.room_id != INTERNAL_ROOM and run_at is None:
-        events.add(TaskAvailable(job_name=job_name, room_id=room_id, task_id=str(record.id)))
+        events.add(TaskAvailable(job_name=record.job_name, room_id=room_id, task_id=str(record.id)))
     return record, events, True
+
+
+def _new_task(
+    job: Any,
+    room_id: str,
+    principal: Principal,
+    payload: dict[str, Any],
+    internal: InternalExecutors,
+    options: SubmitOptions,
+    now: datetime,
+    run_at: datetime | None,
+) -> TaskRecord:
+    """The record of a task about to be submitted to ``job`` (a row of the job table)."""
+    job_name = f"{job.room_id}:{job.category}:{job.name}"
+    if job.room_id == INTERNAL_ROOM and not internal.has_executor(job_name):
+        raise InternalJobNotConfigured(
+            f"Internal job {job_name!r} is registered but no executor is available."
+        )
+    validate_payload((job.id, job.updated_at), job.schema, payload)
+    return TaskRecord(
+        id=new_id(),
+        job_id=job.id,
+        job_name=job_name,
+        room_id=room_id,
+        status=TaskStatus.PENDING,
+        payload=payload,
+        created_at=now,
+        started_at=None,
+        completed_at=None,
+        worker_id=None,
+        error=None,
+        submitted_by=principal.id,
+        claim_token=None,
+        attempt=1 if job.room_id == INTERNAL_ROOM else 0,
+        priority=options.priority,
+        max_attempts=options.max_attempts or job.max_attempts,
+        run_at=run_at,
+    )
+
+
+async def _insert_task(
+    conn: AsyncConnection,
+    db: Database,
+    record: TaskRecord,
+    job: Any,
+    idempotency_key: str | None,
+    options: SubmitOptions,
+    now: datetime,
+) -> bool:
+    """Insert ``record`` if ``job`` is still live and as read; fill in what the database
+    decided (``max_attempts``, ``queue_position``). PostgreSQL reads the position in the
+    same statement; SQLite (in-process, no round trip) right after."""
+    params = {
+        "b_key": idempotency_key,
+        "b_id": record.id,
+        "b_job_id": job.id,
+        "b_job_version": job.updated_at,
+        "b_room_id": record.room_id,
+        "b_payload": record.payload,
+        "b_created_at": record.created_at,
+        "b_submitted_by": record.submitted_by,
+        "b_attempt": record.attempt,
+        "b_priority": record.priority,
+        "b_max_attempts": options.max_attempts,
+        "b_run_at": record.run_at,
+    }
+    if db.is_sqlite:
+        row = (await conn.execute(insert_task_of_live_job(db.dialect), params)).first()
+        if row is None:
+            return False
+        record.max_attempts = row.max_attempts
+        record.queue_position = await queue_position(conn, record, now)
+        return True
+    statement = insert_task_of_live_job(db.dialect, position_before_insert(record, now))
+    row = (await conn.execute(statement, params | position_params(record, now))).first()
+    if row is None:
+        return False
+    record.max_attempts = row.max_attempts
+    record.queue_position = int(row.queue_position)
+    return True
 
 
 async def _submitted_before(

@@ -55,6 +55,7 @@ async def submit_task(req: ApiRequest) -> Response:
         req.hub.internal,
         idempotency_key=_idempotency_key(req.header("idempotency-key")),
         options=body.options(utcnow()),
+        known_jobs=req.hub.known_jobs,
     )
     if created and record.job_name.startswith(f"{INTERNAL_ROOM}:"):
         record, dispatched = await req.hub.internal.dispatch(record)
