@@ -55,6 +55,13 @@ def _sqlite_engine(url: str, settings: Settings, *, writer: bool) -> AsyncEngine
         cursor.execute(f"PRAGMA mmap_size={settings.sqlite_mmap_size_mb * 1024 * 1024}")
         cursor.close()
 
+    @event.listens_for(engine.sync_engine, "checkout")
+    def _on_checkout(dbapi_connection: Any, _record: Any, _proxy: Any) -> None:
+        # Every checkout starts ungrouped (``Database.autocommit`` groups its own); a
+        # grouped handle stays so until then, so that the pool's reset on its return
+        # leaves the shared connection alone (another group's transaction may be open).
+        dbapi_connection.grouped = False
+
     @event.listens_for(engine.sync_engine, "begin")
     def _on_begin(connection: Any) -> None:
         # The driver runs in autocommit mode; this opens the transaction, unless the
@@ -166,11 +173,8 @@ class Database:
         async with self._writer_gate.shared(), self._writer.connect() as conn:
             await conn.execution_options(**{AUTOCOMMIT_OPTION: True})
             raw = (await conn.get_raw_connection()).dbapi_connection
-            raw.grouped = True
-            try:
-                yield conn
-            finally:
-                raw.grouped = False
+            raw.grouped = True  # until its next checkout (see ``_on_checkout``)
+            yield conn
 
     @asynccontextmanager
     async def read(self) -> AsyncIterator[AsyncConnection]:

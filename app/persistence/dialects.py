@@ -124,11 +124,6 @@ def _claimable() -> list[Any]:
     ]
 
 
-HAS_CLAIMABLE = select(exists().where(*_claimable(), task_table.c.job_id.in_(_served_jobs())))
-"""Whether ``:worker_id`` has anything to claim at ``:now`` (a read, for engines with one
-writer)."""
-
-
 @functools.cache
 def claim_statement(dialect: str, *, check_owner: bool, limit: int) -> Executable:
     """Claim up to ``limit`` of the first claimable tasks (due at ``:now``; highest priority,

@@ -57,7 +57,7 @@ from app.domain.states import (
     previous_status,
 )
 from app.persistence.database import Database
-from app.persistence.dialects import HAS_CLAIMABLE, claim_statement, insert_task_of_live_job
+from app.persistence.dialects import claim_statement, insert_task_of_live_job
 from app.persistence.models import link_table, task_table, worker_table
 from app.persistence.types import new_id, utcnow
 
@@ -112,9 +112,7 @@ async def submit_task(
                 if known_jobs is not None:
                     known_jobs.remember(full_name, job)
             try:
-                record = _new_task(
-                    job, room_id, principal, payload, internal, options, now, run_at
-                )
+                record = _new_task(job, room_id, principal, payload, internal, options, now, run_at)
             except (ValidationFailed, InternalJobNotConfigured):
                 if fresh:
                     raise
@@ -250,13 +248,6 @@ async def claim_tasks(
     with a fresh claim token, in one atomic statement (which also checks ownership)."""
     events = EventBatch()
     now = utcnow()
-    if db.is_sqlite:
-        # One writer: an empty claim (polling workers) must not queue behind it; WAL
-        # readers look first, beside the writer.
-        async with db.read() as conn:
-            if not await conn.scalar(HAS_CLAIMABLE, {"worker_id": worker_id, "now": now}):
-                await owned_worker(conn, principal, worker_id)
-                return [], events
     async with db.autocommit() as conn:
         statement = claim_statement(
             db.dialect, check_owner=not principal.is_superuser, limit=max_tasks
