@@ -84,17 +84,23 @@ class SharedOrExclusive:
 
     @asynccontextmanager
     async def shared(self) -> AsyncIterator[None]:
-        async with self._changed:
-            await self._changed.wait_for(
-                lambda: not self._exclusive and not self._exclusive_waiting
-            )
+        # The hot path (no exclusive holder or waiter) takes no lock: the event loop runs
+        # one coroutine at a time, so the counters cannot change under this check.
+        if self._exclusive or self._exclusive_waiting:
+            async with self._changed:
+                await self._changed.wait_for(
+                    lambda: not self._exclusive and not self._exclusive_waiting
+                )
+                self._shared += 1
+        else:
             self._shared += 1
         try:
             yield
         finally:
-            async with self._changed:
-                self._shared -= 1
-                self._changed.notify_all()
+            self._shared -= 1
+            if not self._shared and self._exclusive_waiting:
+                async with self._changed:
+                    self._changed.notify_all()
 
     @asynccontextmanager
     async def exclusive(self) -> AsyncIterator[None]:
@@ -126,6 +132,7 @@ class Database:
             self._writer_gate = SharedOrExclusive()
             self._writer = _sqlite_engine(self.url, settings, writer=True)
             self._reader = _sqlite_engine(self.url, settings, writer=False)
+            self._autocommit = self._writer  # grouped instead (see ``autocommit``)
         elif self.dialect == "postgresql":
             engine = create_async_engine(
                 self.url,
@@ -138,6 +145,8 @@ class Database:
                 pool_pre_ping=False,
             )
             self._writer = self._reader = engine
+            # Shares the pool; its connections are in autocommit mode while checked out.
+            self._autocommit = engine.execution_options(isolation_level="AUTOCOMMIT")
         else:
             raise ValueError(f"unsupported database {self.dialect!r}: use sqlite or postgresql")
 
@@ -166,8 +175,7 @@ class Database:
         its own (on SQLite, in a group with other requests' statements). For work whose
         every write is one self-guarded statement (no BEGIN/COMMIT round trips)."""
         if self._writer_gate is None:
-            async with self._writer.connect() as conn:
-                await conn.execution_options(isolation_level="AUTOCOMMIT")
+            async with self._autocommit.connect() as conn:
                 yield conn
             return
         async with self._writer_gate.shared(), self._writer.connect() as conn:

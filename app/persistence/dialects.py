@@ -139,6 +139,9 @@ def claim_statement(dialect: str, *, check_owner: bool, limit: int) -> Executabl
     exists. The locking select must sit in a CTE: as ``WHERE id IN (subquery)`` the planner
     may re-scan it and lock (and claim) more than ``n`` rows.
 
+    PostgreSQL answers with at least one row: the claimed ones, or one row of NULLs, each
+    with ``worker_owner`` (the worker's user, NULL if there is no such worker).
+
     SQLite: the same single ``UPDATE … RETURNING`` with ``id IN (subquery)``; it runs inside
     a ``BEGIN IMMEDIATE`` transaction (see ``Database.write``), which serialises writers, so
     ``SKIP LOCKED`` is neither needed nor available.
@@ -183,7 +186,7 @@ def claim_statement(dialect: str, *, check_owner: bool, limit: int) -> Executabl
             .limit(limit)
         )
         chosen = task.c.id.in_(candidates.scalar_subquery())
-    return (
+    claimed = (
         update(task)
         .where(chosen, is_pending())
         .values(
@@ -200,6 +203,16 @@ def claim_statement(dialect: str, *, check_owner: bool, limit: int) -> Executabl
             progress_message=None,
         )
         .returning(*task.c)
+    )
+    if dialect != "postgresql":
+        return claimed
+    # One round trip also for an empty claim: the claimed rows (or one row of NULLs) with
+    # the worker's owner, which says why nothing was claimed.
+    rows = claimed.cte("claimed")
+    one = select(literal(1).label("one")).subquery("one")
+    owner = select(worker_table.c.user_id).where(worker_table.c.id == bindparam("worker_id"))
+    return select(rows, owner.scalar_subquery().label("worker_owner")).select_from(
+        one.outerjoin(rows, true())
     )
 
 

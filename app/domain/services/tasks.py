@@ -19,6 +19,7 @@ from app.domain.errors import (
     StaleClaim,
     TaskNotFound,
     ValidationFailed,
+    WorkerNotFound,
 )
 from app.domain.events import (
     EventBatch,
@@ -38,7 +39,7 @@ from app.domain.services.jobs import (
     soft_delete_if_orphaned,
     visible_job_name,
 )
-from app.domain.services.ownership import owned_worker
+from app.domain.services.ownership import check_owner, owned_worker
 from app.domain.services.task_rows import (
     SELECT_TASKS,
     load_task,
@@ -260,8 +261,16 @@ async def claim_tasks(
             "now": now,
         }
         rows = (await conn.execute(statement, params)).all()
-        if not rows:  # nothing claimed: say whether the worker is unknown or not the caller's
-            await owned_worker(conn, principal, worker_id)
+        if db.is_sqlite:
+            if not rows:  # nothing claimed: is the worker unknown, or not the caller's?
+                await owned_worker(conn, principal, worker_id)
+        else:  # the claim's rows carry the worker's owner (one row of NULLs if none)
+            owner = rows[0].worker_owner
+            rows = [row for row in rows if row.id is not None]
+            if not rows:
+                if owner is None:
+                    raise WorkerNotFound(f"Worker {worker_id} not found.")
+                check_owner(principal, owner)
         names = await JobNames.resolve(conn, {row.job_id for row in rows})
     records = sorted(
         (task_record(row, names[row.job_id]) for row in rows),
