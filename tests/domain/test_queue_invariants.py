@@ -33,8 +33,8 @@ from app.domain.errors import DomainError
 from app.domain.records import Principal
 from app.domain.retries import RetryPolicy
 from app.domain.services import sweeps, tasks
-from app.domain.services.jobs import register_job
-from app.domain.services.task_rows import SELECT_TASKS, with_positions
+from app.domain.services.jobs import KnownJobs, register_job
+from app.domain.services.task_rows import SELECT_TASKS, load_task, with_positions
 from app.domain.services.users import create_user
 from app.domain.states import ACTIVE_STATUSES, TaskStatus, is_terminal
 from app.persistence.database import Database
@@ -64,6 +64,7 @@ class QueueMachine(RuleBasedStateMachine):
         self.held: dict[UUID, tuple[UUID, UUID]] = {}  # task -> (worker, claim token)
         self.old_tokens: list[tuple[UUID, UUID]] = []
         self.waiting: set[UUID] = set()  # submitted with a run_at an hour ahead
+        self.known_jobs = KnownJobs()
         self.run(self._set_up())
 
     def run(self, coroutine: Any) -> Any:
@@ -117,9 +118,13 @@ class QueueMachine(RuleBasedStateMachine):
                 options=tasks.SubmitOptions(
                     priority=priority, max_attempts=max_attempts, run_at=run_at
                 ),
+                known_jobs=self.known_jobs,
             )
         )
         assert created and record.status == S.PENDING
+        # The acknowledged place (PostgreSQL reads it in the inserting statement) is the
+        # one a read sees right after.
+        assert record.queue_position == self.run(self._read(record.id)).queue_position
         self.status[record.id] = S.PENDING
         if delay is not None and delay > 0:
             self.waiting.add(record.id)
@@ -266,6 +271,10 @@ class QueueMachine(RuleBasedStateMachine):
         in_claim_order = sorted(pending, key=lambda record: claim_order(record, now))
         positions = [record.queue_position for record in in_claim_order]
         assert positions == list(range(1, len(pending) + 1)), "positions not in claim order"
+
+    async def _read(self, task_id: UUID) -> Any:
+        async with self.db.read() as conn:
+            return await load_task(conn, task_id)
 
     async def _all_tasks(self, now: datetime) -> tuple[list[Any], int]:
         async with self.db.read() as conn:

@@ -207,18 +207,18 @@ async def _insert_task(
         "b_run_at": record.run_at,
     }
     if db.is_sqlite:
-        row = (await conn.execute(insert_task_of_live_job(db.dialect), params)).first()
-        if row is None:
-            return False
-        record.max_attempts = row.max_attempts
-        record.queue_position = await queue_position(conn, record, now)
-        return True
-    statement = insert_task_of_live_job(db.dialect, position_before_insert(record, now))
-    row = (await conn.execute(statement, params | position_params(record, now))).first()
+        statement = insert_task_of_live_job(db.dialect)
+    else:
+        statement = insert_task_of_live_job(db.dialect, position_before_insert(record, now))
+        params |= position_params(record, now)
+    row = (await conn.execute(statement, params)).first()
     if row is None:
         return False
     record.max_attempts = row.max_attempts
-    record.queue_position = int(row.queue_position)
+    if db.is_sqlite:
+        record.queue_position = await queue_position(conn, record, now)
+    else:
+        record.queue_position = int(row.queue_position)
     return True
 
 
