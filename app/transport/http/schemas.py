@@ -173,26 +173,30 @@ class TaskOut(BaseModel):
 
     @classmethod
     def of(cls, record: TaskRecord) -> TaskOut:
-        return cls(
-            id=record.id,
-            job_name=record.job_name,
-            room_id=record.room_id,
-            status=record.status,
-            created_at=record.created_at,
-            started_at=record.started_at,
-            completed_at=record.completed_at,
-            worker_id=record.worker_id,
-            error=record.error,
-            payload=record.payload,
-            queue_position=record.queue_position,
-            attempt=record.attempt,
-            max_attempts=record.max_attempts,
-            priority=record.priority,
-            run_at=record.run_at,
-            result=record.result,
-            progress=record.progress,
-            progress_message=record.progress_message,
-        )
+        return cls(**_task_fields(record))
+
+
+def _task_fields(record: TaskRecord) -> dict[str, Any]:
+    return {
+        "id": record.id,
+        "job_name": record.job_name,
+        "room_id": record.room_id,
+        "status": record.status,
+        "created_at": record.created_at,
+        "started_at": record.started_at,
+        "completed_at": record.completed_at,
+        "worker_id": record.worker_id,
+        "error": record.error,
+        "payload": record.payload,
+        "queue_position": record.queue_position,
+        "attempt": record.attempt,
+        "max_attempts": record.max_attempts,
+        "priority": record.priority,
+        "run_at": record.run_at,
+        "result": record.result,
+        "progress": record.progress,
+        "progress_message": record.progress_message,
+    }
 
 
 class ClaimedTaskOut(TaskOut):
@@ -200,8 +204,7 @@ class ClaimedTaskOut(TaskOut):
 
     @classmethod
     def of(cls, record: TaskRecord) -> ClaimedTaskOut:
-        base = TaskOut.of(record).model_dump()
-        return cls(**base, claim_token=record.claim_token)
+        return cls(**_task_fields(record), claim_token=record.claim_token)
 
 
 class TaskClaimIn(BaseModel):
