@@ -128,11 +128,11 @@ class Database:
         self.url = settings.database_url
         self.dialect = make_url(self.url).get_backend_name()
         self._writer_gate: SharedOrExclusive | None = None
+        self._autocommit: AsyncEngine | None = None  # PostgreSQL (SQLite groups instead)
         if self.dialect == "sqlite":
             self._writer_gate = SharedOrExclusive()
             self._writer = _sqlite_engine(self.url, settings, writer=True)
             self._reader = _sqlite_engine(self.url, settings, writer=False)
-            self._autocommit = self._writer  # grouped instead (see ``autocommit``)
         elif self.dialect == "postgresql":
             engine = create_async_engine(
                 self.url,
@@ -174,10 +174,11 @@ class Database:
         """A writer connection without a surrounding transaction: each statement commits on
         its own (on SQLite, in a group with other requests' statements). For work whose
         every write is one self-guarded statement (no BEGIN/COMMIT round trips)."""
-        if self._writer_gate is None:
+        if self._autocommit is not None:
             async with self._autocommit.connect() as conn:
                 yield conn
             return
+        assert self._writer_gate is not None
         async with self._writer_gate.shared(), self._writer.connect() as conn:
             await conn.execution_options(**{AUTOCOMMIT_OPTION: True})
             raw = (await conn.get_raw_connection()).dbapi_connection

@@ -142,9 +142,9 @@ def claim_statement(dialect: str, *, check_owner: bool, limit: int) -> Executabl
     PostgreSQL answers with at least one row: the claimed ones, or one row of NULLs, each
     with ``worker_owner`` (the worker's user, NULL if there is no such worker).
 
-    SQLite: the same single ``UPDATE … RETURNING`` with ``id IN (subquery)``; it runs inside
-    a ``BEGIN IMMEDIATE`` transaction (see ``Database.write``), which serialises writers, so
-    ``SKIP LOCKED`` is neither needed nor available.
+    SQLite: the same single ``UPDATE … RETURNING`` with ``id IN (subquery)``; it runs on the
+    one writer connection (alone or in a commit group, see ``Database.autocommit``), which
+    serialises writers, so ``SKIP LOCKED`` is neither needed nor available.
     """
     task = task_table
     served_jobs = _served_jobs()

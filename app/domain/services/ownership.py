@@ -18,10 +18,16 @@ def check_owner(principal: Principal, owner_id: UUID) -> None:
         raise Forbidden("This worker belongs to another user.")
 
 
+def check_worker(principal: Principal, worker_id: UUID, owner_id: UUID | None) -> None:
+    """404 when the worker does not exist (``owner_id`` None), 403 when it is not the
+    principal's to act for."""
+    if owner_id is None:
+        raise WorkerNotFound(f"Worker {worker_id} not found.")
+    check_owner(principal, owner_id)
+
+
 async def owned_worker(conn: AsyncConnection, principal: Principal, worker_id: UUID) -> Any:
     """The worker row, if it exists (404) and ``principal`` may act for it (403)."""
     row = (await conn.execute(select(worker_table).where(worker_table.c.id == worker_id))).first()
-    if row is None:
-        raise WorkerNotFound(f"Worker {worker_id} not found.")
-    check_owner(principal, row.user_id)
+    check_worker(principal, worker_id, None if row is None else row.user_id)
     return row

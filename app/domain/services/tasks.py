@@ -19,7 +19,6 @@ from app.domain.errors import (
     StaleClaim,
     TaskNotFound,
     ValidationFailed,
-    WorkerNotFound,
 )
 from app.domain.events import (
     EventBatch,
@@ -39,7 +38,7 @@ from app.domain.services.jobs import (
     soft_delete_if_orphaned,
     visible_job_name,
 )
-from app.domain.services.ownership import check_owner, owned_worker
+from app.domain.services.ownership import check_worker, owned_worker
 from app.domain.services.task_rows import (
     SELECT_TASKS,
     load_task,
@@ -268,9 +267,7 @@ async def claim_tasks(
             owner = rows[0].worker_owner
             rows = [row for row in rows if row.id is not None]
             if not rows:
-                if owner is None:
-                    raise WorkerNotFound(f"Worker {worker_id} not found.")
-                check_owner(principal, owner)
+                check_worker(principal, worker_id, owner)
         names = await JobNames.resolve(conn, {row.job_id for row in rows})
     records = sorted(
         (task_record(row, names[row.job_id]) for row in rows),
