@@ -21,6 +21,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from app.persistence import sqlite_driver
+from app.persistence.prepared import AsyncpgHotConnection, HotConnection, SQLiteHotConnection
 from app.settings import Settings
 
 AUTOCOMMIT_OPTION = "taskhub_autocommit"
@@ -119,6 +120,17 @@ class SharedOrExclusive:
                 self._changed.notify_all()
 
 
+def _driver_connection(conn: AsyncConnection) -> Any:
+    """The DBAPI adapter under a started connection (no I/O: it is already checked out)."""
+    return conn.sync_connection.connection.dbapi_connection  # type: ignore[union-attr]
+
+
+def _hot(conn: AsyncConnection) -> HotConnection:
+    if conn.dialect.name == "sqlite":
+        return SQLiteHotConnection(conn, _driver_connection(conn))
+    return AsyncpgHotConnection(conn, _driver_connection(conn))
+
+
 class Database:
     """Hands out short transactions; nothing holds a connection across an ``await`` on
     anything but the database itself."""
@@ -170,25 +182,27 @@ class Database:
             yield conn
 
     @asynccontextmanager
-    async def autocommit(self) -> AsyncIterator[AsyncConnection]:
+    async def autocommit(self) -> AsyncIterator[HotConnection]:
         """A writer connection without a surrounding transaction: each statement commits on
         its own (on SQLite, in a group with other requests' statements). For work whose
-        every write is one self-guarded statement (no BEGIN/COMMIT round trips)."""
+        every write is one self-guarded statement (no BEGIN/COMMIT round trips). Hot
+        statements run straight on the driver (``prepared.py``)."""
         if self._autocommit is not None:
             async with self._autocommit.connect() as conn:
-                yield conn
+                yield _hot(conn)
             return
         assert self._writer_gate is not None
         async with self._writer_gate.shared(), self._writer.connect() as conn:
             await conn.execution_options(**{AUTOCOMMIT_OPTION: True})
-            raw = (await conn.get_raw_connection()).dbapi_connection
-            raw.grouped = True  # until its next checkout (see ``_on_checkout``)
-            yield conn
+            _driver_connection(conn).grouped = True  # until its next checkout (``_on_checkout``)
+            yield _hot(conn)
 
     @asynccontextmanager
-    async def read(self) -> AsyncIterator[AsyncConnection]:
+    async def read(self) -> AsyncIterator[HotConnection]:
+        """A connection for reads (hot statements run straight on the driver). On
+        PostgreSQL each hot statement is its own snapshot."""
         async with self._reader.connect() as conn:
-            yield conn
+            yield _hot(conn)
 
     async def dispose(self) -> None:
         await self._writer.dispose()

@@ -29,6 +29,7 @@ from sqlalchemy.sql import Executable
 from app.domain.naming import INTERNAL_ROOM
 from app.domain.states import TaskStatus
 from app.persistence.models import is_pending, job_table, link_table, task_table, worker_table
+from app.persistence.prepared import hot
 
 if TYPE_CHECKING:
     from app.persistence.database import Database
@@ -88,12 +89,12 @@ def insert_task_of_live_job(dialect: str, position: Any = None) -> Executable:
         .returning(task.c.max_attempts)
     )
     if position is None:
-        return _compiled_once(dialect, inserted)
+        return hot(_compiled_once(dialect, inserted))
     if dialect != "postgresql":
         raise ValueError("only PostgreSQL reads a position in the statement that inserts")
     new_row = inserted.cte("inserted")
     both = select(new_row.c.max_attempts, position.label("queue_position"))
-    return _compiled_once(dialect, both.select_from(new_row))
+    return hot(_compiled_once(dialect, both.select_from(new_row)))
 
 
 def _compiled_once(dialect: str, statement: Executable) -> TextClause:
@@ -205,14 +206,16 @@ def claim_statement(dialect: str, *, check_owner: bool, limit: int) -> Executabl
         .returning(*task.c)
     )
     if dialect != "postgresql":
-        return claimed
+        return hot(claimed)
     # One round trip also for an empty claim: the claimed rows (or one row of NULLs) with
     # the worker's owner, which says why nothing was claimed.
     rows = claimed.cte("claimed")
     one = select(literal(1).label("one")).subquery("one")
     owner = select(worker_table.c.user_id).where(worker_table.c.id == bindparam("worker_id"))
-    return select(rows, owner.scalar_subquery().label("worker_owner")).select_from(
-        one.outerjoin(rows, true())
+    return hot(
+        select(rows, owner.scalar_subquery().label("worker_owner")).select_from(
+            one.outerjoin(rows, true())
+        )
     )
 
 

@@ -164,6 +164,17 @@ class OneHopConnection(AsyncAdapt_aiosqlite_connection):
         self.share = share
         self.grouped = False
 
+    async def run_direct(self, operation: str, parameters: Any) -> tuple[list[Any], list[str]]:
+        """Run one statement from the event loop, past SQLAlchemy (``prepared.py``): its
+        rows and column names. Grouped like the cursor's statements when ``grouped``."""
+        if self.grouped:
+            outcome = await self.share.group.run(operation, parameters)  # type: ignore[union-attr]
+        else:
+            aio = self._connection
+            outcome = await aio._execute(functools.partial(_run, aio._conn, operation, parameters))
+        description, rows = outcome[0], outcome[1]
+        return rows, [column[0] for column in description] if description else []
+
     def close(self) -> None:
         share, self.share = self.share, None
         if share is None or share.release():

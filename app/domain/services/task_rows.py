@@ -23,6 +23,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from app.domain.records import TaskRecord
 from app.domain.states import TaskStatus
 from app.persistence.models import is_pending, job_table, queue_bucket_table, task_table
+from app.persistence.prepared import hot
 from app.persistence.queue_counts import bucket_of, bucket_start
 from app.persistence.types import utcnow
 
@@ -136,9 +137,9 @@ SELECT_TASKS = select(
     job_table.c.name.label("job_name_part"),
 ).join(job_table, job_table.c.id == task.c.job_id)
 """Tasks with their job's full name parts (``joined_record`` turns a row into a record)."""
-_LOAD_TASK = SELECT_TASKS.where(task.c.id == bindparam("task_id"))
-_READY_POSITION = select(_ready_position())
-_DELAYED_POSITION = select(_delayed_position())
+_LOAD_TASK = hot(SELECT_TASKS.where(task.c.id == bindparam("task_id")))
+_READY_POSITION = hot(select(_ready_position()))
+_DELAYED_POSITION = hot(select(_delayed_position()))
 
 
 def is_ready(run_at: datetime | None, now: datetime) -> bool:

@@ -59,6 +59,7 @@ from app.domain.states import (
 from app.persistence.database import Database
 from app.persistence.dialects import claim_statement, insert_task_of_live_job
 from app.persistence.models import link_table, task_table, worker_table
+from app.persistence.prepared import hot
 from app.persistence.types import new_id, utcnow
 
 task = task_table
@@ -229,10 +230,12 @@ async def _submitted_before(
     return None if row is None else await with_position(conn, row)
 
 
-_IDEMPOTENT_REPLAY = SELECT_TASKS.where(
-    task.c.submitted_by == bindparam("b_user"),
-    task.c.job_id == bindparam("b_job"),
-    task.c.idempotency_key == bindparam("b_key"),
+_IDEMPOTENT_REPLAY = hot(
+    SELECT_TASKS.where(
+        task.c.submitted_by == bindparam("b_user"),
+        task.c.job_id == bindparam("b_job"),
+        task.c.idempotency_key == bindparam("b_key"),
+    )
 )
 
 
@@ -363,7 +366,9 @@ async def _retryable_attempt(conn: AsyncConnection, task_id: UUID) -> int | None
     return int(row.attempt)
 
 
-_ATTEMPTS = select(task.c.attempt, task.c.max_attempts).where(task.c.id == bindparam("b_task_id"))
+_ATTEMPTS = hot(
+    select(task.c.attempt, task.c.max_attempts).where(task.c.id == bindparam("b_task_id"))
+)
 
 
 def _retry_values(error: str | None, run_at: Any) -> dict[str, Any]:
@@ -414,7 +419,7 @@ def _update_statement(
     # Whether a worker still serves the job: a served job is no orphan, so a terminal
     # transition needs no soft-delete statement after this one.
     served = exists().where(link_table.c.job_id == task.c.job_id).label("job_served")
-    return update(task).where(*guard).values(values).returning(*task.c, served)
+    return hot(update(task).where(*guard).values(values).returning(*task.c, served))
 
 
 def _transition_values(

@@ -1,0 +1,209 @@
+"""The hot statements, run straight on the driver.
+
+A request of the task cycle (submit, claim, running, completed) is a few short statements.
+Executed through SQLAlchemy, each one also pays for the engine's per-execution machinery
+(cache-key lookup, parameter construction, execution context, result metadata, a greenlet
+switch) — more server CPU than the database spends on it. A statement marked ``hot`` is
+compiled once per dialect and, on a ``HotConnection``, sent to the driver as it is: its
+parameters and rows go through the same type processors SQLAlchemy would apply (so values
+look exactly alike either way), but nothing else. Any other statement, and a hot one on a
+plain ``AsyncConnection``, runs through SQLAlchemy as usual.
+
+Relies on ``Compiled.positiontup`` and ``Compiled._result_columns`` of the SQLAlchemy 2.0
+series (pinned in ``pyproject.toml``); every test of the suite runs through this path.
+"""
+
+from __future__ import annotations
+
+from collections import namedtuple
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, TypeVar
+
+from sqlalchemy.engine import Dialect
+from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.sql import Executable
+
+S = TypeVar("S", bound=Executable)
+_REGISTRY: dict[int, HotStatement] = {}
+Processor = Callable[[Any], Any] | None
+
+
+def hot(statement: S) -> S:
+    """Mark ``statement`` to run straight on the driver on a ``HotConnection`` (the object
+    is kept alive here, so its identity stays its key)."""
+    _REGISTRY.setdefault(id(statement), HotStatement(statement))
+    return statement
+
+
+class HotStatement:
+    """A statement and, per dialect, its compiled form."""
+
+    def __init__(self, statement: Executable) -> None:
+        self.statement = statement
+        self._compiled: dict[int, Compiled] = {}
+
+    def compiled(self, dialect: Dialect) -> Compiled:
+        found = self._compiled.get(id(dialect))
+        if found is None:
+            found = self._compiled[id(dialect)] = Compiled(self.statement, dialect)
+        return found
+
+
+_REQUIRED = object()
+
+
+class Compiled:
+    """SQL text, how to turn named parameters into the driver's positional ones, and how
+    to turn the driver's rows into typed ones."""
+
+    def __init__(self, statement: Executable, dialect: Dialect) -> None:
+        compiled = statement.compile(dialect=dialect)
+        if not dialect.positional or compiled.positiontup is None:
+            raise ValueError(f"{dialect.name}: hot statements need a positional paramstyle")
+        if compiled.post_compile_params or compiled.literal_execute_params:
+            raise ValueError("hot statements cannot expand parameters at execution time")
+        self.sql = compiled.string
+        binds = compiled.binds
+        self._names = list(compiled.positiontup)
+        self._defaults = [
+            _REQUIRED if binds[name].required else binds[name].effective_value
+            for name in self._names
+        ]
+        self._bind = [_bind_processor(binds[name].type, dialect) for name in self._names]
+        self._dialect = dialect
+        self._columns = [column[3] for column in compiled._result_columns]
+        self._keys = [column[0] for column in compiled._result_columns] or None
+        self._row_type: type | None = _row_type(self._keys) if self._keys else None
+        self._rows: list[Processor] | None = None
+        self._typed = False
+        if dialect.name != "postgresql":  # result processors need no column type codes
+            self.type_rows([None] * len(self._columns))
+
+    @property
+    def rows_typed(self) -> bool:
+        return self._rows is not None
+
+    def type_rows(self, type_codes: Sequence[Any]) -> None:
+        """Set up the result processors, given the driver's type code of each column
+        (PostgreSQL's numeric types are read differently depending on it)."""
+        if len(type_codes) != len(self._columns):  # a text statement: untyped values
+            self._rows = []
+        else:
+            self._rows = [
+                _result_processor(column, self._dialect, code)
+                for column, code in zip(self._columns, type_codes, strict=True)
+            ]
+        self._typed = any(processor is not None for processor in self._rows)
+
+    def arguments(self, params: dict[str, Any]) -> list[Any]:
+        values = []
+        for name, default, processor in zip(self._names, self._defaults, self._bind, strict=True):
+            value = params.get(name, default)
+            if value is _REQUIRED:
+                raise KeyError(f"missing value for bind parameter {name!r}")
+            values.append(value if processor is None else processor(value))
+        return values
+
+    def rows(self, raw: Sequence[Sequence[Any]], keys: Sequence[str] | None) -> list[Any]:
+        """Typed rows with attribute access; ``keys`` names the columns of a statement whose
+        columns SQLAlchemy does not know (text)."""
+        row_type = self._row_type or _row_type(list(keys or ()))
+        if not self._typed:
+            return [row_type._make(row) for row in raw]
+        processors = self._rows
+        assert processors is not None
+        return [
+            row_type._make(
+                value if processor is None else processor(value)
+                for value, processor in zip(row, processors, strict=True)
+            )
+            for row in raw
+        ]
+
+
+def _bind_processor(type_: Any, dialect: Dialect) -> Processor:
+    return type_.dialect_impl(dialect).bind_processor(dialect)
+
+
+def _result_processor(type_: Any, dialect: Dialect, type_code: Any) -> Processor:
+    return type_.dialect_impl(dialect).result_processor(dialect, type_code)
+
+
+_ROW_TYPES: dict[tuple[str, ...], type] = {}
+
+
+def _row_type(keys: list[str]) -> type:
+    key = tuple(keys)
+    found = _ROW_TYPES.get(key)
+    if found is None:
+        found = _ROW_TYPES[key] = namedtuple("HotRow", key, rename=True)  # type: ignore[misc]
+    return found
+
+
+class HotResult:
+    """The rows of a hot statement (the part of SQLAlchemy's ``Result`` that callers use)."""
+
+    __slots__ = ("_rows",)
+
+    def __init__(self, rows: list[Any]) -> None:
+        self._rows = rows
+
+    def first(self) -> Any | None:
+        return self._rows[0] if self._rows else None
+
+    def all(self) -> list[Any]:
+        return self._rows
+
+    def scalar(self) -> Any:
+        return self._rows[0][0] if self._rows else None
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self._rows)
+
+
+class HotConnection:
+    """An ``AsyncConnection`` whose hot statements skip SQLAlchemy's execution machinery;
+    the subclass of each driver sends SQL text and positional arguments to it."""
+
+    def __init__(self, conn: AsyncConnection, driver: Any) -> None:
+        self.sa = conn
+        self._driver = driver
+        self._dialect = conn.dialect
+
+    async def execute(self, statement: Executable, params: dict[str, Any] | None = None) -> Any:
+        entry = _REGISTRY.get(id(statement))
+        if entry is None or entry.statement is not statement:
+            return await self.sa.execute(statement, params)
+        compiled = entry.compiled(self._dialect)
+        raw, keys = await self._fetch(compiled, compiled.arguments(params or {}))
+        return HotResult(compiled.rows(raw, keys))
+
+    async def scalar(self, statement: Executable, params: dict[str, Any] | None = None) -> Any:
+        return (await self.execute(statement, params)).scalar()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.sa, name)
+
+    async def _fetch(self, compiled: Compiled, args: list[Any]) -> tuple[Sequence[Any], list[str]]:
+        raise NotImplementedError
+
+
+class SQLiteHotConnection(HotConnection):
+    """On ``sqlite_driver.OneHopConnection`` (grouped with other requests' statements on
+    the writer)."""
+
+    async def _fetch(self, compiled: Compiled, args: list[Any]) -> tuple[Sequence[Any], list[str]]:
+        return await self._driver.run_direct(compiled.sql, args)
+
+
+class AsyncpgHotConnection(HotConnection):
+    """On the asyncpg connection under SQLAlchemy's adapter (asyncpg prepares and caches
+    each statement itself)."""
+
+    async def _fetch(self, compiled: Compiled, args: list[Any]) -> tuple[Sequence[Any], list[str]]:
+        driver = self._driver.driver_connection
+        if not compiled.rows_typed:  # once per statement: the type of each column
+            prepared = await driver.prepare(compiled.sql)
+            compiled.type_rows([attribute.type.oid for attribute in prepared.get_attributes()])
+        records = await driver.fetch(compiled.sql, *args)
+        return records, list(records[0].keys()) if records else []
