@@ -192,7 +192,9 @@ async def app_tables(database_url: str) -> set[str]:
     db = Database(Settings(database_url=database_url))
     try:
         async with db.read() as conn:
-            return set(await conn.run_sync(lambda sync: inspect(sync).get_table_names()))
+            return set(
+                await (await conn.sa()).run_sync(lambda sync: inspect(sync).get_table_names())
+            )
     finally:
         await db.dispose()
 

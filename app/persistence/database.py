@@ -12,6 +12,7 @@ guarded ``UPDATE … WHERE`` statements.
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -126,9 +127,14 @@ def _driver_connection(conn: AsyncConnection) -> Any:
 
 
 def _hot(conn: AsyncConnection) -> HotConnection:
-    if conn.dialect.name == "sqlite":
-        return SQLiteHotConnection(conn, _driver_connection(conn))
-    return AsyncpgHotConnection(conn, _driver_connection(conn))
+    hot_type = SQLiteHotConnection if conn.dialect.name == "sqlite" else AsyncpgHotConnection
+    return hot_type(_driver_connection(conn), conn.dialect, sa=conn)
+
+
+@asynccontextmanager
+async def _in_autocommit_mode(conn: AsyncConnection) -> AsyncIterator[AsyncConnection]:
+    await conn.execution_options(isolation_level="AUTOCOMMIT")
+    yield conn
 
 
 class Database:
@@ -140,7 +146,9 @@ class Database:
         self.url = settings.database_url
         self.dialect = make_url(self.url).get_backend_name()
         self._writer_gate: SharedOrExclusive | None = None
-        self._autocommit: AsyncEngine | None = None  # PostgreSQL (SQLite groups instead)
+        # SQLite: a handle on the writer kept for hot statements (see ``autocommit``).
+        self._hot_writer: AsyncConnection | None = None
+        self._hot_writer_lock = asyncio.Lock()
         if self.dialect == "sqlite":
             self._writer_gate = SharedOrExclusive()
             self._writer = _sqlite_engine(self.url, settings, writer=True)
@@ -157,8 +165,6 @@ class Database:
                 pool_pre_ping=False,
             )
             self._writer = self._reader = engine
-            # Shares the pool; its connections are in autocommit mode while checked out.
-            self._autocommit = engine.execution_options(isolation_level="AUTOCOMMIT")
         else:
             raise ValueError(f"unsupported database {self.dialect!r}: use sqlite or postgresql")
 
@@ -185,17 +191,49 @@ class Database:
     async def autocommit(self) -> AsyncIterator[HotConnection]:
         """A writer connection without a surrounding transaction: each statement commits on
         its own (on SQLite, in a group with other requests' statements). For work whose
-        every write is one self-guarded statement (no BEGIN/COMMIT round trips). Hot
-        statements run straight on the driver (``prepared.py``)."""
-        if self._autocommit is not None:
-            async with self._autocommit.connect() as conn:
-                yield _hot(conn)
+        every write is one self-guarded statement (no BEGIN/COMMIT round trips).
+
+        Hot statements run straight on the driver (``prepared.py``); a SQLAlchemy
+        connection is set up only for the first statement that is not hot. On SQLite the
+        hot ones need no pool checkout at all: they go through a handle on the writer kept
+        open for them."""
+        if self._writer_gate is None:  # PostgreSQL
+            async with self._writer.connect() as conn:
+                hot = AsyncpgHotConnection(
+                    _driver_connection(conn),
+                    conn.dialect,
+                    open_sa=functools.partial(_in_autocommit_mode, conn),
+                )
+                try:
+                    yield hot
+                finally:
+                    await hot.close()
             return
-        assert self._writer_gate is not None
-        async with self._writer_gate.shared(), self._writer.connect() as conn:
+        async with self._writer_gate.shared():
+            writer = await self._hot_writer_handle()
+            hot = SQLiteHotConnection(writer, self._writer.dialect, open_sa=self._grouped)
+            try:
+                yield hot
+            finally:
+                await hot.close()
+
+    async def _hot_writer_handle(self) -> Any:
+        """The writer handle of SQLite's hot statements (grouped: they join commit groups)."""
+        if self._hot_writer is None:
+            async with self._hot_writer_lock:
+                if self._hot_writer is None:
+                    conn = await self._writer.connect()
+                    _driver_connection(conn).grouped = True
+                    self._hot_writer = conn
+        return _driver_connection(self._hot_writer)
+
+    @asynccontextmanager
+    async def _grouped(self) -> AsyncIterator[AsyncConnection]:
+        """A SQLAlchemy connection on SQLite's writer whose statements join commit groups."""
+        async with self._writer.connect() as conn:
             await conn.execution_options(**{AUTOCOMMIT_OPTION: True})
             _driver_connection(conn).grouped = True  # until its next checkout (``_on_checkout``)
-            yield _hot(conn)
+            yield conn
 
     @asynccontextmanager
     async def read(self) -> AsyncIterator[HotConnection]:
@@ -205,6 +243,9 @@ class Database:
             yield _hot(conn)
 
     async def dispose(self) -> None:
+        if self._hot_writer is not None:
+            hot_writer, self._hot_writer = self._hot_writer, None
+            await hot_writer.close()
         await self._writer.dispose()
         if self._reader is not self._writer:
             await self._reader.dispose()

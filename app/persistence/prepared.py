@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections import namedtuple
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractAsyncContextManager
 from typing import Any, TypeVar
 
 from sqlalchemy.engine import Dialect
@@ -162,27 +163,51 @@ class HotResult:
 
 
 class HotConnection:
-    """An ``AsyncConnection`` whose hot statements skip SQLAlchemy's execution machinery;
-    the subclass of each driver sends SQL text and positional arguments to it."""
+    """A connection whose hot statements skip SQLAlchemy's execution machinery (the
+    subclass of each driver sends SQL text and positional arguments to ``driver``); other
+    statements run on a SQLAlchemy connection, opened by ``open_sa`` only when one is first
+    needed (or given as ``sa``). ``close`` releases it."""
 
-    def __init__(self, conn: AsyncConnection, driver: Any) -> None:
-        self.sa = conn
+    def __init__(
+        self,
+        driver: Any,
+        dialect: Dialect,
+        *,
+        sa: AsyncConnection | None = None,
+        open_sa: Callable[[], AbstractAsyncContextManager[AsyncConnection]] | None = None,
+    ) -> None:
         self._driver = driver
-        self._dialect = conn.dialect
+        self.dialect = dialect
+        self._sa = sa
+        self._open_sa = open_sa
+        self._opened: AbstractAsyncContextManager[AsyncConnection] | None = None
 
     async def execute(self, statement: Executable, params: dict[str, Any] | None = None) -> Any:
         entry = _REGISTRY.get(id(statement))
         if entry is None or entry.statement is not statement:
-            return await self.sa.execute(statement, params)
-        compiled = entry.compiled(self._dialect)
+            return await (await self.sa()).execute(statement, params)
+        compiled = entry.compiled(self.dialect)
         raw, keys = await self._fetch(compiled, compiled.arguments(params or {}))
         return HotResult(compiled.rows(raw, keys))
 
     async def scalar(self, statement: Executable, params: dict[str, Any] | None = None) -> Any:
         return (await self.execute(statement, params)).scalar()
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.sa, name)
+    async def scalars(self, statement: Executable, params: dict[str, Any] | None = None) -> Any:
+        return await (await self.sa()).scalars(statement, params)
+
+    async def sa(self) -> AsyncConnection:
+        """The SQLAlchemy connection for statements that are not hot."""
+        if self._sa is None:
+            assert self._open_sa is not None
+            self._opened = self._open_sa()
+            self._sa = await self._opened.__aenter__()
+        return self._sa
+
+    async def close(self) -> None:
+        opened, self._opened = self._opened, None
+        if opened is not None:
+            await opened.__aexit__(None, None, None)
 
     async def _fetch(self, compiled: Compiled, args: list[Any]) -> tuple[Sequence[Any], list[str]]:
         raise NotImplementedError

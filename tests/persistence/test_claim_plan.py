@@ -71,7 +71,7 @@ async def explain(db: Database, statement, params: dict) -> str:
         compiled = statement.compile(dialect=conn.dialect)
         bound = compiled.construct_params(params)
         values = tuple(bound[name] for name in compiled.positiontup)
-        plan = await conn.exec_driver_sql(f"EXPLAIN {compiled}", values)
+        plan = await (await conn.sa()).exec_driver_sql(f"EXPLAIN {compiled}", values)
         return "\n".join(row[0] for row in plan)
 
 

@@ -178,7 +178,7 @@ async def pending_counts(db: Database) -> tuple[dict[Any, int], dict[Any, int]]:
 
 async def table_names(db: Database) -> set[str]:
     async with db.read() as conn:
-        return set(await conn.run_sync(lambda sync: inspect(sync).get_table_names()))
+        return set(await (await conn.sa()).run_sync(lambda sync: inspect(sync).get_table_names()))
 
 
 async def insert_sample_rows(db: Database, tag: str) -> None:
@@ -232,10 +232,10 @@ async def test_migrated_schema_matches_the_models(empty_url: str, database: Data
     """No drift: after ``upgrade head`` autogenerate finds nothing to do (``alembic check``)."""
     await upgrade(empty_url)
     async with database.read() as conn:
-        assert await conn.run_sync(schema_diff) == []
+        assert await (await conn.sa()).run_sync(schema_diff) == []
         # The comparison is not vacuous: it sees missing tables and a changed column type.
-        removed = await conn.run_sync(schema_diff, MetaData())
-        modified = await conn.run_sync(schema_diff, drifted_models())
+        removed = await (await conn.sa()).run_sync(schema_diff, MetaData())
+        modified = await (await conn.sa()).run_sync(schema_diff, drifted_models())
     assert {op[1].name for op in removed if op[0] == "remove_table"} == APP_TABLES
     assert [(op[0], op[2], op[3]) for ops in modified for op in ops] == [
         ("modify_type", "task", "status")
@@ -249,7 +249,7 @@ async def test_create_all_builds_the_same_schema_as_the_migrations(
     down to index names, partial-index predicates, constraint names and ON DELETE rules."""
     await upgrade(empty_url)
     async with database.read() as conn:
-        migrated = await conn.run_sync(schema_snapshot)
+        migrated = await (await conn.sa()).run_sync(schema_snapshot)
 
     if database.is_sqlite:
         other_url = f"sqlite+aiosqlite:///{tmp_path / 'create_all.db'}"
@@ -259,7 +259,7 @@ async def test_create_all_builds_the_same_schema_as_the_migrations(
     try:
         await create_schema_from_models(other)
         async with other.read() as conn:
-            created = await conn.run_sync(schema_snapshot)
+            created = await (await conn.sa()).run_sync(schema_snapshot)
         await migrations.check_schema_current(other)
     finally:
         await other.dispose()
@@ -336,7 +336,7 @@ async def test_every_migration_goes_up_down_and_up_again(
     await migrations.check_schema_current(database)
     await insert_sample_rows(database, "second")
     async with database.read() as conn:
-        assert await conn.run_sync(schema_diff) == []
+        assert await (await conn.sa()).run_sync(schema_diff) == []
         names = (await conn.execute(select(user_table.c.name))).scalars().all()
         pending = await conn.scalar(text("SELECT count(*) FROM task WHERE status = 'pending'"))
     assert names == ["alice-second"]

@@ -88,7 +88,7 @@ async def test_a_hot_read_gives_what_sqlalchemy_gives(db: Database) -> None:
     ids = await seed_running_task(db)
     async with db.read() as conn:
         hot_result = await conn.execute(LOAD, {"task_id": ids["task"]})
-        sa_row = (await conn.sa.execute(LOAD, {"task_id": ids["task"]})).one()
+        sa_row = (await (await conn.sa()).execute(LOAD, {"task_id": ids["task"]})).one()
     assert isinstance(hot_result, HotResult)
     row = hot_result.first()
     assert row._fields == tuple(sa_row._fields)
@@ -108,7 +108,9 @@ async def test_a_hot_write_returns_typed_rows_and_is_committed(db: Database) -> 
     assert row.status == "completed" and row.completed_at == at
     assert row.result == {"ok": [1]} and row.job_served is False
     async with db.read() as conn:  # another connection sees it: it was committed
-        stored = (await conn.sa.execute(select(task).where(task.c.id == ids["task"]))).one()
+        stored = (
+            await (await conn.sa()).execute(select(task).where(task.c.id == ids["task"]))
+        ).one()
     assert row._fields == (*stored._fields, "job_served")
     same_values(row, stored)
 
@@ -116,7 +118,7 @@ async def test_a_hot_write_returns_typed_rows_and_is_committed(db: Database) -> 
 async def test_a_text_statement_names_its_columns_as_the_driver_does(db: Database) -> None:
     ids = await seed_running_task(db)
     async with db.read() as conn:
-        job = (await conn.sa.execute(select(job_table))).one()
+        job = (await (await conn.sa()).execute(select(job_table))).one()
     now = utcnow()
     params = {
         "b_key": None,
