@@ -19,6 +19,7 @@ from collections import namedtuple
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any, TypeVar
+from weakref import WeakKeyDictionary
 
 from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -41,12 +42,13 @@ class HotStatement:
 
     def __init__(self, statement: Executable) -> None:
         self.statement = statement
-        self._compiled: dict[int, Compiled] = {}
+        # Per dialect object (an engine's): it goes when its engine does.
+        self._compiled: WeakKeyDictionary[Dialect, Compiled] = WeakKeyDictionary()
 
     def compiled(self, dialect: Dialect) -> Compiled:
-        found = self._compiled.get(id(dialect))
+        found = self._compiled.get(dialect)
         if found is None:
-            found = self._compiled[id(dialect)] = Compiled(self.statement, dialect)
+            found = self._compiled[dialect] = Compiled(self.statement, dialect)
         return found
 
 
@@ -71,27 +73,26 @@ class Compiled:
             for name in self._names
         ]
         self._bind = [_bind_processor(binds[name].type, dialect) for name in self._names]
-        self._dialect = dialect
         self._columns = [column[3] for column in compiled._result_columns]
         self._keys = [column[0] for column in compiled._result_columns] or None
         self._row_type: type | None = _row_type(self._keys) if self._keys else None
         self._rows: list[Processor] | None = None
         self._typed = False
         if dialect.name != "postgresql":  # result processors need no column type codes
-            self.type_rows([None] * len(self._columns))
+            self.type_rows(dialect, [None] * len(self._columns))
 
     @property
     def rows_typed(self) -> bool:
         return self._rows is not None
 
-    def type_rows(self, type_codes: Sequence[Any]) -> None:
+    def type_rows(self, dialect: Dialect, type_codes: Sequence[Any]) -> None:
         """Set up the result processors, given the driver's type code of each column
         (PostgreSQL's numeric types are read differently depending on it)."""
-        if len(type_codes) != len(self._columns):  # a text statement: untyped values
+        if not self._columns:  # a text statement: its values stay as the driver gives them
             self._rows = []
         else:
             self._rows = [
-                _result_processor(column, self._dialect, code)
+                _result_processor(column, dialect, code)
                 for column, code in zip(self._columns, type_codes, strict=True)
             ]
         self._typed = any(processor is not None for processor in self._rows)
@@ -229,6 +230,7 @@ class AsyncpgHotConnection(HotConnection):
         driver = self._driver.driver_connection
         if not compiled.rows_typed:  # once per statement: the type of each column
             prepared = await driver.prepare(compiled.sql)
-            compiled.type_rows([attribute.type.oid for attribute in prepared.get_attributes()])
+            codes = [attribute.type.oid for attribute in prepared.get_attributes()]
+            compiled.type_rows(self.dialect, codes)
         records = await driver.fetch(compiled.sql, *args)
         return records, list(records[0].keys()) if records else []
