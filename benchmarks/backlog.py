@@ -135,8 +135,8 @@ async def maintain(db: Database, vacuum: bool) -> str | None:
     if db.is_sqlite:
         return None
     statement = "VACUUM ANALYZE task" if vacuum else "ANALYZE task"
-    async with db.autocommit() as conn:
-        await conn.exec_driver_sql(statement)
+    async with db.autocommit() as conn:  # VACUUM cannot run inside a transaction
+        await (await conn.sa()).exec_driver_sql(statement)
     return statement
 
 
