@@ -127,8 +127,9 @@ def _driver_connection(conn: AsyncConnection) -> Any:
 
 
 def _hot(conn: AsyncConnection) -> HotConnection:
-    hot_type = SQLiteHotConnection if conn.dialect.name == "sqlite" else AsyncpgHotConnection
-    return hot_type(_driver_connection(conn), conn.dialect, sa=conn)
+    if conn.dialect.name == "sqlite":
+        return SQLiteHotConnection(_driver_connection(conn), conn.dialect, sa=conn)
+    return AsyncpgHotConnection(_driver_connection(conn), conn.dialect, sa=conn, pooled=conn)
 
 
 @asynccontextmanager
@@ -203,6 +204,7 @@ class Database:
                     _driver_connection(conn),
                     conn.dialect,
                     open_sa=functools.partial(_in_autocommit_mode, conn),
+                    pooled=conn,
                 )
                 try:
                     yield hot

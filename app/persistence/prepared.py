@@ -224,13 +224,24 @@ class SQLiteHotConnection(HotConnection):
 
 class AsyncpgHotConnection(HotConnection):
     """On the asyncpg connection under SQLAlchemy's adapter (asyncpg prepares and caches
-    each statement itself)."""
+    each statement itself). ``pooled`` is the SQLAlchemy connection it was checked out as:
+    when a statement finds the connection closed (the server went away), it is invalidated,
+    as SQLAlchemy itself would, so that the pool does not hand it out again."""
+
+    def __init__(self, driver: Any, dialect: Dialect, *, pooled: AsyncConnection, **kw: Any):
+        super().__init__(driver, dialect, **kw)
+        self._pooled = pooled
 
     async def _fetch(self, compiled: Compiled, args: list[Any]) -> tuple[Sequence[Any], list[str]]:
         driver = self._driver.driver_connection
-        if not compiled.rows_typed:  # once per statement: the type of each column
-            prepared = await driver.prepare(compiled.sql)
-            codes = [attribute.type.oid for attribute in prepared.get_attributes()]
-            compiled.type_rows(self.dialect, codes)
-        records = await driver.fetch(compiled.sql, *args)
+        try:
+            if not compiled.rows_typed:  # once per statement: the type of each column
+                prepared = await driver.prepare(compiled.sql)
+                codes = [attribute.type.oid for attribute in prepared.get_attributes()]
+                compiled.type_rows(self.dialect, codes)
+            records = await driver.fetch(compiled.sql, *args)
+        except BaseException:
+            if driver.is_closed():
+                await self._pooled.invalidate()
+            raise
         return records, list(records[0].keys()) if records else []

@@ -8,8 +8,9 @@ from datetime import timedelta
 from types import SimpleNamespace
 from typing import Any
 
+import asyncpg
 import pytest
-from sqlalchemy import bindparam, insert, select, update
+from sqlalchemy import bindparam, insert, select, text, update
 from sqlalchemy.engine import Result
 
 from app.domain.services.task_rows import SELECT_TASKS, position_before_insert, position_params
@@ -18,6 +19,8 @@ from app.persistence.dialects import insert_task_of_live_job
 from app.persistence.models import job_table, link_table, task_table, user_table, worker_table
 from app.persistence.prepared import HotResult, hot
 from app.persistence.types import new_id, utcnow
+from app.settings import Settings
+from tests.support.databases import _asyncpg_dsn
 
 task = task_table
 LOAD = hot(SELECT_TASKS.where(task.c.id == bindparam("task_id")))
@@ -171,3 +174,31 @@ async def test_a_statement_that_expands_parameters_cannot_be_hot(db: Database) -
     async with db.read() as conn:
         with pytest.raises(ValueError, match="expand"):
             await conn.execute(many, {"ids": [new_id()]})
+
+
+@pytest.mark.postgres_only
+async def test_a_connection_lost_under_a_hot_statement_is_not_handed_out_again(
+    database_url: str,
+) -> None:
+    db = Database(Settings(database_url=database_url, db_pool_size=1))  # one connection
+    try:
+        ids = await seed_running_task(db)
+        async with db.read() as conn:
+            backend = await conn.scalar(text("SELECT pg_backend_pid()"))
+        await terminate_backend(database_url, backend)
+        with pytest.raises((asyncpg.PostgresConnectionError, asyncpg.InterfaceError)):
+            async with db.read() as conn:
+                await conn.execute(LOAD, {"task_id": ids["task"]})
+        async with db.read() as conn:  # the pool replaced the dead connection
+            assert (await conn.execute(LOAD, {"task_id": ids["task"]})).first().id == ids["task"]
+            assert await conn.scalar(text("SELECT pg_backend_pid()")) != backend
+    finally:
+        await db.dispose()
+
+
+async def terminate_backend(database_url: str, pid: int) -> None:
+    admin = await asyncpg.connect(_asyncpg_dsn(database_url))
+    try:
+        assert await admin.fetchval("SELECT pg_terminate_backend($1)", pid)
+    finally:
+        await admin.close()
