@@ -6,7 +6,8 @@ with ``BEGIN IMMEDIATE`` (writes queue in-process, never on ``database is locked
 Autocommit work (``autocommit``: single self-guarded statements, the hot path) shares it:
 the statements of concurrent requests are committed in groups, one ``fsync`` per group
 (``app/persistence/sqlite_driver.py``). PostgreSQL: one pool; writes rely on row locks and
-guarded ``UPDATE … WHERE`` statements.
+guarded ``UPDATE … WHERE`` statements. ``autocommit`` and ``read`` hand out connections on
+which hot statements skip SQLAlchemy's execution machinery (``prepared.py``).
 """
 
 from __future__ import annotations
