@@ -27,12 +27,16 @@ def _asyncpg_dsn(url: str) -> str:
     return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
 
 
-async def create_postgres_database(prefix: str = "taskhub_test") -> str:
-    """Create an empty database; returns its SQLAlchemy URL."""
+async def create_postgres_database(
+    prefix: str = "taskhub_test", template: str | None = None
+) -> str:
+    """Create an empty database (or a copy of the database ``template``, which nobody may
+    be connected to); returns its SQLAlchemy URL."""
     name = f"{prefix}_{uuid.uuid4().hex[:12]}"
     conn = await asyncpg.connect(_asyncpg_dsn(POSTGRES_URL))
     try:
-        await conn.execute(f'CREATE DATABASE "{name}"')
+        copied = f' TEMPLATE "{template}"' if template is not None else ""
+        await conn.execute(f'CREATE DATABASE "{name}"{copied}')
     finally:
         await conn.close()
     return make_url(POSTGRES_URL).set(database=name).render_as_string(hide_password=False)

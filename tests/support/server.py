@@ -1,9 +1,10 @@
 """Real Taskhub server processes for system tests.
 
 ``running_hub("sqlite" | "postgres", directory)`` provisions a fresh database (a SQLite file,
-or a new PostgreSQL database migrated with ``taskhub migrate``), starts ``taskhub serve`` on a
-free port of 127.0.0.1, waits for ``/healthz``, and on exit stops the server (SIGTERM, then
-SIGKILL) and drops the database. PostgreSQL that cannot be reached is an error, never a skip.
+or a new PostgreSQL database copied from one migrated with ``taskhub migrate``), starts
+``taskhub serve`` on a free port of 127.0.0.1, waits for ``/healthz``, and on exit stops the
+server (SIGTERM, then SIGKILL) and drops the database. PostgreSQL that cannot be reached is
+an error, never a skip.
 ``running_replicas(backend, directory, count)`` does the same for several servers sharing one
 database (pass ``env={"TASKHUB_REDIS_URL": ...}`` for cross-replica fan-out), and
 ``HubServer.create_user`` issues tokens for further users with ``taskhub users create``.
@@ -12,6 +13,7 @@ database (pass ``env={"TASKHUB_REDIS_URL": ...}`` for cross-replica fan-out), an
 from __future__ import annotations
 
 import asyncio
+import atexit
 import os
 import secrets
 import signal
@@ -28,6 +30,7 @@ from types import TracebackType
 from typing import IO, Any, Literal, TypeVar
 
 import httpx
+from sqlalchemy.engine import make_url
 
 from tests.support.databases import create_postgres_database, drop_postgres_database
 
@@ -134,12 +137,27 @@ def provisioned_database(backend: Backend, directory: Path) -> Iterator[str]:
         return
     if backend != "postgres":
         raise ValueError(f"unknown backend {backend!r}")
-    url = run_async(create_postgres_database("taskhub_system"))
+    template = make_url(migrated_template()).database
+    url = run_async(create_postgres_database("taskhub_system", template=template))
     try:
-        migrate(url)
         yield url
     finally:
         run_async(drop_postgres_database(url))
+
+
+_template_url: list[str] = []
+
+
+def migrated_template() -> str:
+    """A PostgreSQL database migrated by ``taskhub migrate``, once per test process (dropped
+    at exit). System tests get copies of it (``CREATE DATABASE … TEMPLATE``): the schema
+    migrating each one would give, without a migration subprocess per test."""
+    if not _template_url:
+        url = run_async(create_postgres_database("taskhub_template"))
+        migrate(url)
+        atexit.register(lambda: asyncio.run(drop_postgres_database(url)))
+        _template_url.append(url)
+    return _template_url[0]
 
 
 class HubServer:
