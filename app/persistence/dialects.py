@@ -12,10 +12,12 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import (
     Table,
     TextClause,
+    and_,
     bindparam,
     exists,
     func,
     literal,
+    literal_column,
     or_,
     select,
     text,
@@ -114,6 +116,10 @@ def _compiled_once(dialect: str, statement: Executable) -> TextClause:
     return text(compiled.string).bindparams(*params)
 
 
+_ROW_ADDRESS = literal_column(f"{task_table.name}.ctid").label("row_address")
+_ROW_ADDRESS_OF_TASK = literal_column(f"{task_table.name}.ctid")
+
+
 def _claimable() -> list[Any]:
     """Pending and due (``run_at`` NULL or not after ``:now``)."""
     return [
@@ -163,7 +169,7 @@ def claim_statement(dialect: str, *, check_owner: bool, limit: int) -> Executabl
         # queue), then the best heads over all jobs.
         served = served_jobs.subquery("served")
         heads = (
-            select(task.c.id, task.c.priority, task.c.created_at)
+            select(task.c.id, task.c.priority, task.c.created_at, _ROW_ADDRESS)
             .where(*_claimable(), task.c.job_id == served.c.job_id)
             .order_by(*queue_order)
             .limit(limit)
@@ -171,14 +177,17 @@ def claim_statement(dialect: str, *, check_owner: bool, limit: int) -> Executabl
             .lateral("head")
         )
         picked = (
-            select(heads.c.id)
+            select(heads.c.id, heads.c.row_address)
             .select_from(served)
             .join(heads, true())
             .order_by(heads.c.priority.desc(), heads.c.created_at, heads.c.id)
             .limit(limit)
             .cte("picked")
         )
-        chosen = task.c.id == picked.c.id
+        # The picked rows stay locked until the update, so their addresses (ctid) hold: the
+        # update reaches them directly, whatever the planner believes about the table (with
+        # the statistics of a young table it would rather scan every pending task).
+        chosen = and_(task.c.id == picked.c.id, picked.c.row_address == _ROW_ADDRESS_OF_TASK)
     else:
         candidates = (
             select(task.c.id)

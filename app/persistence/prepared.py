@@ -21,6 +21,7 @@ from contextlib import AbstractAsyncContextManager
 from typing import Any, TypeVar
 from weakref import WeakKeyDictionary
 
+import asyncpg
 from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql import Executable
@@ -222,11 +223,20 @@ class SQLiteHotConnection(HotConnection):
         return await self._driver.run_direct(compiled.sql, args)
 
 
+def _leaves_connection_usable(error: BaseException) -> bool:
+    """An error the server reported about the statement (a constraint, a type): the session
+    is fine. Anything else (connection lost, protocol state, cancellation) may not be."""
+    return isinstance(error, asyncpg.PostgresError) and not isinstance(
+        error, asyncpg.PostgresConnectionError
+    )
+
+
 class AsyncpgHotConnection(HotConnection):
     """On the asyncpg connection under SQLAlchemy's adapter (asyncpg prepares and caches
     each statement itself). ``pooled`` is the SQLAlchemy connection it was checked out as:
-    when a statement finds the connection closed (the server went away), it is invalidated,
-    as SQLAlchemy itself would, so that the pool does not hand it out again."""
+    when a statement fails in a way that may have broken the connection (the server went
+    away, a cancelled round trip), it is invalidated so that the pool does not hand it out
+    again."""
 
     def __init__(self, driver: Any, dialect: Dialect, *, pooled: AsyncConnection, **kw: Any):
         super().__init__(driver, dialect, **kw)
@@ -240,8 +250,8 @@ class AsyncpgHotConnection(HotConnection):
                 codes = [attribute.type.oid for attribute in prepared.get_attributes()]
                 compiled.type_rows(self.dialect, codes)
             records = await driver.fetch(compiled.sql, *args)
-        except BaseException:
-            if driver.is_closed():
+        except BaseException as error:
+            if driver.is_closed() or not _leaves_connection_usable(error):
                 await self._pooled.invalidate()
             raise
         return records, list(records[0].keys()) if records else []
