@@ -140,7 +140,8 @@ def claim_statement(dialect: str, *, check_owner: bool, limit: int) -> Executabl
     re-rendered on every execution).
 
     PostgreSQL: ``WITH picked AS (SELECT … FROM served jobs, LATERAL (SELECT … ORDER BY …
-    LIMIT n FOR UPDATE SKIP LOCKED) … LIMIT n) UPDATE task … FROM picked RETURNING``.
+    LIMIT n FOR UPDATE SKIP LOCKED) … LIMIT n) UPDATE task … FROM picked RETURNING``, the
+    update finding each picked row by its id and address (``ctid``, stable while locked).
     Concurrent claimers skip each other's rows
     instead of waiting or retrying, so no claimer comes back empty while a claimable task
     exists. The locking select must sit in a CTE: as ``WHERE id IN (subquery)`` the planner
