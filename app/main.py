@@ -29,6 +29,7 @@ from app.shutdown import StopSignals
 from app.transport.http import jobs, tasks, workers
 from app.transport.http.openapi import openapi_endpoint
 from app.transport.http.problems import EXCEPTION_HANDLERS, problem_response
+from app.transport.http.router import ApiRoutes
 from app.transport.sockets.handlers import SocketHandlers
 
 API_PREFIX = "/v1/joblib"
@@ -75,8 +76,9 @@ async def _ping_database(hub: Hub) -> None:
 
 
 class TaskhubApp(socketio.ASGIApp):
-    """Socket.IO at ``/socket.io/``, everything else (and the lifespan) to Starlette; a
-    request id around every HTTP request and socket connection."""
+    """The REST API's requests to their endpoints, Socket.IO at ``/socket.io/``, everything
+    else (and the lifespan) to Starlette; a request id around every HTTP request and socket
+    connection."""
 
     def __init__(
         self, sio: socketio.AsyncServer, hub: Hub, *, drain_on_signals: bool = False
@@ -85,12 +87,22 @@ class TaskhubApp(socketio.ASGIApp):
         self.hub = hub
         self.web = create_web_app(hub, self._running)
         super().__init__(sio, other_asgi_app=self.web)
-        self._entry = RequestIdMiddleware(super().__call__)
+        self._api = ApiRoutes(ENDPOINTS, API_PREFIX, hub)
+        self._entry = RequestIdMiddleware(self._dispatch)
         self._stop_signals = StopSignals(self.begin_shutdown) if drain_on_signals else None
         self._draining = False
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await self._entry(scope, receive, send)
+
+    async def _dispatch(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """The REST API's requests straight to their endpoint (``ApiRoutes``); the rest
+        (Socket.IO, the page, health, metrics, and the API's 404/405) as usual."""
+        matched = self._api.match(scope)
+        if matched is not None:
+            await self._api.handle(matched, scope, receive, send)
+        else:
+            await super().__call__(scope, receive, send)
 
     def lifespan_context(self) -> AbstractAsyncContextManager[None]:
         """Start and stop the hub without a server (tests, tools)."""

@@ -9,10 +9,12 @@ here: it is read from the database at scrape time (``app.observability.scrape``)
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 from prometheus_client import Counter, Gauge, Histogram, disable_created_metrics, multiprocess
 
@@ -65,8 +67,9 @@ for _source, _targets in [*TRANSITIONS.items(), *RETRY_TRANSITIONS.items()]:
     for _target in _targets:
         TASK_TRANSITIONS.labels(_source.value, _target.value)
 TASK_TRANSITIONS.labels(NO_STATUS, TaskStatus.PENDING.value)
-for _outcome in ("claimed", "empty"):
-    CLAIM_SECONDS.labels(_outcome)
+_CLAIM_SECONDS_BY_OUTCOME = {
+    outcome: CLAIM_SECONDS.labels(outcome) for outcome in ("claimed", "empty")
+}
 for _outcome in ("woken", "timeout", "shutdown"):
     LONG_POLL_SECONDS.labels(_outcome)
 
@@ -91,8 +94,15 @@ def record_transitions(events: Iterable[Event]) -> None:
         previous, current = event.previous, event.task.status
         if previous == current:
             continue
-        source = NO_STATUS if previous is None else TaskStatus(previous).value
-        TASK_TRANSITIONS.labels(source, TaskStatus(current).value).inc()
+        _transition_counter(previous, current).inc()
+
+
+@functools.cache
+def _transition_counter(previous: str | None, current: str) -> Any:
+    """The counter of one transition (looking a labelled child up costs more than the
+    increment itself)."""
+    source = NO_STATUS if previous is None else TaskStatus(previous).value
+    return TASK_TRANSITIONS.labels(source, TaskStatus(current).value)
 
 
 def record_sweep(report: object) -> None:
@@ -123,7 +133,7 @@ def claim_latency() -> Iterator[Outcome]:
     started = time.perf_counter()
     yield outcome
     if outcome.value is not None:
-        CLAIM_SECONDS.labels(outcome.value).observe(time.perf_counter() - started)
+        _CLAIM_SECONDS_BY_OUTCOME[outcome.value].observe(time.perf_counter() - started)
 
 
 @contextmanager

@@ -24,6 +24,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_en
 
 from app.persistence import sqlite_driver
 from app.persistence.prepared import AsyncpgHotConnection, HotConnection, SQLiteHotConnection
+from app.persistence.types import dump_json, load_json
 from app.settings import Settings
 
 AUTOCOMMIT_OPTION = "taskhub_autocommit"
@@ -40,6 +41,8 @@ def _sqlite_engine(url: str, settings: Settings, *, writer: bool) -> AsyncEngine
         pool_timeout=60,
         # The writer's pool "connections" are handles on one SQLite connection.
         connect_args={"taskhub_share": "writer"} if writer else {},
+        json_serializer=dump_json,
+        json_deserializer=load_json,
     )
     begin_sql = "BEGIN IMMEDIATE" if writer else "BEGIN"
 
@@ -151,6 +154,9 @@ class Database:
         # SQLite: a handle on the writer kept for hot statements (see ``autocommit``).
         self._hot_writer: AsyncConnection | None = None
         self._hot_writer_lock = asyncio.Lock()
+        # PostgreSQL: idle connections kept checked out for ``autocommit`` (see there).
+        self._kept: list[AsyncConnection] = []
+        self._kept_limit = max(1, settings.db_pool_size // 2)
         if self.dialect == "sqlite":
             self._writer_gate = SharedOrExclusive()
             self._writer = _sqlite_engine(self.url, settings, writer=True)
@@ -165,6 +171,8 @@ class Database:
                 max_overflow=0,
                 pool_timeout=60,
                 pool_pre_ping=False,
+                json_serializer=dump_json,
+                json_deserializer=load_json,
             )
             self._writer = self._reader = engine
         else:
@@ -198,19 +206,24 @@ class Database:
         Hot statements run straight on the driver (``prepared.py``); a SQLAlchemy
         connection is set up only for the first statement that is not hot. On SQLite the
         hot ones need no pool checkout at all: they go through a handle on the writer kept
-        open for them."""
+        open for them. On PostgreSQL, up to half the pool stays checked out between uses
+        (a checkout and return through SQLAlchemy's pool costs more CPU than the statement
+        it serves); the other half stays free for ``read`` and ``write``."""
         if self._writer_gate is None:  # PostgreSQL
-            async with self._writer.connect() as conn:
-                hot = AsyncpgHotConnection(
-                    _driver_connection(conn),
-                    conn.dialect,
-                    open_sa=functools.partial(_in_autocommit_mode, conn),
-                    pooled=conn,
-                )
-                try:
-                    yield hot
-                finally:
-                    await hot.close()
+            conn = self._kept.pop() if self._kept else await self._writer.connect()
+            hot = AsyncpgHotConnection(
+                _driver_connection(conn),
+                conn.dialect,
+                open_sa=functools.partial(_in_autocommit_mode, conn),
+                pooled=conn,
+            )
+            clean = False
+            try:
+                yield hot
+                clean = True
+            finally:
+                await hot.close()
+                await self._keep_or_return(conn, clean)
             return
         async with self._writer_gate.shared():
             writer = await self._hot_writer_handle()
@@ -219,6 +232,16 @@ class Database:
                 yield hot
             finally:
                 await hot.close()
+
+    async def _keep_or_return(self, conn: AsyncConnection, clean: bool) -> None:
+        """Keep a PostgreSQL autocommit connection for the next use if its work ended
+        normally and left nothing open (no SQLAlchemy-level transaction, not invalidated);
+        otherwise hand it back to the pool, which resets or discards it."""
+        reusable = clean and not conn.invalidated and not conn.in_transaction()
+        if reusable and len(self._kept) < self._kept_limit:
+            self._kept.append(conn)
+        else:
+            await conn.close()
 
     async def _hot_writer_handle(self) -> Any:
         """The writer handle of SQLite's hot statements (grouped: they join commit groups)."""
@@ -246,6 +269,9 @@ class Database:
             yield _hot(conn)
 
     async def dispose(self) -> None:
+        kept, self._kept = self._kept, []
+        for conn in kept:
+            await conn.close()
         if self._hot_writer is not None:
             hot_writer, self._hot_writer = self._hot_writer, None
             await hot_writer.close()

@@ -68,17 +68,21 @@ class Compiled:
             raise ValueError("hot statements cannot expand parameters at execution time")
         self.sql = compiled.string
         binds = compiled.binds
-        self._names = list(compiled.positiontup)
-        self._defaults = [
-            _REQUIRED if binds[name].required else binds[name].effective_value
-            for name in self._names
-        ]
-        self._bind = [_bind_processor(binds[name].type, dialect) for name in self._names]
+        # Per positional parameter: its name, its default, its processor, and whether a
+        # None value may skip that processor.
+        self._params: list[tuple[str, Any, Processor, bool]] = []
+        for name in compiled.positiontup:
+            bind = binds[name]
+            processor = _bind_processor(bind.type, dialect)
+            default = _REQUIRED if bind.required else bind.effective_value
+            skips_none = processor is not None and _keeps_none(processor)
+            self._params.append((name, default, processor, skips_none))
         self._columns = [column[3] for column in compiled._result_columns]
         self._keys = [column[0] for column in compiled._result_columns] or None
         self._row_type: type | None = _row_type(self._keys) if self._keys else None
         self._rows: list[Processor] | None = None
-        self._typed = False
+        # (column index, processor, whether None may skip it) of each processed column
+        self._convert: list[tuple[int, Callable[[Any], Any], bool]] = []
         if dialect.name != "postgresql":  # result processors need no column type codes
             self.type_rows(dialect, [None] * len(self._columns))
 
@@ -96,32 +100,48 @@ class Compiled:
                 _result_processor(column, dialect, code)
                 for column, code in zip(self._columns, type_codes, strict=True)
             ]
-        self._typed = any(processor is not None for processor in self._rows)
+        self._convert = [
+            (index, processor, _keeps_none(processor))
+            for index, processor in enumerate(self._rows)
+            if processor is not None
+        ]
 
     def arguments(self, params: dict[str, Any]) -> list[Any]:
         values = []
-        for name, default, processor in zip(self._names, self._defaults, self._bind, strict=True):
+        for name, default, processor, skip_none in self._params:
             value = params.get(name, default)
             if value is _REQUIRED:
                 raise KeyError(f"missing value for bind parameter {name!r}")
-            values.append(value if processor is None else processor(value))
+            if processor is not None and (value is not None or not skip_none):
+                value = processor(value)
+            values.append(value)
         return values
 
     def rows(self, raw: Sequence[Sequence[Any]], keys: Sequence[str] | None) -> list[Any]:
         """Typed rows with attribute access; ``keys`` names the columns of a statement whose
         columns SQLAlchemy does not know (text)."""
         row_type = self._row_type or _row_type(list(keys or ()))
-        if not self._typed:
+        convert = self._convert
+        if not convert:
             return [row_type._make(row) for row in raw]
-        processors = self._rows
-        assert processors is not None
-        return [
-            row_type._make(
-                value if processor is None else processor(value)
-                for value, processor in zip(row, processors, strict=True)
-            )
-            for row in raw
-        ]
+        typed = []
+        for row in raw:
+            values = list(row)
+            for index, processor, skip_none in convert:
+                value = values[index]
+                if value is not None or not skip_none:
+                    values[index] = processor(value)
+            typed.append(row_type._make(values))
+        return typed
+
+
+def _keeps_none(processor: Callable[[Any], Any]) -> bool:
+    """Whether ``processor`` turns None into None (most do; JSON's bind processor does not:
+    it writes JSON ``null``), so that a None value may skip the call."""
+    try:
+        return processor(None) is None
+    except Exception:  # it cannot take None: it must always be called
+        return False
 
 
 def _bind_processor(type_: Any, dialect: Dialect) -> Processor:

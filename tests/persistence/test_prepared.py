@@ -118,6 +118,24 @@ async def test_a_hot_write_returns_typed_rows_and_is_committed(db: Database) -> 
     same_values(row, stored)
 
 
+async def test_none_is_written_as_sqlalchemy_writes_it(db: Database) -> None:
+    """A None skips only the type processors that would keep it None: a JSON column's
+    still writes JSON ``null``, as SQLAlchemy does, and a datetime stays SQL NULL."""
+    task_id = (await seed_running_task(db))["task"]
+    params = {"task_id": task_id, "at": None, "result": None}
+    stored = select(task.c.result.is_(None), task.c.completed_at.is_(None)).where(
+        task.c.id == task_id
+    )
+    written = []
+    for hot_path in (True, False):
+        async with db.autocommit() as conn:
+            sa = await conn.sa()
+            await sa.execute(update(task).where(task.c.id == task_id).values(status="running"))
+            await (conn if hot_path else sa).execute(FINISH, params)
+            written.append(tuple((await sa.execute(stored)).one()))
+    assert written[0] == written[1] == (False, True)
+
+
 async def test_a_text_statement_names_its_columns_as_the_driver_does(db: Database) -> None:
     ids = await seed_running_task(db)
     async with db.read() as conn:

@@ -26,9 +26,12 @@ def json_response(
     content: BaseModel | dict[str, Any],
     status: int = 200,
     headers: dict[str, str] | None = None,
+    *,
+    exclude_unset: bool = False,
 ) -> Response:
+    """``exclude_unset``: leave out a model's fields that were not given (optional ones)."""
     body = (
-        content.model_dump_json().encode()
+        content.model_dump_json(exclude_unset=exclude_unset).encode()
         if isinstance(content, BaseModel)
         else orjson.dumps(content)
     )

@@ -173,7 +173,8 @@ class TaskOut(BaseModel):
 
     @classmethod
     def of(cls, record: TaskRecord) -> TaskOut:
-        return cls(**_task_fields(record))
+        # A record is typed already (it was read from the database): nothing to validate.
+        return cls.model_construct(**_task_fields(record))
 
 
 def _task_fields(record: TaskRecord) -> dict[str, Any]:
@@ -204,7 +205,7 @@ class ClaimedTaskOut(TaskOut):
 
     @classmethod
     def of(cls, record: TaskRecord) -> ClaimedTaskOut:
-        return cls(**_task_fields(record), claim_token=record.claim_token)
+        return cls.model_construct(**_task_fields(record), claim_token=record.claim_token)
 
 
 class TaskClaimIn(BaseModel):

@@ -95,12 +95,12 @@ async def claim_task(req: ApiRequest) -> Response:
         outcome.value = "claimed" if records else "empty"
     await req.hub.publisher.publish(events)
     claimed = [ClaimedTaskOut.of(record) for record in records]
-    reply = TaskClaimOut(task=claimed[0] if claimed else None, tasks=claimed).model_dump(
-        mode="json"
-    )
+    first = claimed[0] if claimed else None
     if body.max_tasks is None:  # the batch list is an opt-in extension of the protocol
-        del reply["tasks"]
-    return json_response(reply)
+        reply = TaskClaimOut.model_construct(task=first)
+    else:
+        reply = TaskClaimOut.model_construct(task=first, tasks=claimed)
+    return json_response(reply, exclude_unset=True)
 
 
 @api.route("GET", "/tasks/{task_id}", response=TaskOut, errors=(404, 422))

@@ -1,0 +1,82 @@
+"""The REST API's requests, dispatched straight to their endpoint.
+
+A request of the task cycle costs the hub a few hundred microseconds of its own work;
+passing it through Socket.IO's ASGI wrapper, Starlette's two error middlewares, its router
+(every route tried in turn) and its endpoint wrapper cost about a fifth as much again.
+``ApiRoutes`` matches the API's routes first, by method, with Starlette's own path syntax
+and converters, and answers errors with the same problem handlers. Whatever it does not
+match exactly — another path, a method a path does not allow (405), a trailing slash to
+redirect, a mounted root path — goes on to Starlette as before.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from typing import Any
+
+from starlette.convertors import Convertor
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import compile_path
+
+from app.observability.request_id import Receive, Scope, Send
+from app.runtime import Hub
+from app.transport.http.api import ApiRequest, Endpoint, authenticate
+from app.transport.http.problems import EXCEPTION_HANDLERS
+
+Route = tuple[re.Pattern[str], dict[str, Convertor[Any]], Endpoint]
+
+
+class ApiRoutes:
+    """The endpoints under ``prefix``, tried in their order (as Starlette would)."""
+
+    def __init__(self, endpoints: Iterable[Endpoint], prefix: str, hub: Hub) -> None:
+        self._hub = hub
+        self._by_method: dict[str, list[Route]] = {}
+        for endpoint in endpoints:
+            regex, _format, convertors = compile_path(prefix + endpoint.path)
+            methods = [endpoint.method] + (["HEAD"] if endpoint.method == "GET" else [])
+            for method in methods:
+                self._by_method.setdefault(method, []).append((regex, convertors, endpoint))
+
+    def match(self, scope: Scope) -> tuple[Endpoint, dict[str, Any]] | None:
+        """The endpoint and path parameters of an HTTP request this router answers."""
+        if scope["type"] != "http" or scope.get("root_path"):
+            return None
+        path = scope["path"]
+        for regex, convertors, endpoint in self._by_method.get(scope["method"], ()):
+            found = regex.match(path)
+            if found is not None:
+                params = {
+                    name: convertors[name].convert(value)
+                    for name, value in found.groupdict().items()
+                }
+                return endpoint, params
+        return None
+
+    async def handle(
+        self,
+        matched: tuple[Endpoint, dict[str, Any]],
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+    ) -> None:
+        endpoint, params = matched
+        scope["path_params"] = params
+        request = Request(scope, receive)
+        try:
+            principal = await authenticate(request, self._hub)
+            response = await endpoint.handler(ApiRequest(request, self._hub, principal))
+        except Exception as exc:
+            response = await _problem(request, exc)
+        await response(scope, receive, send)
+
+
+async def _problem(request: Request, exc: Exception) -> Response:
+    """The response of the problem handler registered for the nearest class of ``exc``."""
+    for cls in type(exc).__mro__:
+        handler = EXCEPTION_HANDLERS.get(cls)
+        if handler is not None:
+            return await handler(request, exc)
+    raise exc  # not an Exception subclass the handlers cover (cannot happen)

@@ -1,0 +1,94 @@
+"""The REST API's requests go straight to their endpoint; everything else — Socket.IO, the
+page, health, and the API's own 404/405 and slash redirects — goes through Starlette. Both
+ways answer alike: the same problems, the same request ids."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+
+import httpx
+import pytest
+
+from app.domain.services import workers as worker_service
+from app.main import TaskhubApp
+from tests.support.api import PREFIX, ApiClient, assert_problem
+
+
+class CountingApp:
+    """Wraps Starlette to count the requests that reach it."""
+
+    def __init__(self, inner: object) -> None:
+        self.inner = inner
+        self.paths: list[str] = []
+
+    async def __call__(self, scope, receive, send):  # type: ignore[no-untyped-def]
+        if scope["type"] == "http":
+            self.paths.append(scope["path"])
+        await self.inner(scope, receive, send)  # type: ignore[operator]
+
+
+@pytest.fixture
+def starlette_requests(app: TaskhubApp) -> list[str]:
+    counting = CountingApp(app.other_asgi_app)
+    app.other_asgi_app = counting
+    return counting.paths
+
+
+async def test_api_requests_do_not_pass_through_starlette(alice, starlette_requests):
+    job = await alice.register()
+    task = await alice.submit(job["full_name"])
+    assert (await alice.claim(job["worker_id"]))["id"] == task["id"]
+    assert (await alice.transition(task["id"], "running")).status_code == 200
+    assert (await alice.get("/workers")).status_code == 200
+    assert starlette_requests == []
+
+
+async def test_other_requests_and_api_misses_go_to_starlette(http, alice, starlette_requests):
+    assert (await http.get("/healthz")).status_code == 200
+    assert_problem(await alice.get("/no/such/thing"), 404, "not-found")
+    response = await alice.delete("/tasks/claim")
+    assert_problem(response, 405, "method-not-allowed")
+    assert response.headers["allow"] == "POST"
+    assert starlette_requests == ["/healthz", f"{PREFIX}/no/such/thing", f"{PREFIX}/tasks/claim"]
+
+
+async def test_an_endpoint_that_fails_unexpectedly_answers_a_500_problem(
+    alice, monkeypatch, caplog
+):
+    async def broken(*_args, **_kwargs):  # type: ignore[no-untyped-def]
+        raise RuntimeError("disk on fire")
+
+    monkeypatch.setattr(worker_service, "list_workers", broken)
+    with caplog.at_level(logging.ERROR):
+        response = await alice.get("/workers")
+    body = assert_problem(response, 500, "internal-error")
+    assert "disk on fire" not in response.text and "fire" not in body["detail"]
+    assert response.headers["x-request-id"]
+    assert any(
+        record.exc_info and "disk on fire" in str(record.exc_info[1]) for record in caplog.records
+    )
+
+
+async def test_head_answers_a_get_endpoint_with_its_headers(alice):
+    get = await alice.get("/workers")
+    head = await alice.request("HEAD", "/workers")
+    assert head.status_code == 200
+    assert head.headers["content-type"] == get.headers["content-type"]
+    assert head.content == b""
+
+
+@pytest.fixture
+async def mounted(app: TaskhubApp, tokens) -> AsyncIterator[ApiClient]:  # type: ignore[no-untyped-def]
+    """A client of the hub served under ``/hub`` (a proxy's root path)."""
+    transport = httpx.ASGITransport(app=app, root_path="/hub")  # type: ignore[arg-type]
+    async with httpx.AsyncClient(transport=transport, base_url="http://hub.test/hub") as client:
+        yield ApiClient(client, tokens.alice)
+
+
+async def test_the_api_answers_under_a_root_path(mounted):
+    worker = await mounted.post("/workers")
+    assert worker.status_code == 201, worker.text
+    listed = await mounted.get("/workers")
+    assert listed.status_code == 200, listed.text
+    assert [item["id"] for item in listed.json()["items"]] == [worker.json()["id"]]
