@@ -80,7 +80,7 @@ class Compiled:
         self._columns = [column[3] for column in compiled._result_columns]
         self._keys = [column[0] for column in compiled._result_columns] or None
         self._row_type: type | None = _row_type(self._keys) if self._keys else None
-        self._rows: list[Processor] | None = None
+        self._rows_typed = False
         # (column index, processor, whether None may skip it) of each processed column
         self._convert: list[tuple[int, Callable[[Any], Any], bool]] = []
         if dialect.name != "postgresql":  # result processors need no column type codes
@@ -88,23 +88,26 @@ class Compiled:
 
     @property
     def rows_typed(self) -> bool:
-        return self._rows is not None
+        return self._rows_typed
 
     def type_rows(self, dialect: Dialect, type_codes: Sequence[Any]) -> None:
         """Set up the result processors, given the driver's type code of each column
-        (PostgreSQL's numeric types are read differently depending on it)."""
-        if not self._columns:  # a text statement: its values stay as the driver gives them
-            self._rows = []
-        else:
-            self._rows = [
+        (PostgreSQL's numeric types are read differently depending on it). A text
+        statement has no known columns: its values stay as the driver gives them."""
+        processors = (
+            [
                 _result_processor(column, dialect, code)
                 for column, code in zip(self._columns, type_codes, strict=True)
             ]
+            if self._columns
+            else []
+        )
         self._convert = [
             (index, processor, _keeps_none(processor))
-            for index, processor in enumerate(self._rows)
+            for index, processor in enumerate(processors)
             if processor is not None
         ]
+        self._rows_typed = True
 
     def arguments(self, params: dict[str, Any]) -> list[Any]:
         values = []

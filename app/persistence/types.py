@@ -42,7 +42,8 @@ JSONDocument = JSON().with_variant(JSONB(), "postgresql")
 def dump_json(value: Any) -> str:
     """The engines' JSON serializer: orjson (several times faster than the standard
     library on every task's payload and result); the standard library for what orjson
-    refuses (integers beyond 64 bits)."""
+    refuses (integers beyond 64 bits). Unlike the standard library, NaN and infinities
+    are written as ``null`` (valid JSON, which PostgreSQL requires)."""
     try:
         return orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS).decode()
     except orjson.JSONEncodeError:

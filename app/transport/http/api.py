@@ -196,11 +196,15 @@ class Api:
         return register
 
 
+async def call_authenticated(handler: Handler, request: Request, hub: Hub) -> Response:
+    """Authenticate the caller, then call the handler."""
+    principal = await authenticate(request, hub)
+    return await handler(ApiRequest(request, hub, principal))
+
+
 def _authenticated(handler: Handler) -> Callable[[Request], Awaitable[Response]]:
     async def endpoint(request: Request) -> Response:
-        hub: Hub = request.app.state.hub
-        principal = await authenticate(request, hub)
-        return await handler(ApiRequest(request, hub, principal))
+        return await call_authenticated(handler, request, request.app.state.hub)
 
     endpoint.__name__ = handler.__name__
     return endpoint

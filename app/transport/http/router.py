@@ -22,7 +22,7 @@ from starlette.routing import compile_path
 
 from app.observability.request_id import Receive, Scope, Send
 from app.runtime import Hub
-from app.transport.http.api import ApiRequest, Endpoint, authenticate
+from app.transport.http.api import Endpoint, call_authenticated
 from app.transport.http.problems import EXCEPTION_HANDLERS
 
 Route = tuple[re.Pattern[str], dict[str, Convertor[Any]], Endpoint]
@@ -66,8 +66,7 @@ class ApiRoutes:
         scope["path_params"] = params
         request = Request(scope, receive)
         try:
-            principal = await authenticate(request, self._hub)
-            response = await endpoint.handler(ApiRequest(request, self._hub, principal))
+            response = await call_authenticated(endpoint.handler, request, self._hub)
         except Exception as exc:
             response = await _problem(request, exc)
         await response(scope, receive, send)
