@@ -7,7 +7,7 @@ server (SIGTERM, then SIGKILL) and drops the database. PostgreSQL that cannot be
 an error, never a skip.
 ``running_replicas(backend, directory, count)`` does the same for several servers sharing one
 database (pass ``env={"TASKHUB_REDIS_URL": ...}`` for cross-replica fan-out), and
-``HubServer.create_user`` issues tokens for further users with ``taskhub users create``.
+``HubServer.create_user`` issues tokens for further users.
 """
 
 from __future__ import annotations
@@ -32,6 +32,9 @@ from typing import IO, Any, Literal, TypeVar
 import httpx
 from sqlalchemy.engine import make_url
 
+from app.domain.services import users
+from app.persistence.database import Database
+from app.settings import Settings
 from tests.support.databases import create_postgres_database, drop_postgres_database
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -103,30 +106,20 @@ def migrate(database_url: str, timeout: float = 120.0) -> None:
         )
 
 
-def create_user(
-    database_url: str, name: str, *, superuser: bool = False, timeout: float = 60.0
-) -> str:
-    """Create a user with ``taskhub users create`` and return its token (the last line).
+def create_user(database_url: str, name: str, *, superuser: bool = False) -> str:
+    """Create a user straight in the database (as ``taskhub users create`` does, without a
+    process start per user; ``tests/test_cli.py`` covers the command) and return its token.
     The database must be migrated already (on SQLite, a started server has done that)."""
-    args = ["users", "create", name, *(["--superuser"] if superuser else [])]
-    env = server_env(database_url, new_admin_token(), None)
-    env.pop("TASKHUB_ADMIN_TOKEN")  # the command needs no admin; do not create one
-    result = subprocess.run(
-        taskhub_command(*args),
-        cwd=REPO_ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
-    lines = result.stdout.strip().splitlines()
-    if result.returncode != 0 or not lines:
-        raise ServerError(
-            f"taskhub users create exited with {result.returncode}:\n"
-            f"{result.stdout}\n{result.stderr}"
-        )
-    return lines[-1].strip()
+
+    async def create() -> str:
+        db = Database(Settings(database_url=database_url))
+        try:
+            _user_id, token = await users.create_user(db, name, superuser=superuser)
+            return token
+        finally:
+            await db.dispose()
+
+    return run_async(create())
 
 
 @contextmanager

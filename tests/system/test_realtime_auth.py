@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
@@ -18,27 +17,17 @@ import socketio
 from tests.support.api import ApiClient
 from tests.support.server import HubServer
 from tests.support.sockets import SocketProbe, assert_problem_ack
-
-ROOM = "lab"
-JOB = f"{ROOM}:modifiers:R"
+from tests.system.conftest import unique
 
 
 @pytest.fixture
-def alice_token(hub_server: HubServer) -> str:
-    return hub_server.create_user("alice")
+def alice_token(shared_server: HubServer) -> str:
+    return shared_server.create_user(unique("alice"))
 
 
 @pytest.fixture
-def bob_token(hub_server: HubServer) -> str:
-    return hub_server.create_user("bob")
-
-
-@pytest.fixture
-async def http(hub_server: HubServer) -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(
-        base_url=hub_server.base_url, timeout=15.0, trust_env=False
-    ) as client:
-        yield client
+def bob_token(shared_server: HubServer) -> str:
+    return shared_server.create_user(unique("bob"))
 
 
 # A refusal is the server's answer (a ``connect_error``), not the client giving up.
@@ -65,52 +54,57 @@ async def refuse(base_url: str, auth: Any) -> None:
 
 
 async def test_connect_without_a_valid_token_is_refused(
-    hub_server: HubServer, alice_token: str
+    shared_server: HubServer, alice_token: str, lab: str
 ) -> None:
     for auth in (None, {}, {"token": ""}, {"token": "th_not-a-real-token"}):
-        await refuse(hub_server.base_url, auth)
+        await refuse(shared_server.base_url, auth)
 
     async with SocketProbe("alice") as accepted:  # the same server takes a valid token
-        await accepted.connect(hub_server.base_url, alice_token)
+        await accepted.connect(shared_server.base_url, alice_token)
         assert accepted.client.connected
-        await accepted.room_join(ROOM)
+        await accepted.room_join(lab)
 
 
 async def test_connect_with_a_token_that_is_not_a_string_is_refused(
-    hub_server: HubServer,
+    shared_server: HubServer,
 ) -> None:
     """Hostile ``auth`` payloads get the same clean refusal, not a server-side crash."""
     for auth in ({"token": 42}, {"token": ["th_x"]}, {"token": {"value": "th_x"}}, "th_x"):
-        await refuse(hub_server.base_url, auth)
+        await refuse(shared_server.base_url, auth)
 
 
 async def test_join_job_room_is_only_for_the_sockets_own_workers(
-    hub_server: HubServer, http: httpx.AsyncClient, alice_token: str, bob_token: str
+    shared_server: HubServer,
+    http: httpx.AsyncClient,
+    alice_token: str,
+    bob_token: str,
+    lab: str,
+    job: str,
 ) -> None:
     """403 for another user's worker, 404 for an unknown one: the socket stays outside."""
-    alice, admin = ApiClient(http, alice_token), ApiClient(http, hub_server.admin_token)
-    worker_id = (await alice.register(room=ROOM, name="R", schema={}))["worker_id"]
-    url = hub_server.base_url
+    alice, admin = ApiClient(http, alice_token), ApiClient(http, shared_server.admin_token)
+    worker_id = (await alice.register(room=lab, name="R", schema={}))["worker_id"]
+    url = shared_server.base_url
     async with SocketProbe("bob") as bob, SocketProbe("alice-worker") as worker:
         await bob.connect(url, bob_token)
-        await bob.room_join(ROOM)
-        forbidden = await bob.call("join_job_room", {"job_name": JOB, "worker_id": worker_id})
+        await bob.room_join(lab)
+        forbidden = await bob.call("join_job_room", {"job_name": job, "worker_id": worker_id})
         assert_problem_ack(forbidden, 403, "forbidden")
-        unknown = await bob.call("join_job_room", {"job_name": JOB, "worker_id": str(uuid.uuid4())})
+        unknown = await bob.call("join_job_room", {"job_name": job, "worker_id": str(uuid.uuid4())})
         assert_problem_ack(unknown, 404, "worker-not-found")
         malformed_job = await bob.call(
             "join_job_room", {"job_name": "no-colons", "worker_id": worker_id}
         )
         assert_problem_ack(malformed_job, 404, "job-not-found")
-        bad_id = await bob.call("join_job_room", {"job_name": JOB, "worker_id": "nope"})
+        bad_id = await bob.call("join_job_room", {"job_name": job, "worker_id": "nope"})
         assert_problem_ack(bad_id, 422, "validation-error")
         missing = await bob.call("join_job_room", {"worker_id": worker_id})
         assert_problem_ack(missing, 422, "validation-error")
 
         await worker.connect(url, alice_token)  # the owner's join is the positive control
-        await worker.join_job_room(JOB, worker_id)
+        await worker.join_job_room(job, worker_id)
 
-        task = await admin.submit(JOB, room=ROOM)
+        task = await admin.submit(job, room=lab)
         await worker.wait_for("task_available", lambda data: data["task_id"] == task["id"])
         # Sentinel: an event bob gets after the submit's events.
         assert (await admin.transition(task["id"], "cancelled")).status_code == 200
@@ -132,10 +126,10 @@ INVALID_ROOM_JOINS: list[tuple[dict[str, Any], int, str]] = [
 
 
 async def test_room_join_acknowledges_valid_rooms_and_refuses_invalid_ones(
-    hub_server: HubServer, alice_token: str
+    shared_server: HubServer, alice_token: str
 ) -> None:
     async with SocketProbe("alice") as probe:
-        await probe.connect(hub_server.base_url, alice_token)
+        await probe.connect(shared_server.base_url, alice_token)
         for data, status, slug in INVALID_ROOM_JOINS:
             assert_problem_ack(await probe.call("room_join", data), status, slug)
         for valid in ("lab", "@global", "r" * 128):
@@ -143,21 +137,22 @@ async def test_room_join_acknowledges_valid_rooms_and_refuses_invalid_ones(
 
 
 async def test_leaving_rooms_stops_their_events(
-    hub_server: HubServer, http: httpx.AsyncClient, alice_token: str
+    shared_server: HubServer, http: httpx.AsyncClient, alice_token: str, lab: str, job: str
 ) -> None:
     """After ``room_leave`` / ``leave_job_room`` the socket hears only the rooms it kept."""
-    alice, admin = ApiClient(http, alice_token), ApiClient(http, hub_server.admin_token)
-    worker_id = (await alice.register(room=ROOM, name="R", schema={}))["worker_id"]
+    kept = unique("kept")
+    alice, admin = ApiClient(http, alice_token), ApiClient(http, shared_server.admin_token)
+    worker_id = (await alice.register(room=lab, name="R", schema={}))["worker_id"]
     async with SocketProbe("alice") as probe:
-        await probe.connect(hub_server.base_url, alice_token)
-        await probe.room_join(ROOM)
-        await probe.room_join("kept")
-        await probe.join_job_room(JOB, worker_id)
-        assert await probe.call("room_leave", {"room_id": ROOM}) == {"room_id": ROOM}
-        left = await probe.call("leave_job_room", {"job_name": JOB, "worker_id": worker_id})
-        assert left == {"job_name": JOB}
+        await probe.connect(shared_server.base_url, alice_token)
+        await probe.room_join(lab)
+        await probe.room_join(kept)
+        await probe.join_job_room(job, worker_id)
+        assert await probe.call("room_leave", {"room_id": lab}) == {"room_id": lab}
+        left = await probe.call("leave_job_room", {"job_name": job, "worker_id": worker_id})
+        assert left == {"job_name": job}
 
-        await admin.submit(JOB, room=ROOM)  # room:lab and jobs:lab:modifiers:R: not heard
-        await alice.register(room="kept", name="R", schema={})  # sentinel in room:kept
+        await admin.submit(job, room=lab)  # room:lab and jobs:lab:modifiers:R: not heard
+        await alice.register(room=kept, name="R", schema={})  # sentinel in room:kept
         await probe.wait_for("jobs_invalidate")
         assert probe.between(0) == [("jobs_invalidate", {})]

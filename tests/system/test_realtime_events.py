@@ -9,7 +9,6 @@ that failed.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -19,9 +18,7 @@ import pytest
 from tests.support.api import SCHEMA, ApiClient, assert_problem
 from tests.support.server import HubServer
 from tests.support.sockets import SocketProbe, assert_task_status_payload
-
-ROOM = "lab"
-JOB = f"{ROOM}:modifiers:R"
+from tests.system.conftest import unique
 
 
 @dataclass
@@ -32,19 +29,18 @@ class Users:
 
 
 @pytest.fixture
-def users(hub_server: HubServer) -> Users:
+def users(shared_server: HubServer) -> Users:
     """The admin (browser user, submitter), alice (owns the worker) and bob (a stranger)."""
     return Users(
-        hub_server.admin_token, hub_server.create_user("alice"), hub_server.create_user("bob")
+        shared_server.admin_token,
+        shared_server.create_user(unique("alice")),
+        shared_server.create_user(unique("bob")),
     )
 
 
 @pytest.fixture
-async def http(hub_server: HubServer) -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(
-        base_url=hub_server.base_url, timeout=15.0, trust_env=False
-    ) as client:
-        yield client
+def side() -> str:
+    return unique("side")
 
 
 def same_instant(left: str, right: str) -> bool:
@@ -52,38 +48,38 @@ def same_instant(left: str, right: str) -> bool:
 
 
 async def test_room_and_job_room_receive_the_whole_task_lifecycle_once(
-    hub_server: HubServer, http: httpx.AsyncClient, users: Users
+    shared_server: HubServer, http: httpx.AsyncClient, users: Users, lab: str, job: str
 ) -> None:
     """Register → submit → claim → running → progress → completed → delete worker, live."""
     admin, alice = ApiClient(http, users.admin), ApiClient(http, users.alice)
-    url = hub_server.base_url
+    url = shared_server.base_url
     async with (
         SocketProbe("browser") as browser,
         SocketProbe("bystander") as bystander,
         SocketProbe("worker") as worker,
     ):
         await browser.connect(url, users.admin)
-        await browser.room_join(ROOM)
+        await browser.room_join(lab)
         await bystander.connect(url, users.alice)  # in room:lab, not in the job room
-        await bystander.room_join(ROOM)
+        await bystander.room_join(lab)
 
-        registration = await alice.register(room=ROOM, name="R", schema={})
+        registration = await alice.register(room=lab, name="R", schema={})
         worker_id = registration["worker_id"]
         invalidated = await browser.wait_for("jobs_invalidate")
         assert invalidated.data == {}
 
         await worker.connect(url, users.alice)
-        await worker.join_job_room(JOB, worker_id)
-        await worker.join_job_room(JOB, worker_id)  # joining twice is still one membership
-        await worker.room_join(ROOM)
+        await worker.join_job_room(job, worker_id)
+        await worker.join_job_room(job, worker_id)  # joining twice is still one membership
+        await worker.room_join(lab)
 
-        task = await admin.submit(JOB, room=ROOM)
+        task = await admin.submit(job, room=lab)
         available = await worker.wait_for("task_available")
-        assert available.data == {"job_name": JOB, "room_id": ROOM, "task_id": task["id"]}
+        assert available.data == {"job_name": job, "room_id": lab, "task_id": task["id"]}
         pending = (await browser.wait_status(task["id"], "pending")).data
         assert_task_status_payload(pending)
-        assert pending["name"] == JOB
-        assert pending["room_id"] == ROOM
+        assert pending["name"] == job
+        assert pending["room_id"] == lab
         assert pending["queue_position"] == 1
         assert pending["worker_id"] is None
         assert pending["error"] is None
@@ -152,23 +148,23 @@ async def test_room_and_job_room_receive_the_whole_task_lifecycle_once(
 
 
 async def test_a_single_submit_emits_one_status_event_and_one_wake_up(
-    hub_server: HubServer, http: httpx.AsyncClient, users: Users
+    shared_server: HubServer, http: httpx.AsyncClient, users: Users, lab: str, job: str
 ) -> None:
     """Two submits are two requests (two of each event); nothing is sent twice."""
     admin, alice = ApiClient(http, users.admin), ApiClient(http, users.alice)
-    url = hub_server.base_url
-    worker_id = (await alice.register(room=ROOM, name="R", schema={}))["worker_id"]
-    other_worker = (await alice.register(room=ROOM, name="Other", schema={}))["worker_id"]
+    url = shared_server.base_url
+    worker_id = (await alice.register(room=lab, name="R", schema={}))["worker_id"]
+    other_worker = (await alice.register(room=lab, name="Other", schema={}))["worker_id"]
     async with SocketProbe("worker") as worker, SocketProbe("other-worker") as other:
         await worker.connect(url, users.alice)
-        await worker.join_job_room(JOB, worker_id)
-        await worker.room_join(ROOM)
+        await worker.join_job_room(job, worker_id)
+        await worker.room_join(lab)
         await other.connect(url, users.alice)
-        await other.join_job_room(f"{ROOM}:modifiers:Other", other_worker)
-        await other.room_join(ROOM)
+        await other.join_job_room(f"{lab}:modifiers:Other", other_worker)
+        await other.room_join(lab)
 
-        first = await admin.submit(JOB, room=ROOM)
-        second = await admin.submit(JOB, room=ROOM)
+        first = await admin.submit(job, room=lab)
+        second = await admin.submit(job, room=lab)
         assert (await admin.transition(first["id"], "cancelled")).status_code == 200
         for probe in (worker, other):
             await probe.wait_status(first["id"], "cancelled")
@@ -190,21 +186,21 @@ async def test_a_single_submit_emits_one_status_event_and_one_wake_up(
 
 
 async def test_failed_requests_emit_no_events(
-    hub_server: HubServer, http: httpx.AsyncClient, users: Users
+    shared_server: HubServer, http: httpx.AsyncClient, users: Users, lab: str, job: str
 ) -> None:
     """409, 403, 404, 400, 422 change nothing and so announce nothing."""
     admin = ApiClient(http, users.admin)
     alice, bob = ApiClient(http, users.alice), ApiClient(http, users.bob)
-    url = hub_server.base_url
-    worker_id = (await alice.register(room=ROOM, name="R", schema=SCHEMA))["worker_id"]
+    url = shared_server.base_url
+    worker_id = (await alice.register(room=lab, name="R", schema=SCHEMA))["worker_id"]
     async with SocketProbe("browser") as browser, SocketProbe("worker") as worker:
         await browser.connect(url, users.admin)
-        await browser.room_join(ROOM)
+        await browser.room_join(lab)
         await worker.connect(url, users.alice)
-        await worker.join_job_room(JOB, worker_id)
-        await worker.room_join(ROOM)
-        claimed = await admin.submit(JOB, room=ROOM)
-        waiting = await admin.submit(JOB, room=ROOM)
+        await worker.join_job_room(job, worker_id)
+        await worker.room_join(lab)
+        claimed = await admin.submit(job, room=lab)
+        waiting = await admin.submit(job, room=lab)
         assert (await alice.claim(worker_id) or {}).get("id") == claimed["id"]
         await browser.wait_status(claimed["id"], "claimed")
         await worker.wait_status(claimed["id"], "claimed")
@@ -222,23 +218,23 @@ async def test_failed_requests_emit_no_events(
             await bob.post("/tasks/claim", json={"worker_id": worker_id}), 403, "forbidden"
         )
         assert_problem(
-            await admin.post(f"/rooms/{ROOM}/tasks/{ROOM}:modifiers:Missing", json={"payload": {}}),
+            await admin.post(f"/rooms/{lab}/tasks/{lab}:modifiers:Missing", json={"payload": {}}),
             404,
             "job-not-found",
         )
         assert_problem(
-            await admin.post(f"/rooms/a@b/tasks/{JOB}", json={"payload": {}}),
+            await admin.post(f"/rooms/a@b/tasks/{job}", json={"payload": {}}),
             400,
             "invalid-room-id",
         )
         assert_problem(
-            await admin.post(f"/rooms/{ROOM}/tasks/{JOB}", json={"payload": "not an object"}),
+            await admin.post(f"/rooms/{lab}/tasks/{job}", json={"payload": "not an object"}),
             422,
             "validation-error",
         )
         assert_problem(
             await alice.put(
-                f"/rooms/{ROOM}/jobs",
+                f"/rooms/{lab}/jobs",
                 json={"category": "modifiers", "name": "R", "schema": {"type": "object"}},
             ),
             409,
@@ -254,28 +250,28 @@ async def test_failed_requests_emit_no_events(
 
 
 async def test_removing_a_worker_sends_each_event_once_per_room_and_task(
-    hub_server: HubServer, http: httpx.AsyncClient, users: Users
+    shared_server: HubServer, http: httpx.AsyncClient, users: Users, lab: str, job: str, side: str
 ) -> None:
     """A worker serving two jobs in ``lab`` and one in ``side`` is deleted: every claimed
     task fails once, each room gets a single ``jobs_invalidate``."""
     admin, alice = ApiClient(http, users.admin), ApiClient(http, users.alice)
-    worker_id = (await alice.register(room=ROOM, name="R", schema={}))["worker_id"]
-    await alice.register(room=ROOM, name="S", schema={}, worker_id=worker_id)
-    await alice.register(room="side", name="Q", schema={}, worker_id=worker_id)
-    for room in (ROOM, "side"):
+    worker_id = (await alice.register(room=lab, name="R", schema={}))["worker_id"]
+    await alice.register(room=lab, name="S", schema={}, worker_id=worker_id)
+    await alice.register(room=side, name="Q", schema={}, worker_id=worker_id)
+    for room in (lab, side):
         await admin.register(room=room, name="Sentinel", schema={})
     held = {
-        (await admin.submit(JOB, room=ROOM))["id"]: ROOM,
-        (await admin.submit(f"{ROOM}:modifiers:S", room=ROOM))["id"]: ROOM,
-        (await admin.submit("side:modifiers:Q", room="side"))["id"]: "side",
+        (await admin.submit(job, room=lab))["id"]: lab,
+        (await admin.submit(f"{lab}:modifiers:S", room=lab))["id"]: lab,
+        (await admin.submit(f"{side}:modifiers:Q", room=side))["id"]: side,
     }
     for _ in held:
         assert await alice.claim(worker_id) is not None
 
-    probes = {ROOM: SocketProbe("browser-lab"), "side": SocketProbe("browser-side")}
-    async with probes[ROOM], probes["side"]:
+    probes = {lab: SocketProbe("browser-lab"), side: SocketProbe("browser-side")}
+    async with probes[lab], probes[side]:
         for room, probe in probes.items():
-            await probe.connect(hub_server.base_url, users.admin)
+            await probe.connect(shared_server.base_url, users.admin)
             await probe.room_join(room)
         deleted = await alice.delete(f"/workers/{worker_id}")
         assert deleted.status_code == 204, deleted.text

@@ -11,44 +11,44 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import httpx
 import pytest
 
 from tests.support.api import ApiClient, assert_problem
-from tests.support.server import HubServer, running_hub
+from tests.support.server import HubServer
 from tests.support.sockets import SocketProbe, assert_problem_ack, assert_task_status_payload
+from tests.system.conftest import unique
 
 GRACE = 1.0
 # Long enough that a removal due after GRACE would have happened (and been announced).
 BEYOND_GRACE = 2.5 * GRACE
-ROOM = "lab"
-DOOMED = f"{ROOM}:modifiers:Doomed"
-BUSY = f"{ROOM}:modifiers:Busy"
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def hub(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[HubServer]:
-    """A server whose disconnect grace is one second."""
-    env = {"TASKHUB_SOCKET_DISCONNECT_GRACE_SECONDS": str(GRACE)}
-    with running_hub(request.param, tmp_path, env=env) as server:
-        yield server
+SERVER_ENV = {"TASKHUB_SOCKET_DISCONNECT_GRACE_SECONDS": str(GRACE)}  # for ``shared_server``
 
 
 @dataclass
 class Scene:
-    """Alice's worker serving one job in ``lab``, holding one claimed task."""
+    """Alice's worker serving one job (``Doomed``) in a room of the test's own, holding one
+    claimed task."""
 
     server: HubServer
+    room: str
     alice_token: str
     admin: ApiClient
     alice: ApiClient
     worker_id: str
     task_id: str
     probes: list[SocketProbe] = field(default_factory=list)
+
+    @property
+    def doomed(self) -> str:
+        return f"{self.room}:modifiers:Doomed"
+
+    @property
+    def busy(self) -> str:
+        return f"{self.room}:modifiers:Busy"
 
     async def connect(self, name: str, token: str) -> SocketProbe:
         """A connected probe, disconnected at the end of the test whatever happens."""
@@ -75,20 +75,15 @@ class Scene:
 
 
 @pytest.fixture
-async def http(hub: HubServer) -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(base_url=hub.base_url, timeout=15.0, trust_env=False) as client:
-        yield client
-
-
-@pytest.fixture
-async def scene(hub: HubServer, http: httpx.AsyncClient) -> AsyncIterator[Scene]:
-    alice_token = hub.create_user("alice")
-    admin, alice = ApiClient(http, hub.admin_token), ApiClient(http, alice_token)
-    worker_id = (await alice.register(room=ROOM, name="Doomed", schema={}))["worker_id"]
-    task = await admin.submit(DOOMED, room=ROOM)
+async def scene(shared_server: HubServer, http: httpx.AsyncClient) -> AsyncIterator[Scene]:
+    alice_token = shared_server.create_user(unique("alice"))
+    admin, alice = ApiClient(http, shared_server.admin_token), ApiClient(http, alice_token)
+    room = unique("lab")
+    worker_id = (await alice.register(room=room, name="Doomed", schema={}))["worker_id"]
+    task = await admin.submit(f"{room}:modifiers:Doomed", room=room)
     claimed = await alice.claim(worker_id)
     assert claimed is not None and claimed["id"] == task["id"]
-    built = Scene(hub, alice_token, admin, alice, worker_id, task["id"])
+    built = Scene(shared_server, room, alice_token, admin, alice, worker_id, task["id"])
     yield built
     for probe in built.probes:
         await probe.disconnect()
@@ -101,10 +96,11 @@ async def browser_in(scene: Scene, room: str) -> SocketProbe:
 
 
 async def test_worker_is_removed_when_its_socket_stays_away_past_the_grace(scene: Scene) -> None:
-    await scene.alice.register(room=ROOM, name="Busy", schema={}, worker_id=scene.worker_id)
-    waiting = await scene.admin.submit(BUSY, room=ROOM)  # keeps Busy alive once orphaned
-    browser = await browser_in(scene, ROOM)
-    worker = await scene.connect_worker("worker", DOOMED, BUSY)
+    await scene.alice.register(room=scene.room, name="Busy", schema={}, worker_id=scene.worker_id)
+    # A pending task that keeps Busy alive once orphaned.
+    waiting = await scene.admin.submit(scene.busy, room=scene.room)
+    browser = await browser_in(scene, scene.room)
+    worker = await scene.connect_worker("worker", scene.doomed, scene.busy)
     start = browser.mark()
     disconnected_at = time.monotonic()
     await worker.disconnect()
@@ -121,11 +117,13 @@ async def test_worker_is_removed_when_its_socket_stays_away_past_the_grace(scene
     task = await scene.admin.task(scene.task_id)
     assert (task["status"], task["error"]) == ("failed", "Worker disconnected")
     assert (await scene.admin.task(waiting["id"]))["status"] == "pending"
-    listed = await scene.admin.get(f"/rooms/{ROOM}/jobs", params={"limit": 500})
+    listed = await scene.admin.get(f"/rooms/{scene.room}/jobs", params={"limit": 500})
     names = {job["full_name"]: job for job in listed.json()["items"]}
-    assert DOOMED not in names  # orphaned, nothing pending: soft-deleted
-    assert names[BUSY]["workers"] == []  # orphaned, but a task still waits for it
-    assert_problem(await scene.admin.get(f"/rooms/{ROOM}/jobs/{DOOMED}"), 404, "job-not-found")
+    assert scene.doomed not in names  # orphaned, nothing pending: soft-deleted
+    assert names[scene.busy]["workers"] == []  # orphaned, but a task still waits for it
+    assert_problem(
+        await scene.admin.get(f"/rooms/{scene.room}/jobs/{scene.doomed}"), 404, "job-not-found"
+    )
 
     # Sentinel: cancelling Busy's last pending task (which also soft-deletes Busy).
     assert (await scene.admin.transition(waiting["id"], "cancelled")).status_code == 200
@@ -143,11 +141,11 @@ async def test_worker_is_removed_when_its_socket_stays_away_past_the_grace(scene
 async def test_worker_that_rejoins_on_a_new_socket_within_the_grace_is_kept(
     scene: Scene,
 ) -> None:
-    browser = await browser_in(scene, ROOM)
-    first = await scene.connect_worker("first-socket", DOOMED)
+    browser = await browser_in(scene, scene.room)
+    first = await scene.connect_worker("first-socket", scene.doomed)
     start = browser.mark()
     await first.disconnect()
-    second = await scene.connect_worker("second-socket", DOOMED)  # the SDK's reconnect
+    second = await scene.connect_worker("second-socket", scene.doomed)  # the SDK's reconnect
     await asyncio.sleep(BEYOND_GRACE)
     await scene.assert_worker_kept()
     assert browser.between(start) == []
@@ -160,8 +158,8 @@ async def test_worker_that_rejoins_on_a_new_socket_within_the_grace_is_kept(
 
 
 async def test_heartbeat_within_the_grace_keeps_the_worker(scene: Scene) -> None:
-    browser = await browser_in(scene, ROOM)
-    worker = await scene.connect_worker("worker", DOOMED)
+    browser = await browser_in(scene, scene.room)
+    worker = await scene.connect_worker("worker", scene.doomed)
     start = browser.mark()
     await worker.disconnect()
     await asyncio.sleep(0.3 * GRACE)  # let the server see the disconnect first
@@ -174,8 +172,8 @@ async def test_heartbeat_within_the_grace_keeps_the_worker(scene: Scene) -> None
 
 async def test_a_refused_join_does_not_tie_the_worker_to_that_socket(scene: Scene) -> None:
     """Bob's socket was refused alice's worker (403): bob leaving does not remove it."""
-    bob = await scene.connect("bob", scene.server.create_user("bob"))
-    ack = await bob.call("join_job_room", {"job_name": DOOMED, "worker_id": scene.worker_id})
+    bob = await scene.connect("bob", scene.server.create_user(unique("bob")))
+    ack = await bob.call("join_job_room", {"job_name": scene.doomed, "worker_id": scene.worker_id})
     assert_problem_ack(ack, 403, "forbidden")
     await bob.disconnect()
     await asyncio.sleep(BEYOND_GRACE)
