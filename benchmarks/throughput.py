@@ -6,6 +6,11 @@ loop claim -> PATCH running -> PATCH completed (sleeping ``--backoff-ms`` after 
 claim) until every task is completed. One JSON line per (target, W) goes to stdout; progress
 and a markdown summary table go to stderr.
 
+``--rounds K`` repeats it all K times, the targets interleaved (ceiling, SQLite, PostgreSQL,
+ceiling, …), so that a busy moment of a shared machine weighs on one round of every target
+rather than on all of one; each run is then compared with the ceiling of its own round, and a
+second table gives the medians over the rounds.
+
 Run: ``.venv/bin/python -m benchmarks.throughput --tasks 2000 --workers 1,4,16``.
 """
 
@@ -16,6 +21,7 @@ import asyncio
 import contextlib
 import os
 import resource
+import statistics
 import sys
 import tempfile
 import time
@@ -307,34 +313,77 @@ async def bench_target(
     opened: AbstractAsyncContextManager[Target],
     workers: list[int],
     scenario: Scenario,
+    round_number: int = 1,
 ) -> list[dict[str, Any]]:
-    """Start one target and measure it at every worker count."""
+    """Start one target and measure it at every worker count (in round ``round_number``)."""
     results: list[dict[str, Any]] = []
-    log(f"starting target {name} ...")
+
+    def add(result: dict[str, Any]) -> None:
+        results.append({**result, "round": round_number})
+        report(results[-1])
+
+    log(f"starting target {name} (round {round_number}) ...")
     try:
         async with opened as target:
             for count in workers:
-                results.append(await run_scenario(target, count, scenario))
-                report(results[-1])
+                add(await run_scenario(target, count, scenario))
     except (TargetError, OSError, BenchError, httpx.HTTPError) as exc:
         log(f"target {name} failed: {exc}")
         for count in workers[len(results) :]:
-            results.append(failed(name, count, scenario.tasks, f"{type(exc).__name__}: {exc}"))
-            report(results[-1])
+            add(failed(name, count, scenario.tasks, f"{type(exc).__name__}: {exc}"))
     return results
 
 
-def table(results: list[dict[str, Any]]) -> str:
-    """The markdown summary, each row also as a share of the ceiling at the same W."""
-    ceiling = {r["workers"]: r["tasks_per_s"] for r in results if r["target"] == "ceiling"}
-    rows = []
+def ceiling_shares(results: list[dict[str, Any]]) -> list[float | None]:
+    """Each run's tasks/s as a percentage of the ceiling's at the same W in the same round
+    (None without a successful ceiling run to compare with, or if the run itself failed)."""
+    ceiling = {
+        (r.get("round", 1), r["workers"]): r["tasks_per_s"]
+        for r in results
+        if r["target"] == "ceiling" and not r["error"]
+    }
+    shares: list[float | None] = []
     for r in results:
-        base = ceiling.get(r["workers"])
-        share = f"{100 * r['tasks_per_s'] / base:.0f}%" if base else "n/a"
+        base = ceiling.get((r.get("round", 1), r["workers"]))
+        shares.append(None if not base or r["error"] else 100 * r["tasks_per_s"] / base)
+    return shares
+
+
+def table(results: list[dict[str, Any]]) -> str:
+    """The markdown summary, each row also as a share of the ceiling at the same W (and
+    round); with several rounds, a second table of medians over the rounds."""
+    rounds = {r.get("round", 1) for r in results}
+    rows = []
+    for r, share in zip(results, ceiling_shares(results), strict=True):
+        shown = "n/a" if share is None else f"{share:.0f}%"
         if r["error"]:
-            share += " (failed)"
-        rows.append([r["target"], r["workers"], r["tasks_per_s"], r["p50_ms"], r["p99_ms"], share])
+            shown += " (failed)"
+        row = [r["target"], r["workers"], r["tasks_per_s"], r["p50_ms"], r["p99_ms"], shown]
+        rows.append(row if len(rounds) == 1 else [r.get("round", 1), *row])
     headers = ["target", "W", "tasks/s", "p50 ms", "p99 ms", "% of ceiling"]
+    runs = markdown_table(headers if len(rounds) == 1 else ["round", *headers], rows)
+    if len(rounds) == 1:
+        return runs
+    return runs + "\n\n" + median_table(results)
+
+
+def median_table(results: list[dict[str, Any]]) -> str:
+    """Per target and W, over the rounds: the median tasks/s, and the median, lowest and
+    highest share of the same round's ceiling (failed runs left out)."""
+    grouped: dict[tuple[str, int], list[tuple[float, float | None]]] = defaultdict(list)
+    for r, share in zip(results, ceiling_shares(results), strict=True):
+        if not r["error"]:
+            grouped[(r["target"], r["workers"])].append((r["tasks_per_s"], share))
+    rows = []
+    for (target, workers), runs in grouped.items():
+        rates = [rate for rate, _share in runs]
+        shares = [share for _rate, share in runs if share is not None]
+        spread = f"{min(shares):.0f} to {max(shares):.0f}%" if shares else "n/a"
+        median_share = f"{statistics.median(shares):.0f}%" if shares else "n/a"
+        rows.append(
+            [target, workers, len(runs), round(statistics.median(rates), 1), median_share, spread]
+        )
+    headers = ["target", "W", "rounds", "median tasks/s", "median % of ceiling", "range"]
     return markdown_table(headers, rows)
 
 
@@ -352,12 +401,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--token", default=os.environ.get("TASKHUB_TOKEN"), help="for --url")
     parser.add_argument("--backoff-ms", type=float, default=5.0, help="sleep after empty claim")
     parser.add_argument("--run-timeout", type=float, default=300.0, help="seconds per run")
+    parser.add_argument(
+        "--rounds", type=int, default=1, help="repeat all runs, targets interleaved; medians"
+    )
     parser.add_argument("--server-log-level", default="info", help="uvicorn/taskhub log level")
     parser.add_argument("--access-log", action="store_true", help="servers log every request")
     parser.add_argument("--pg-admin-url", default=DEFAULT_PG_ADMIN_URL)
     args = parser.parse_args(argv)
-    if args.tasks < 1 or args.submitters < 1:
-        parser.error("--tasks and --submitters must be positive")
+    if args.tasks < 1 or args.submitters < 1 or args.rounds < 1:
+        parser.error("--tasks, --submitters and --rounds must be positive")
     if args.url:
         if not args.token:
             parser.error("--url needs --token (or TASKHUB_TOKEN)")
@@ -393,8 +445,11 @@ async def bench_throughput(
 async def main_async(args: argparse.Namespace, results: Results) -> None:
     scenario = Scenario(args.tasks, args.submitters, args.backoff_ms / 1000, args.run_timeout)
     with tempfile.TemporaryDirectory(prefix="taskhub-bench-") as workdir:
-        for name, opened in planned_targets(args, Path(workdir)):
-            results.extend(await bench_target(name, opened, args.workers, scenario))
+        for round_number in range(1, args.rounds + 1):
+            for name, opened in planned_targets(args, Path(workdir)):
+                results.extend(
+                    await bench_target(name, opened, args.workers, scenario, round_number)
+                )
 
 
 def main(argv: list[str] | None = None) -> int:
