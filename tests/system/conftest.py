@@ -8,21 +8,16 @@ what the server does while it runs: each of them keeps to rooms and users of its
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 
+from tests.support.names import unique
 from tests.support.server import HubServer, running_hub
 
 BACKENDS = ["sqlite", "postgres"]
-
-
-def unique(prefix: str) -> str:
-    """A room or user name no other test uses."""
-    return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
 @pytest.fixture(params=BACKENDS)

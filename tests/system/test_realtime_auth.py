@@ -15,9 +15,9 @@ import pytest
 import socketio
 
 from tests.support.api import ApiClient
+from tests.support.names import unique
 from tests.support.server import HubServer
 from tests.support.sockets import SocketProbe, assert_problem_ack
-from tests.system.conftest import unique
 
 
 @pytest.fixture

@@ -16,9 +16,9 @@ import httpx
 import pytest
 
 from tests.support.api import SCHEMA, ApiClient, assert_problem
+from tests.support.names import unique
 from tests.support.server import HubServer
 from tests.support.sockets import SocketProbe, assert_task_status_payload
-from tests.system.conftest import unique
 
 
 @dataclass

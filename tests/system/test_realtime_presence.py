@@ -18,9 +18,9 @@ import httpx
 import pytest
 
 from tests.support.api import ApiClient, assert_problem
+from tests.support.names import unique
 from tests.support.server import HubServer
 from tests.support.sockets import SocketProbe, assert_problem_ack, assert_task_status_payload
-from tests.system.conftest import unique
 
 GRACE = 1.0
 # Long enough that a removal due after GRACE would have happened (and been announced).
