@@ -338,13 +338,13 @@ def ceiling_shares(results: list[dict[str, Any]]) -> list[float | None]:
     """Each run's tasks/s as a percentage of the ceiling's at the same W in the same round
     (None without a successful ceiling run to compare with, or if the run itself failed)."""
     ceiling = {
-        (r.get("round", 1), r["workers"]): r["tasks_per_s"]
+        (r["round"], r["workers"]): r["tasks_per_s"]
         for r in results
         if r["target"] == "ceiling" and not r["error"]
     }
     shares: list[float | None] = []
     for r in results:
-        base = ceiling.get((r.get("round", 1), r["workers"]))
+        base = ceiling.get((r["round"], r["workers"]))
         shares.append(None if not base or r["error"] else 100 * r["tasks_per_s"] / base)
     return shares
 
@@ -352,19 +352,17 @@ def ceiling_shares(results: list[dict[str, Any]]) -> list[float | None]:
 def table(results: list[dict[str, Any]]) -> str:
     """The markdown summary, each row also as a share of the ceiling at the same W (and
     round); with several rounds, a second table of medians over the rounds."""
-    rounds = {r.get("round", 1) for r in results}
+    several = len({r["round"] for r in results}) > 1
     rows = []
     for r, share in zip(results, ceiling_shares(results), strict=True):
         shown = "n/a" if share is None else f"{share:.0f}%"
         if r["error"]:
             shown += " (failed)"
         row = [r["target"], r["workers"], r["tasks_per_s"], r["p50_ms"], r["p99_ms"], shown]
-        rows.append(row if len(rounds) == 1 else [r.get("round", 1), *row])
+        rows.append([r["round"], *row] if several else row)
     headers = ["target", "W", "tasks/s", "p50 ms", "p99 ms", "% of ceiling"]
-    runs = markdown_table(headers if len(rounds) == 1 else ["round", *headers], rows)
-    if len(rounds) == 1:
-        return runs
-    return runs + "\n\n" + median_table(results)
+    runs = markdown_table(["round", *headers] if several else headers, rows)
+    return runs + "\n\n" + median_table(results) if several else runs
 
 
 def median_table(results: list[dict[str, Any]]) -> str:
