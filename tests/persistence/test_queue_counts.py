@@ -5,55 +5,17 @@ round to milliseconds."""
 
 from collections import Counter
 from datetime import UTC, datetime, timedelta
-from typing import Any
 from uuid import UUID
 
-from sqlalchemy import delete, insert, select, update
+from sqlalchemy import delete, select, update
 
 from app.persistence.database import Database
-from app.persistence.models import job_table, queue_bucket_table, task_table
+from app.persistence.models import queue_bucket_table, task_table
 from app.persistence.queue_counts import bucket_of, bucket_start
-from app.persistence.types import new_id, utcnow
+from tests.support.rows import add_job, add_tasks
 
 SECOND = datetime(2026, 11, 21, 12, 0, 7, tzinfo=UTC)
 EDGES = [0, 1, 499_999, 999_499, 999_500, 999_999]  # microseconds into a second
-
-
-async def add_job(db: Database) -> UUID:
-    job_id, now = new_id(), utcnow()
-    async with db.write() as conn:
-        await conn.execute(
-            insert(job_table).values(
-                id=job_id,
-                room_id="room1",
-                category="modifiers",
-                name=f"Job{job_id.hex[:8]}",
-                schema={},
-                deleted=False,
-                created_at=now,
-                updated_at=now,
-            )
-        )
-    return job_id
-
-
-async def add_tasks(db: Database, job_id: UUID, moments: list[datetime], **values: Any) -> list:
-    rows = [
-        {
-            "id": new_id(),
-            "job_id": job_id,
-            "room_id": "room1",
-            "status": "pending",
-            "payload": {},
-            "created_at": moment,
-            "attempt": 0,
-            **values,
-        }
-        for moment in moments
-    ]
-    async with db.write() as conn:
-        await conn.execute(insert(task_table), rows)
-    return [row["id"] for row in rows]
 
 
 async def kept_counts(db: Database, job_id: UUID) -> dict[tuple[int, int], int]:

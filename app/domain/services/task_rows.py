@@ -7,8 +7,11 @@ is its 1-based place in that order.
 
 It is computed without walking the queue: the database keeps how many tasks wait per
 (job, priority, second of submission) (``app/persistence/queue_counts.py``), so the tasks
-ahead are a sum over a few bucket rows, a count inside the task's own second, minus the
-delayed tasks among them (those are few, and indexed per job by due time).
+up to a task are a sum over a few bucket rows up to its own second, less a count of those
+after it inside its own second, less the delayed tasks among them (those are few, and
+indexed per job by due time). Counting the rest of the second rather than its start keeps
+the common case cheap: a task just submitted is the last of its second, so there is next
+to nothing to count, however many tasks a second brings.
 """
 
 from __future__ import annotations
@@ -42,7 +45,7 @@ TASK_ID = _param("task_id", task.c.id)
 RUN_AT = _param("run_at", task.c.run_at)
 NOW = _param("now", task.c.run_at)
 BUCKET = _param("bucket", bucket.c.bucket)
-BUCKET_START = _param("bucket_start", task.c.created_at)
+BUCKET_END = _param("bucket_end", task.c.created_at)
 
 
 def _counted(*where: Any) -> Any:
@@ -62,6 +65,11 @@ def _up_to_subject() -> Any:
     return tuple_(task.c.created_at, task.c.id) <= tuple_(CREATED_AT, TASK_ID)
 
 
+def _after_subject() -> Any:
+    """After the subject's place in its own priority (FIFO)."""
+    return tuple_(task.c.created_at, task.c.id) > tuple_(CREATED_AT, TASK_ID)
+
+
 def _waiting() -> list[Any]:
     """Delayed: pending, but not claimable before ``now`` (on ``ix_task_delayed``)."""
     return [task.c.run_at.is_not(None), task.c.run_at > NOW]
@@ -69,18 +77,18 @@ def _waiting() -> list[Any]:
 
 def _ready_position() -> Any:
     """A ready subject: the pending tasks of higher priority, those of its own priority
-    submitted up to it (whole seconds from the bucket rows, its own second row by row) —
-    less the delayed ones among them."""
+    submitted up to it (the bucket rows up to its own second, less its own second's tasks
+    after it, row by row) — less the delayed ones among them."""
     higher = _counted(bucket.c.priority > PRIORITY)
-    earlier_seconds = _counted(bucket.c.priority == PRIORITY, bucket.c.bucket < BUCKET)
-    same_second = _count(
-        task.c.priority == PRIORITY, task.c.created_at >= BUCKET_START, _up_to_subject()
+    up_to_own_second = _counted(bucket.c.priority == PRIORITY, bucket.c.bucket <= BUCKET)
+    later_in_own_second = _count(
+        task.c.priority == PRIORITY, task.c.created_at < BUCKET_END, _after_subject()
     )
     delayed_ahead = _count(
         *_waiting(),
         or_(task.c.priority > PRIORITY, and_(task.c.priority == PRIORITY, _up_to_subject())),
     )
-    return higher + earlier_seconds + same_second - delayed_ahead
+    return higher + up_to_own_second - later_in_own_second - delayed_ahead
 
 
 def _delayed_position() -> Any:
@@ -92,7 +100,7 @@ def _delayed_position() -> Any:
             task.c.run_at == RUN_AT,
             or_(
                 task.c.priority < PRIORITY,
-                and_(task.c.priority == PRIORITY, ~_up_to_subject()),
+                and_(task.c.priority == PRIORITY, _after_subject()),
             ),
         ),
     )
@@ -176,7 +184,7 @@ def position_params(record: TaskRecord, now: datetime) -> dict[str, Any]:
         "run_at": record.run_at,
         "now": now,
         "bucket": second,
-        "bucket_start": bucket_start(second),
+        "bucket_end": bucket_start(second + 1),
     }
 
 
