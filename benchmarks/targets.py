@@ -38,6 +38,7 @@ class Target:
     token: str
     pid: int | None = None  # the server process, when this script started it
     database_url: str | None = None  # SQLAlchemy URL of the hub's database, when known
+    database_pid: int | None = None  # PostgreSQL's postmaster, when it runs on this machine
 
 
 @dataclass(frozen=True)
@@ -65,15 +66,39 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def _proc_stat(pid: int) -> tuple[str, list[str]] | None:
+    """A process's command name and the fields after it in ``/proc/<pid>/stat`` (state,
+    ppid, …; utime and stime at 11 and 12, reaped children's at 13 and 14); None if gone
+    or not Linux."""
+    try:
+        head, tail = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)
+    except (OSError, ValueError):
+        return None
+    return head.partition("(")[2], tail.split()
+
+
+def _ticks(fields: list[str], *indexes: int) -> float:
+    return sum(int(fields[i]) for i in indexes) / os.sysconf("SC_CLK_TCK")
+
+
 def process_cpu_seconds(pid: int | None) -> float | None:
     """User + system CPU time of a process so far (Linux ``/proc``; None elsewhere)."""
-    if pid is None:
+    stat = None if pid is None else _proc_stat(pid)
+    return None if stat is None else _ticks(stat[1], 11, 12)
+
+
+def server_cpu_seconds(pid: int | None) -> float | None:
+    """CPU time so far of a server that works in child processes (PostgreSQL's postmaster):
+    its own, its ended children's (once reaped) and its running children's."""
+    stat = None if pid is None else _proc_stat(pid)
+    if stat is None:
         return None
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    total = _ticks(stat[1], 11, 12, 13, 14)
+    for entry in Path("/proc").iterdir():
+        child = _proc_stat(int(entry.name)) if entry.name.isdigit() else None
+        if child is not None and child[1][1] == str(pid):
+            total += _ticks(child[1], 11, 12)
+    return total
 
 
 def taskhub_command() -> list[str]:
@@ -142,6 +167,7 @@ async def served(
     token: str,
     log: Path,
     database_url: str | None = None,
+    database_pid: int | None = None,
 ) -> AsyncIterator[Target]:
     """Start a server subprocess, wait until it is healthy, yield it, and always stop it."""
     with log.open("ab") as out:
@@ -151,7 +177,7 @@ async def served(
     base_url = f"http://{LOCALHOST}:{port}"
     try:
         await _wait_healthy(proc, base_url, log)
-        yield Target(name, base_url, token, proc.pid, database_url)
+        yield Target(name, base_url, token, proc.pid, database_url, database_pid)
     finally:
         await _stop(proc)
 
@@ -221,6 +247,21 @@ async def _pg_admin(admin_url: str, sql: str) -> None:
         raise TargetError(f"{sql!r} failed: {exc}") from exc
 
 
+async def _pg_server_pid(admin_url: str) -> int | None:
+    """The postmaster's process id, if the server runs on this machine (its backend's
+    parent, as ``/proc`` shows it); None otherwise (its CPU time is then not reported)."""
+    try:
+        conn = await asyncpg.connect(_pg_url(admin_url, "postgresql"), timeout=10)
+        try:
+            backend = await conn.fetchval("SELECT pg_backend_pid()")
+        finally:
+            await conn.close()
+    except (asyncpg.PostgresError, OSError):
+        return None
+    stat = _proc_stat(backend)
+    return int(stat[1][1]) if stat is not None and stat[0] == "postgres" else None
+
+
 def _pg_url(admin_url: str, scheme: str, database: str | None = None) -> str:
     """``admin_url`` with another scheme and, if given, another database."""
     parts = urlsplit(admin_url)
@@ -246,7 +287,8 @@ async def postgres_target(options: TargetOptions) -> AsyncIterator[Target]:
     try:
         await _run_to_end([*taskhub_command(), "migrate"], env, log)
         argv = _serve_argv(port)
-        async with served("postgres", argv, env, port, token, log, url) as target:
+        postmaster = await _pg_server_pid(options.pg_admin_url)
+        async with served("postgres", argv, env, port, token, log, url, postmaster) as target:
             yield target
     finally:
         await _pg_admin(options.pg_admin_url, f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')

@@ -58,6 +58,7 @@ from benchmarks.targets import (
     external_target,
     process_cpu_seconds,
     require_local,
+    server_cpu_seconds,
 )
 
 API = "/v1/joblib"
@@ -236,20 +237,29 @@ async def run_scenario(target: Target, workers: int, scenario: Scenario) -> dict
     return summarise(target.name, workers, state, end - start, error, cpu)
 
 
-def cpu_seconds(target: Target) -> tuple[float, float | None]:
-    """CPU time so far of this (client) process and of the target's server process."""
+CPU_KEYS = ("client_cpu_s", "server_cpu_s", "database_cpu_s")
+
+
+def cpu_seconds(target: Target) -> tuple[float | None, ...]:
+    """CPU time so far of this (client) process, of the target's server process and of its
+    database server (PostgreSQL: the postmaster and its backends; SQLite runs inside the
+    server process)."""
     usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime, process_cpu_seconds(target.pid)
+    return (
+        usage.ru_utime + usage.ru_stime,
+        process_cpu_seconds(target.pid),
+        server_cpu_seconds(target.database_pid),
+    )
 
 
 def cpu_used(
-    before: tuple[float, float | None], after: tuple[float, float | None]
+    before: tuple[float | None, ...], after: tuple[float | None, ...]
 ) -> dict[str, float | None]:
-    """CPU seconds the client and the server process spent between two readings."""
-    server = None if before[1] is None or after[1] is None else after[1] - before[1]
+    """CPU seconds the client, the server and the database spent between two readings
+    (None where a process could not be read)."""
     return {
-        "client_cpu_s": round(after[0] - before[0], 2),
-        "server_cpu_s": None if server is None else round(server, 2),
+        key: None if start is None or end is None else round(end - start, 2)
+        for key, start, end in zip(CPU_KEYS, before, after, strict=True)
     }
 
 
@@ -287,7 +297,7 @@ def summarise(
         "p50_ms": ms(percentile(latencies, 50)),
         "p99_ms": ms(percentile(latencies, 99)),
         "requests": requests,
-        **(cpu or {"client_cpu_s": None, "server_cpu_s": None}),
+        **(cpu or dict.fromkeys(CPU_KEYS)),
         "load_avg_1m": load_average(),
         "error": error,
     }
@@ -349,6 +359,26 @@ def ceiling_shares(results: list[dict[str, Any]]) -> list[float | None]:
     return shares
 
 
+def cpu_per_task(result: dict[str, Any]) -> str:
+    """Client / server / database CPU milliseconds per completed task ("-" where unknown)."""
+    done = result["completed"]
+    if not done:
+        return "n/a"
+    return " / ".join(
+        "-" if result[key] is None else f"{1000 * result[key] / done:.2f}" for key in CPU_KEYS
+    )
+
+
+def server_cpu_ratio(result: dict[str, Any]) -> float | None:
+    """CPU of the server side (server process and database) per CPU second of the client.
+    The client does the same work against every target, and a slow or fast spell of the
+    machine scales both alike, so this compares targets across runs that wall time cannot."""
+    client, server = result["client_cpu_s"], result["server_cpu_s"]
+    if not client or server is None or result["error"]:
+        return None
+    return (server + (result["database_cpu_s"] or 0.0)) / client
+
+
 def table(results: list[dict[str, Any]]) -> str:
     """The markdown summary, each row also as a share of the ceiling at the same W (and
     round); with several rounds, a second table of medians over the rounds."""
@@ -359,8 +389,10 @@ def table(results: list[dict[str, Any]]) -> str:
         if r["error"]:
             shown += " (failed)"
         row = [r["target"], r["workers"], r["tasks_per_s"], r["p50_ms"], r["p99_ms"], shown]
+        row.append(cpu_per_task(r))
         rows.append([r["round"], *row] if several else row)
     headers = ["target", "W", "tasks/s", "p50 ms", "p99 ms", "% of ceiling"]
+    headers.append("CPU ms/task client / server / db")
     runs = markdown_table(["round", *headers] if several else headers, rows)
     return runs + "\n\n" + median_table(results) if several else runs
 
@@ -368,20 +400,25 @@ def table(results: list[dict[str, Any]]) -> str:
 def median_table(results: list[dict[str, Any]]) -> str:
     """Per target and W, over the rounds: the median tasks/s, and the median, lowest and
     highest share of the same round's ceiling (failed runs left out)."""
-    grouped: dict[tuple[str, int], list[tuple[float, float | None]]] = defaultdict(list)
+    grouped: dict[tuple[str, int], list[tuple[float, float | None, float | None]]]
+    grouped = defaultdict(list)
     for r, share in zip(results, ceiling_shares(results), strict=True):
         if not r["error"]:
-            grouped[(r["target"], r["workers"])].append((r["tasks_per_s"], share))
+            grouped[(r["target"], r["workers"])].append(
+                (r["tasks_per_s"], share, server_cpu_ratio(r))
+            )
     rows = []
     for (target, workers), runs in grouped.items():
-        rates = [rate for rate, _share in runs]
-        shares = [share for _rate, share in runs if share is not None]
+        rates = [rate for rate, _share, _ratio in runs]
+        shares = [share for _rate, share, _ratio in runs if share is not None]
+        ratios = [ratio for _rate, _share, ratio in runs if ratio is not None]
         spread = f"{min(shares):.0f} to {max(shares):.0f}%" if shares else "n/a"
         median_share = f"{statistics.median(shares):.0f}%" if shares else "n/a"
-        rows.append(
-            [target, workers, len(runs), round(statistics.median(rates), 1), median_share, spread]
-        )
+        median_ratio = f"{statistics.median(ratios):.2f}" if ratios else "n/a"
+        median_rate = round(statistics.median(rates), 1)
+        rows.append([target, workers, len(runs), median_rate, median_share, spread, median_ratio])
     headers = ["target", "W", "rounds", "median tasks/s", "median % of ceiling", "range"]
+    headers.append("median server ÷ client CPU")
     return markdown_table(headers, rows)
 
 
