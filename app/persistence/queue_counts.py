@@ -5,8 +5,8 @@ it. Counting them index entry by index entry grows with the queue (~7 ms at 50,0
 Instead, triggers on ``task`` keep ``task_queue_bucket``: the number of pending tasks per
 job, priority and whole second of ``created_at`` — exact after every insert, status change
 and delete, whichever code path (or bulk load, or old replica) makes it. A rank is then a
-sum over the buckets up to the task's own (one row per busy second) less a count of the
-tasks after it inside its own second (see ``app/domain/services/task_rows.py``).
+sum over the buckets (one row per busy second) and a count inside the task's own second,
+from its nearer end (see ``app/domain/services/task_rows.py``).
 
 The bucket of a timestamp is its whole seconds since the Unix epoch, computed alike by the
 triggers of both engines and by ``bucket_of`` here. Changing the width, or any trigger,

@@ -91,9 +91,10 @@ async def test_the_claim_uses_the_claim_queue_index(db: Database, check_owner: b
     assert "Sort Key: task" not in plan, plan
 
 
-@pytest.mark.parametrize("delayed", [False, True])
-async def test_the_queue_position_reads_counts_and_index_ranges(db: Database, delayed: bool):
-    """A position sums the kept counts and counts index ranges; it never scans the tasks."""
+@pytest.mark.parametrize("kind", ["early in its second", "late in its second", "delayed"])
+async def test_the_queue_position_reads_counts_and_index_ranges(db: Database, kind: str):
+    """A position sums the kept counts and counts index ranges (from either end of the
+    task's own second); it never scans the tasks."""
     await seed(db)
     async with db.read() as conn:
         rows = await conn.execute(
@@ -101,8 +102,12 @@ async def test_the_queue_position_reads_counts_and_index_ranges(db: Database, de
         )
         record = joined_record(rows.first())
     now = utcnow()
+    delayed = kind == "delayed"
     if delayed:
         record.run_at = now + timedelta(hours=1)
+    else:
+        late = kind == "late in its second"
+        record.created_at = record.created_at.replace(microsecond=900_000 if late else 100_000)
     statement, params = position_query(record, now)
     plan = await explain(db, statement, params)
     assert "pk_task_queue_bucket" in plan, plan

@@ -7,11 +7,12 @@ is its 1-based place in that order.
 
 It is computed without walking the queue: the database keeps how many tasks wait per
 (job, priority, second of submission) (``app/persistence/queue_counts.py``), so the tasks
-up to a task are a sum over a few bucket rows up to its own second, less a count of those
-after it inside its own second, less the delayed tasks among them (those are few, and
-indexed per job by due time). Counting the rest of the second rather than its start keeps
-the common case cheap: a task just submitted is the last of its second, so there is next
-to nothing to count, however many tasks a second brings.
+up to a task are a sum over a few bucket rows and a count, row by row, inside the task's own
+second, less the delayed tasks among them (those are few, and indexed per job by due time).
+The count inside the second runs from whichever end of it is nearer the task: the tasks
+before it (with the rows of the earlier seconds), or those after it (taken from the rows up
+to its own second). A task just submitted is the last of its second, so its count is next to
+nothing however many tasks a second brings.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ TASK_ID = _param("task_id", task.c.id)
 RUN_AT = _param("run_at", task.c.run_at)
 NOW = _param("now", task.c.run_at)
 BUCKET = _param("bucket", bucket.c.bucket)
+BUCKET_START = _param("bucket_start", task.c.created_at)
 BUCKET_END = _param("bucket_end", task.c.created_at)
 
 
@@ -75,20 +77,26 @@ def _waiting() -> list[Any]:
     return [task.c.run_at.is_not(None), task.c.run_at > NOW]
 
 
-def _ready_position() -> Any:
+def _ready_position(*, from_end: bool) -> Any:
     """A ready subject: the pending tasks of higher priority, those of its own priority
-    submitted up to it (the bucket rows up to its own second, less its own second's tasks
-    after it, row by row) — less the delayed ones among them."""
+    submitted up to it — less the delayed ones among them. Its own priority: the bucket rows
+    before its second plus its second's tasks up to it, or (``from_end``) the bucket rows up
+    to its second less its second's tasks after it."""
     higher = _counted(bucket.c.priority > PRIORITY)
-    up_to_own_second = _counted(bucket.c.priority == PRIORITY, bucket.c.bucket <= BUCKET)
-    later_in_own_second = _count(
-        task.c.priority == PRIORITY, task.c.created_at < BUCKET_END, _after_subject()
-    )
+    own = bucket.c.priority == PRIORITY
+    if from_end:
+        same_priority = _counted(own, bucket.c.bucket <= BUCKET) - _count(
+            task.c.priority == PRIORITY, task.c.created_at < BUCKET_END, _after_subject()
+        )
+    else:
+        same_priority = _counted(own, bucket.c.bucket < BUCKET) + _count(
+            task.c.priority == PRIORITY, task.c.created_at >= BUCKET_START, _up_to_subject()
+        )
     delayed_ahead = _count(
         *_waiting(),
         or_(task.c.priority > PRIORITY, and_(task.c.priority == PRIORITY, _up_to_subject())),
     )
-    return higher + up_to_own_second - later_in_own_second - delayed_ahead
+    return higher + same_priority - delayed_ahead
 
 
 def _delayed_position() -> Any:
@@ -146,7 +154,8 @@ SELECT_TASKS = select(
 ).join(job_table, job_table.c.id == task.c.job_id)
 """Tasks with their job's full name parts (``joined_record`` turns a row into a record)."""
 _LOAD_TASK = hot(SELECT_TASKS.where(task.c.id == bindparam("task_id")))
-_READY_POSITION = hot(select(_ready_position()))
+_READY_POSITION_FROM_START = hot(select(_ready_position(from_end=False)))
+_READY_POSITION_FROM_END = hot(select(_ready_position(from_end=True)))
 _DELAYED_POSITION = hot(select(_delayed_position()))
 
 
@@ -156,13 +165,19 @@ def is_ready(run_at: datetime | None, now: datetime) -> bool:
 
 # The same places, read on the snapshot of the statement that inserts the task (which does
 # not hold the task itself yet): one more than the tasks ahead there.
-_READY_POSITION_BEFORE_INSERT = _ready_position() + 1
+_READY_POSITION_BEFORE_INSERT = _ready_position(from_end=True) + 1
 _DELAYED_POSITION_BEFORE_INSERT = _delayed_position() + 1
 
 
-def position_query(record: TaskRecord, now: datetime) -> tuple[Any, dict[str, Any]]:
-    """The statement that reads a pending ``record``'s place at ``now``, and its parameters."""
-    statement = _READY_POSITION if is_ready(record.run_at, now) else _DELAYED_POSITION
+def position_query(
+    record: TaskRecord, now: datetime, *, newest: bool = False
+) -> tuple[Any, dict[str, Any]]:
+    """The statement that reads a pending ``record``'s place at ``now``, and its parameters.
+    ``newest``: the task was just submitted (the last of its second so far)."""
+    if not is_ready(record.run_at, now):
+        return _DELAYED_POSITION, position_params(record, now)
+    from_end = newest or record.created_at.microsecond >= 500_000  # the nearer end
+    statement = _READY_POSITION_FROM_END if from_end else _READY_POSITION_FROM_START
     return statement, position_params(record, now)
 
 
@@ -184,17 +199,19 @@ def position_params(record: TaskRecord, now: datetime) -> dict[str, Any]:
         "run_at": record.run_at,
         "now": now,
         "bucket": second,
+        "bucket_start": bucket_start(second),
         "bucket_end": bucket_start(second + 1),
     }
 
 
 async def queue_position(
-    conn: AsyncConnection, record: TaskRecord, now: datetime | None = None
+    conn: AsyncConnection, record: TaskRecord, now: datetime | None = None, *, newest: bool = False
 ) -> int | None:
-    """``record``'s place in its job's queue at ``now`` (None unless pending)."""
+    """``record``'s place in its job's queue at ``now`` (None unless pending); ``newest``:
+    it was just submitted."""
     if record.status != TaskStatus.PENDING:
         return None
-    statement, params = position_query(record, now or utcnow())
+    statement, params = position_query(record, now or utcnow(), newest=newest)
     return await conn.scalar(statement, params)
 
 

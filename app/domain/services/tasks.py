@@ -216,7 +216,7 @@ async def _insert_task(
         return False
     record.max_attempts = row.max_attempts
     if db.is_sqlite:
-        record.queue_position = await queue_position(conn, record, now)
+        record.queue_position = await queue_position(conn, record, now, newest=True)
     else:
         record.queue_position = int(row.queue_position)
     return True
