@@ -66,7 +66,7 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _proc_stat(pid: int) -> tuple[str, list[str]] | None:
+def proc_stat(pid: int) -> tuple[str, list[str]] | None:
     """A process's command name and the fields after it in ``/proc/<pid>/stat`` (state,
     ppid, …; utime and stime at 11 and 12, reaped children's at 13 and 14); None if gone
     or not Linux."""
@@ -83,19 +83,19 @@ def _ticks(fields: list[str], *indexes: int) -> float:
 
 def process_cpu_seconds(pid: int | None) -> float | None:
     """User + system CPU time of a process so far (Linux ``/proc``; None elsewhere)."""
-    stat = None if pid is None else _proc_stat(pid)
+    stat = None if pid is None else proc_stat(pid)
     return None if stat is None else _ticks(stat[1], 11, 12)
 
 
 def server_cpu_seconds(pid: int | None) -> float | None:
     """CPU time so far of a server that works in child processes (PostgreSQL's postmaster):
     its own, its ended children's (once reaped) and its running children's."""
-    stat = None if pid is None else _proc_stat(pid)
+    stat = None if pid is None else proc_stat(pid)
     if stat is None:
         return None
     total = _ticks(stat[1], 11, 12, 13, 14)
     for entry in Path("/proc").iterdir():
-        child = _proc_stat(int(entry.name)) if entry.name.isdigit() else None
+        child = proc_stat(int(entry.name)) if entry.name.isdigit() else None
         if child is not None and child[1][1] == str(pid):
             total += _ticks(child[1], 11, 12)
     return total
@@ -247,7 +247,7 @@ async def _pg_admin(admin_url: str, sql: str) -> None:
         raise TargetError(f"{sql!r} failed: {exc}") from exc
 
 
-async def _pg_server_pid(admin_url: str) -> int | None:
+async def pg_server_pid(admin_url: str) -> int | None:
     """The postmaster's process id, if the server runs on this machine (its backend's
     parent, as ``/proc`` shows it); None otherwise (its CPU time is then not reported)."""
     try:
@@ -258,7 +258,7 @@ async def _pg_server_pid(admin_url: str) -> int | None:
             await conn.close()
     except (asyncpg.PostgresError, OSError):
         return None
-    stat = _proc_stat(backend)
+    stat = proc_stat(backend)
     return int(stat[1][1]) if stat is not None and stat[0] == "postgres" else None
 
 
@@ -287,7 +287,7 @@ async def postgres_target(options: TargetOptions) -> AsyncIterator[Target]:
     try:
         await _run_to_end([*taskhub_command(), "migrate"], env, log)
         argv = _serve_argv(port)
-        postmaster = await _pg_server_pid(options.pg_admin_url)
+        postmaster = await pg_server_pid(options.pg_admin_url)
         async with served("postgres", argv, env, port, token, log, url, postmaster) as target:
             yield target
     finally:

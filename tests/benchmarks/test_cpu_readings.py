@@ -8,7 +8,7 @@ import subprocess
 import sys
 import time
 
-from benchmarks.targets import _pg_server_pid, _proc_stat, process_cpu_seconds, server_cpu_seconds
+from benchmarks.targets import pg_server_pid, proc_stat, process_cpu_seconds, server_cpu_seconds
 from tests.support.databases import POSTGRES_URL
 
 BURN = "import time\nend = time.process_time() + {seconds}\nwhile time.process_time() < end: pass"
@@ -56,8 +56,8 @@ def test_no_process_reads_as_unknown() -> None:
 
 
 async def test_the_postgresql_server_is_found_by_its_backend() -> None:
-    pid = await _pg_server_pid(POSTGRES_URL)
+    pid = await pg_server_pid(POSTGRES_URL)
     assert pid is not None
-    stat = _proc_stat(pid)
+    stat = proc_stat(pid)
     assert stat is not None and stat[0] == "postgres"
     assert (server_cpu_seconds(pid) or 0) > (process_cpu_seconds(pid) or 0)
