@@ -274,24 +274,47 @@ def _database_url(admin_url: str, database: str) -> str:
 
 
 @asynccontextmanager
-async def postgres_target(options: TargetOptions) -> AsyncIterator[Target]:
-    """``taskhub migrate`` then ``taskhub serve`` on a fresh PostgreSQL database, dropped
-    afterwards."""
+async def fresh_database(engine: str, options: TargetOptions) -> AsyncIterator[str]:
+    """A migrated database of its own, by ``taskhub migrate``: a SQLite file in the work
+    directory, or (``postgres``) a fresh database on the admin URL, dropped afterwards.
+    Yields its SQLAlchemy URL."""
+    if engine == "sqlite":
+        path = options.workdir / f"bench-{secrets.token_hex(4)}.db"
+        url = f"sqlite+aiosqlite:///{path}"
+        await _run_to_end(
+            [*taskhub_command(), "migrate"], _migrate_env(url), path.with_suffix(".log")
+        )
+        yield url
+        return
     require_local(options.pg_admin_url)
-    port, token = free_port(), secrets.token_urlsafe(24)
     database = f"bench_{secrets.token_hex(6)}"
     url = _database_url(options.pg_admin_url, database)
-    env = _hub_env(url, token, options)
-    log = options.workdir / "postgres.log"
     await _pg_admin(options.pg_admin_url, f'CREATE DATABASE "{database}"')
     try:
-        await _run_to_end([*taskhub_command(), "migrate"], env, log)
-        argv = _serve_argv(port)
-        postmaster = await pg_server_pid(options.pg_admin_url)
-        async with served("postgres", argv, env, port, token, log, url, postmaster) as target:
-            yield target
+        log = options.workdir / f"{database}.log"
+        await _run_to_end([*taskhub_command(), "migrate"], _migrate_env(url), log)
+        yield url
     finally:
         await _pg_admin(options.pg_admin_url, f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
+
+
+def _migrate_env(database_url: str) -> dict[str, str]:
+    env = {**os.environ, "TASKHUB_DATABASE_URL": database_url}
+    env.pop("TASKHUB_REDIS_URL", None)
+    return env
+
+
+@asynccontextmanager
+async def postgres_target(options: TargetOptions) -> AsyncIterator[Target]:
+    """``taskhub serve`` on a fresh, migrated PostgreSQL database, dropped afterwards."""
+    port, token = free_port(), secrets.token_urlsafe(24)
+    async with fresh_database("postgres", options) as url:
+        env = _hub_env(url, token, options)
+        log = options.workdir / "postgres.log"
+        postmaster = await pg_server_pid(options.pg_admin_url)
+        argv = _serve_argv(port)
+        async with served("postgres", argv, env, port, token, log, url, postmaster) as target:
+            yield target
 
 
 @asynccontextmanager

@@ -1,0 +1,246 @@
+"""Instructions per task cycle in the hub's own process, counted by valgrind's callgrind.
+
+Wall time and CPU time on a shared machine swing with the host; an instruction count does
+not. Each cycle is the throughput scenario's four requests — submit, claim, PATCH running,
+PATCH completed — sent to the ASGI app in-process (no HTTP server, no client, no network),
+so the count is Taskhub's own work per task: routing, authentication, validation, the
+statements and their driver, events, the answer. With SQLite that includes the database's
+work (it runs in the process); with PostgreSQL it is the hub's side only.
+
+Per engine, two runs of a fresh process under callgrind on a fresh migrated database: one
+of ``--cycles`` cycles, one of twice as many. The difference of their totals over
+``--cycles`` is one cycle's count: start-up, imports and warm-up are in both and cancel out.
+Python's hash seed is fixed so that both runs hash alike. Under callgrind a run is some 50 times
+slower (importing the app alone takes about 40 s here).
+
+Run: ``.venv/bin/python -m benchmarks.instructions --engines sqlite,postgres --cycles 200``.
+Without valgrind (``--no-valgrind``) it times the same cycles instead, for a quick check.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):  # run as a file: make ``benchmarks`` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import orjson
+
+from benchmarks.report import Results, csv_choices, emit, log, markdown_table, run_main
+from benchmarks.targets import (
+    DEFAULT_PG_ADMIN_URL,
+    REPO_ROOT,
+    TargetError,
+    TargetOptions,
+    fresh_database,
+)
+
+API = "/v1/joblib"
+ROOM = "bench"
+JOB = {"category": "modifiers", "name": "Bench", "schema": {}}
+WARM_UP_CYCLES = 20
+ENGINES = ("sqlite", "postgres")
+RUN_TIMEOUT_SECONDS = 1800
+
+
+class CycleError(RuntimeError):
+    """A request of a cycle was not answered as the scenario expects."""
+
+
+class InProcessClient:
+    """Sends requests straight to an ASGI app, as uvicorn would hand them over."""
+
+    def __init__(self, app: Any, token: str) -> None:
+        self._app = app
+        self._authorization = f"Bearer {token}".encode()
+
+    async def call(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+        raw = orjson.dumps(body) if body is not None else b""
+        scope = {
+            "type": "http",
+            "asgi": {"version": "3.0"},
+            "http_version": "1.1",
+            "method": method,
+            "scheme": "http",
+            "path": path,
+            "raw_path": path.encode(),
+            "query_string": b"",
+            "root_path": "",
+            "headers": [
+                (b"host", b"127.0.0.1:8000"),
+                (b"authorization", self._authorization),
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(raw)).encode()),
+            ],
+            "client": ("127.0.0.1", 50000),
+            "server": ("127.0.0.1", 8000),
+        }
+        pending = [{"type": "http.request", "body": raw, "more_body": False}]
+        status, chunks = 0, []
+
+        async def receive() -> dict[str, Any]:
+            return pending.pop() if pending else {"type": "http.disconnect"}
+
+        async def send(message: dict[str, Any]) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            elif message["type"] == "http.response.body":
+                chunks.append(message.get("body", b""))
+
+        await self._app(scope, receive, send)
+        if status >= 400:
+            raise CycleError(f"{method} {path} -> {status}: {b''.join(chunks)[:300]!r}")
+        return orjson.loads(b"".join(chunks)) if chunks else None
+
+
+async def cycle(client: InProcessClient, submit_path: str, claim: dict[str, str]) -> None:
+    """One task from submit to completed."""
+    await client.call("POST", submit_path, {"payload": {}})
+    reply = await client.call("POST", f"{API}/tasks/claim", claim)
+    if reply["task"] is None:
+        raise CycleError("a claim came back empty with a task pending")
+    for status in ("running", "completed"):
+        await client.call("PATCH", f"{API}/tasks/{reply['task']['id']}", {"status": status})
+
+
+async def run_cycles(database_url: str, cycles: int) -> float:
+    """Start the app on a migrated database, warm it up, then run ``cycles`` cycles; the
+    seconds those took."""
+    from app.domain.services.users import create_user
+    from app.main import create_app
+    from app.persistence.database import Database
+    from app.settings import Settings
+
+    settings = Settings(database_url=database_url, sweeper_enabled=False, log_level="warning")
+    setup = Database(settings)
+    _user_id, token = await create_user(setup, "bench", superuser=True)
+    await setup.dispose()
+    app = create_app(settings)
+    async with app.lifespan_context():
+        client = InProcessClient(app, token)
+        job = await client.call("PUT", f"{API}/rooms/{ROOM}/jobs", JOB)
+        submit_path = f"{API}/rooms/{ROOM}/tasks/{job['full_name']}"
+        claim = {"worker_id": job["worker_id"]}
+        for _ in range(WARM_UP_CYCLES):
+            await cycle(client, submit_path, claim)
+        start = time.perf_counter()
+        for _ in range(cycles):
+            await cycle(client, submit_path, claim)
+        return time.perf_counter() - start
+
+
+def callgrind_total(path: Path) -> int:
+    """The total instruction count a callgrind output file reports."""
+    match = re.search(r"^(?:summary|totals):\s*(\d+)", path.read_text(), re.MULTILINE)
+    if match is None:
+        raise CycleError(f"no instruction total in {path}")
+    return int(match.group(1))
+
+
+async def counted_run(database_url: str, cycles: int, workdir: Path, valgrind: bool) -> float:
+    """One fresh process running ``cycles`` cycles: its instruction count under callgrind,
+    else the seconds the cycles took."""
+    out = workdir / f"callgrind-{cycles}.out"
+    argv = [sys.executable, "-m", "benchmarks.instructions", "--run-cycles", str(cycles)]
+    argv += ["--database-url", database_url]
+    if valgrind:
+        argv = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", *argv]
+    env = {**os.environ, "PYTHONHASHSEED": "0"}
+    env.pop("TASKHUB_REDIS_URL", None)
+    done = await asyncio.to_thread(
+        subprocess.run,
+        argv,
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT_SECONDS,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise CycleError(f"{' '.join(argv[:4])} … exited {done.returncode}: {done.stderr[-2000:]}")
+    return float(callgrind_total(out)) if valgrind else float(done.stdout.split()[-1])
+
+
+async def measure(engine: str, cycles: int, options: TargetOptions, valgrind: bool) -> dict:
+    """The engine's per-cycle figure from a run of ``cycles`` and one of twice as many."""
+    totals = []
+    for count in (cycles, 2 * cycles):
+        async with fresh_database(engine, options) as url:
+            log(f"[{engine}] {count} cycles{' under callgrind' if valgrind else ''} ...")
+            totals.append(await counted_run(url, count, options.workdir, valgrind))
+    per_cycle = (totals[1] - totals[0]) / cycles
+    result: dict[str, Any] = {"scenario": "instructions", "engine": engine, "cycles": cycles}
+    if valgrind:
+        result |= {"instructions_per_cycle": round(per_cycle), "totals": totals}
+    else:  # each run timed only its own cycles: the longer run is the steadier figure
+        result |= {"ms_per_cycle": round(1000 * totals[1] / (2 * cycles), 3), "totals": totals}
+    return result
+
+
+def table(results: Results) -> str:
+    rows = [
+        [
+            r["engine"],
+            r["cycles"],
+            r.get("instructions_per_cycle", "n/a"),
+            r.get("ms_per_cycle", "n/a"),
+            r.get("error") or "",
+        ]
+        for r in results
+    ]
+    headers = ["engine", "cycles", "instructions per cycle", "ms per cycle", "error"]
+    return markdown_table(headers, rows)
+
+
+def csv_engines(text: str) -> list[str]:
+    return csv_choices(text, ENGINES, "engines")
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--engines", type=csv_engines, default=list(ENGINES))
+    parser.add_argument("--cycles", type=int, default=200, help="cycles of the shorter run")
+    parser.add_argument("--no-valgrind", action="store_true", help="time the cycles instead")
+    parser.add_argument("--pg-admin-url", default=DEFAULT_PG_ADMIN_URL)
+    parser.add_argument("--run-cycles", type=int, help=argparse.SUPPRESS)  # the inner run
+    parser.add_argument("--database-url", help=argparse.SUPPRESS)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.run_cycles is not None:  # inside the measured process: print the seconds taken
+        print(asyncio.run(run_cycles(args.database_url, args.run_cycles)))
+        return 0
+    valgrind = not args.no_valgrind
+    if valgrind and shutil.which("valgrind") is None:
+        log("valgrind is not installed (Debian: apt-get install valgrind); or use --no-valgrind")
+        return 2
+
+    async def work(results: Results) -> None:
+        with tempfile.TemporaryDirectory(prefix="taskhub-instructions-") as tmp:
+            options = TargetOptions(Path(tmp), "warning", False, args.pg_admin_url)
+            for engine in args.engines:
+                try:
+                    results.append(emit(await measure(engine, args.cycles, options, valgrind)))
+                except (CycleError, TargetError, OSError, subprocess.SubprocessError) as exc:
+                    failure = {"scenario": "instructions", "engine": engine, "cycles": args.cycles}
+                    results.append(emit(failure | {"error": f"{type(exc).__name__}: {exc}"}))
+
+    return run_main(work, table)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
