@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
-import os
 import re
 import shutil
 import subprocess
@@ -44,12 +43,12 @@ from benchmarks.targets import (
     REPO_ROOT,
     TargetError,
     TargetOptions,
+    database_env,
     fresh_database,
 )
+from benchmarks.throughput import API, JOB
 
-API = "/v1/joblib"
 ROOM = "bench"
-JOB = {"category": "modifiers", "name": "Bench", "schema": {}}
 WARM_UP_CYCLES = 20
 ENGINES = ("sqlite", "postgres")
 RUN_TIMEOUT_SECONDS = 1800
@@ -172,8 +171,7 @@ async def counted_run(database_url: str, cycles: int, workdir: Path, valgrind: b
     argv += ["--database-url", database_url]
     if valgrind:
         argv = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", *argv]
-    env = {**os.environ, "PYTHONHASHSEED": "0"}
-    env.pop("TASKHUB_REDIS_URL", None)
+    env = database_env(database_url) | {"PYTHONHASHSEED": "0"}
     done = await asyncio.to_thread(
         subprocess.run,
         argv,
@@ -196,13 +194,12 @@ async def measure(engine: str, cycles: int, options: TargetOptions, valgrind: bo
         async with fresh_database(engine, options) as url:
             log(f"[{engine}] {count} cycles{' under callgrind' if valgrind else ''} ...")
             totals.append(await counted_run(url, count, options.workdir, valgrind))
-    per_cycle = (totals[1] - totals[0]) / cycles
     result: dict[str, Any] = {"scenario": "instructions", "engine": engine, "cycles": cycles}
     if valgrind:
-        result |= {"instructions_per_cycle": round(per_cycle), "totals": totals}
+        result["instructions_per_cycle"] = round((totals[1] - totals[0]) / cycles)
     else:  # each run timed only its own cycles: the longer run is the steadier figure
-        result |= {"ms_per_cycle": round(1000 * totals[1] / (2 * cycles), 3), "totals": totals}
-    return result
+        result["ms_per_cycle"] = round(1000 * totals[1] / (2 * cycles), 3)
+    return result | {"totals": totals}
 
 
 def table(results: Results) -> str:

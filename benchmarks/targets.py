@@ -182,16 +182,21 @@ async def served(
         await _stop(proc)
 
 
+def database_env(database_url: str) -> dict[str, str]:
+    """The caller's environment (other ``TASKHUB_*`` knobs pass through) on one database,
+    without Redis (in-memory broker: the hub is a single process here)."""
+    env = {**os.environ, "TASKHUB_DATABASE_URL": database_url}
+    env.pop("TASKHUB_REDIS_URL", None)
+    return env
+
+
 def _hub_env(database_url: str, token: str, options: TargetOptions) -> dict[str, str]:
-    """The caller's environment (other ``TASKHUB_*`` knobs pass through) plus ours."""
-    env = dict(os.environ)
+    env = database_env(database_url)
     env.update(
-        TASKHUB_DATABASE_URL=database_url,
         TASKHUB_ADMIN_TOKEN=token,
         TASKHUB_LOG_LEVEL=options.log_level,
         TASKHUB_ACCESS_LOG=str(options.access_log).lower(),
     )
-    env.pop("TASKHUB_REDIS_URL", None)  # in-memory broker: the hub is a single process here
     return env
 
 
@@ -226,13 +231,13 @@ async def ceiling_target(options: TargetOptions) -> AsyncIterator[Target]:
 
 @asynccontextmanager
 async def sqlite_target(options: TargetOptions) -> AsyncIterator[Target]:
-    """``taskhub serve`` on a fresh SQLite file (serve migrates SQLite itself)."""
+    """``taskhub serve`` on a fresh, migrated SQLite file."""
     port, token = free_port(), secrets.token_urlsafe(24)
-    url = f"sqlite+aiosqlite:///{options.workdir / f'bench-{secrets.token_hex(4)}.db'}"
-    env = _hub_env(url, token, options)
-    log = options.workdir / "sqlite.log"
-    async with served("sqlite", _serve_argv(port), env, port, token, log, url) as target:
-        yield target
+    async with fresh_database("sqlite", options) as url:
+        env = _hub_env(url, token, options)
+        log = options.workdir / "sqlite.log"
+        async with served("sqlite", _serve_argv(port), env, port, token, log, url) as target:
+            yield target
 
 
 async def _pg_admin(admin_url: str, sql: str) -> None:
@@ -252,13 +257,12 @@ async def pg_server_pid(admin_url: str) -> int | None:
     parent, as ``/proc`` shows it); None otherwise (its CPU time is then not reported)."""
     try:
         conn = await asyncpg.connect(_pg_url(admin_url, "postgresql"), timeout=10)
-        try:
-            backend = await conn.fetchval("SELECT pg_backend_pid()")
+        try:  # read while the backend lives: it exits when the connection closes
+            stat = proc_stat(await conn.fetchval("SELECT pg_backend_pid()"))
         finally:
             await conn.close()
     except (asyncpg.PostgresError, OSError):
         return None
-    stat = proc_stat(backend)
     return int(stat[1][1]) if stat is not None and stat[0] == "postgres" else None
 
 
@@ -278,12 +282,11 @@ async def fresh_database(engine: str, options: TargetOptions) -> AsyncIterator[s
     """A migrated database of its own, by ``taskhub migrate``: a SQLite file in the work
     directory, or (``postgres``) a fresh database on the admin URL, dropped afterwards.
     Yields its SQLAlchemy URL."""
+    migrate = [*taskhub_command(), "migrate"]
     if engine == "sqlite":
         path = options.workdir / f"bench-{secrets.token_hex(4)}.db"
         url = f"sqlite+aiosqlite:///{path}"
-        await _run_to_end(
-            [*taskhub_command(), "migrate"], _migrate_env(url), path.with_suffix(".log")
-        )
+        await _run_to_end(migrate, database_env(url), path.with_suffix(".log"))
         yield url
         return
     require_local(options.pg_admin_url)
@@ -291,17 +294,10 @@ async def fresh_database(engine: str, options: TargetOptions) -> AsyncIterator[s
     url = _database_url(options.pg_admin_url, database)
     await _pg_admin(options.pg_admin_url, f'CREATE DATABASE "{database}"')
     try:
-        log = options.workdir / f"{database}.log"
-        await _run_to_end([*taskhub_command(), "migrate"], _migrate_env(url), log)
+        await _run_to_end(migrate, database_env(url), options.workdir / f"{database}.log")
         yield url
     finally:
         await _pg_admin(options.pg_admin_url, f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
-
-
-def _migrate_env(database_url: str) -> dict[str, str]:
-    env = {**os.environ, "TASKHUB_DATABASE_URL": database_url}
-    env.pop("TASKHUB_REDIS_URL", None)
-    return env
 
 
 @asynccontextmanager

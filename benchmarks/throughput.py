@@ -400,18 +400,15 @@ def table(results: list[dict[str, Any]]) -> str:
 def median_table(results: list[dict[str, Any]]) -> str:
     """Per target and W, over the rounds: the median tasks/s, and the median, lowest and
     highest share of the same round's ceiling (failed runs left out)."""
-    grouped: dict[tuple[str, int], list[tuple[float, float | None, float | None]]]
-    grouped = defaultdict(list)
+    grouped: dict[tuple[str, int], list[tuple[dict[str, Any], float | None]]] = defaultdict(list)
     for r, share in zip(results, ceiling_shares(results), strict=True):
         if not r["error"]:
-            grouped[(r["target"], r["workers"])].append(
-                (r["tasks_per_s"], share, server_cpu_ratio(r))
-            )
+            grouped[(r["target"], r["workers"])].append((r, share))
     rows = []
     for (target, workers), runs in grouped.items():
-        rates = [rate for rate, _share, _ratio in runs]
-        shares = [share for _rate, share, _ratio in runs if share is not None]
-        ratios = [ratio for _rate, _share, ratio in runs if ratio is not None]
+        rates = [r["tasks_per_s"] for r, _share in runs]
+        shares = [share for _r, share in runs if share is not None]
+        ratios = [ratio for r, _share in runs if (ratio := server_cpu_ratio(r)) is not None]
         spread = f"{min(shares):.0f} to {max(shares):.0f}%" if shares else "n/a"
         median_share = f"{statistics.median(shares):.0f}%" if shares else "n/a"
         median_ratio = f"{statistics.median(ratios):.2f}" if ratios else "n/a"
