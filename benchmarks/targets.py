@@ -229,17 +229,6 @@ async def ceiling_target(options: TargetOptions) -> AsyncIterator[Target]:
         yield target
 
 
-@asynccontextmanager
-async def sqlite_target(options: TargetOptions) -> AsyncIterator[Target]:
-    """``taskhub serve`` on a fresh, migrated SQLite file."""
-    port, token = free_port(), secrets.token_urlsafe(24)
-    async with fresh_database("sqlite", options) as url:
-        env = _hub_env(url, token, options)
-        log = options.workdir / "sqlite.log"
-        async with served("sqlite", _serve_argv(port), env, port, token, log, url) as target:
-            yield target
-
-
 async def _pg_admin(admin_url: str, sql: str) -> None:
     """Run one statement on the admin database (a ``postgresql+asyncpg://`` URL is fine)."""
     try:
@@ -301,16 +290,25 @@ async def fresh_database(engine: str, options: TargetOptions) -> AsyncIterator[s
 
 
 @asynccontextmanager
-async def postgres_target(options: TargetOptions) -> AsyncIterator[Target]:
-    """``taskhub serve`` on a fresh, migrated PostgreSQL database, dropped afterwards."""
+async def hub_target(engine: str, options: TargetOptions) -> AsyncIterator[Target]:
+    """``taskhub serve`` on a fresh, migrated database of ``engine`` (``sqlite`` or
+    ``postgres``; a PostgreSQL database is dropped afterwards)."""
     port, token = free_port(), secrets.token_urlsafe(24)
-    async with fresh_database("postgres", options) as url:
+    async with fresh_database(engine, options) as url:
         env = _hub_env(url, token, options)
-        log = options.workdir / "postgres.log"
-        postmaster = await pg_server_pid(options.pg_admin_url)
+        log = options.workdir / f"{engine}.log"
+        postmaster = await pg_server_pid(options.pg_admin_url) if engine == "postgres" else None
         argv = _serve_argv(port)
-        async with served("postgres", argv, env, port, token, log, url, postmaster) as target:
+        async with served(engine, argv, env, port, token, log, url, postmaster) as target:
             yield target
+
+
+def sqlite_target(options: TargetOptions) -> AbstractAsyncContextManager[Target]:
+    return hub_target("sqlite", options)
+
+
+def postgres_target(options: TargetOptions) -> AbstractAsyncContextManager[Target]:
+    return hub_target("postgres", options)
 
 
 @asynccontextmanager
