@@ -42,6 +42,10 @@ metadata = MetaData(
 
 PENDING_ONLY = "status = 'pending'"
 WAITING_ONLY = f"{PENDING_ONLY} AND run_at IS NOT NULL"
+# Claimed or running (the domain's ``ACTIVE_STATUSES``): the tasks whose lease the sweeper
+# watches.
+ACTIVE_VALUES = ("claimed", "running")
+ACTIVE_ONLY = f"status IN ({', '.join(repr(value) for value in ACTIVE_VALUES)})"
 
 
 def _partial(where: str) -> dict[str, Any]:
@@ -137,9 +141,25 @@ class Task(TaskhubModel, table=True):
         ),
         Index("ix_task_room_created", "room_id", "created_at"),
         Index("ix_task_job_room_created", "job_id", "room_id", "created_at"),
-        Index("ix_task_worker_status", "worker_id", "status"),
-        # Idempotent submits: one task per (submitter, job, Idempotency-Key).
-        Index("ix_task_idempotency", "submitted_by", "job_id", "idempotency_key", unique=True),
+        # A worker's tasks (pending ones have none: they stay out of the index).
+        Index(
+            "ix_task_assigned_worker",
+            "worker_id",
+            "status",
+            **_partial("worker_id IS NOT NULL"),
+        ),
+        # Idempotent submits: one task per (submitter, job, Idempotency-Key); only the few
+        # submits that carry a key are indexed.
+        Index(
+            "ix_task_idempotency_keyed",
+            "submitted_by",
+            "job_id",
+            "idempotency_key",
+            unique=True,
+            **_partial("idempotency_key IS NOT NULL"),
+        ),
+        # Leases the sweeper watches; a finished task keeps its last lease, unindexed.
+        Index("ix_task_active_lease", "lease_expires_at", **_partial(ACTIVE_ONLY)),
     )
 
     id: UUID = Field(default_factory=new_id, primary_key=True)
@@ -165,7 +185,7 @@ class Task(TaskhubModel, table=True):
     progress_message: str | None = Field(default=None, sa_type=Text)
     # Claimed/running tasks only: extended by the worker's heartbeat and progress; the
     # sweeper fails a task whose lease ran out (a lost claim reply, a wedged worker).
-    lease_expires_at: datetime | None = Field(default=None, sa_type=UTCDateTime, index=True)
+    lease_expires_at: datetime | None = Field(default=None, sa_type=UTCDateTime)
     idempotency_key: str | None = Field(default=None, sa_type=String(255))
     # Queue semantics: higher priority is claimed first; a task is claimable from
     # ``run_at`` on (NULL: at once); ``attempt`` counts claims up to ``max_attempts``.
@@ -203,6 +223,12 @@ def is_pending() -> ColumnElement[bool]:
     return task_table.c.status == literal_column("'pending'")
 
 
+def is_active() -> ColumnElement[bool]:
+    """``task.status IN ('claimed', 'running')``, spelled as ``ACTIVE_ONLY`` (see
+    ``is_pending``): SQLite uses a partial index only for a query term equal to its own."""
+    return task_table.c.status.in_([literal_column(repr(value)) for value in ACTIVE_VALUES])
+
+
 # The claim queue: only pending rows, per job, higher priority first, FIFO within a
 # priority; ``run_at`` and ``status`` ride along so the index covers what claims and queue
 # positions read (SQLite re-checks ``status`` even though the predicate implies it), and
@@ -233,5 +259,6 @@ Index(
 
 @event.listens_for(metadata, "after_create")
 def _install_queue_count_triggers(target: MetaData, connection: Any, **_: Any) -> None:
-    """``metadata.create_all`` installs the pending-count triggers as migration 0006 does."""
-    queue_counts.install(connection)
+    """``metadata.create_all`` installs the pending-count triggers as the migrations leave
+    them."""
+    queue_counts.install_current(connection)

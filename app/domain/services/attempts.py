@@ -18,11 +18,11 @@ from app.domain.records import TaskRecord
 from app.domain.retries import RetryPolicy
 from app.domain.services.jobs import JobNames
 from app.domain.services.task_rows import queue_position, task_record
-from app.domain.states import ACTIVE_STATUSES, TaskStatus, previous_status
-from app.persistence.models import task_table
+from app.domain.states import TaskStatus, previous_status
+from app.persistence.models import is_active, task_table
 
 task = task_table
-_ACTIVE = task.c.status.in_(sorted(s.value for s in ACTIVE_STATUSES))
+_ACTIVE = is_active()
 
 
 @dataclass(frozen=True, slots=True)

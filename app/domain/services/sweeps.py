@@ -16,9 +16,9 @@ from app.domain.services.internal_tasks import INTERNAL_TIMEOUT
 from app.domain.services.jobs import JobNames
 from app.domain.services.task_rows import task_record
 from app.domain.services.workers import remove_silent_worker
-from app.domain.states import ACTIVE_STATUSES, TERMINAL_STATUSES, TaskStatus, previous_status
+from app.domain.states import TERMINAL_STATUSES, TaskStatus, previous_status
 from app.persistence.database import Database
-from app.persistence.models import job_table, task_table, worker_table
+from app.persistence.models import is_active, job_table, task_table, worker_table
 from app.persistence.types import utcnow
 
 BATCH = 500
@@ -79,7 +79,7 @@ async def fail_stuck_internal_tasks(db: Database, cutoff: datetime) -> EventBatc
             await conn.execute(
                 update(task)
                 .where(
-                    task.c.status.in_([s.value for s in ACTIVE_STATUSES]),
+                    is_active(),
                     task.c.job_id.in_(internal_jobs),
                     func.coalesce(task.c.started_at, task.c.created_at) < cutoff,
                 )

@@ -18,9 +18,9 @@ from app.domain.retries import DEFAULT_RETRY_POLICY, RetryPolicy
 from app.domain.services.attempts import end_abandoned_attempts, ended_attempt_events
 from app.domain.services.jobs import soft_delete_if_orphaned
 from app.domain.services.ownership import owned_worker
-from app.domain.states import ACTIVE_STATUSES, TaskStatus
+from app.domain.states import TaskStatus
 from app.persistence.database import Database
-from app.persistence.models import job_table, link_table, task_table, worker_table
+from app.persistence.models import is_active, job_table, link_table, task_table, worker_table
 from app.persistence.types import new_id, utcnow
 
 worker = worker_table
@@ -94,7 +94,7 @@ _EXTEND_ALL_LEASES = (
     update(task_table)
     .where(
         task_table.c.worker_id == bindparam("b_worker_id"),
-        task_table.c.status.in_([s.value for s in ACTIVE_STATUSES]),
+        is_active(),
     )
     .values(lease_expires_at=bindparam("b_until"))
 )
