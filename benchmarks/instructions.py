@@ -13,6 +13,11 @@ of ``--cycles`` cycles, one of twice as many. The difference of their totals ove
 Python's hash seed is fixed so that both runs hash alike. Under callgrind a run is some 50 times
 slower (importing the app alone takes about 40 s here).
 
+With PostgreSQL each run also reads how much CPU time the database's backends spent on the
+measured cycles (``/proc/<pid>/schedstat``, in nanoseconds; the server must run on this
+machine): ``database_us_per_cycle``, the longer run's figure. That is time, not a count, so
+it moves with the host, but far less than a throughput run: nothing else competes in it.
+
 Run: ``.venv/bin/python -m benchmarks.instructions --engines sqlite,postgres --cycles 200``.
 Without valgrind (``--no-valgrind``) it times the same cycles instead, for a quick check.
 """
@@ -22,6 +27,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import math
 import re
 import shutil
 import subprocess
@@ -30,7 +36,7 @@ import tempfile
 import time
 from collections.abc import Coroutine
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 if __package__ in (None, ""):  # run as a file: make ``benchmarks`` importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -52,6 +58,7 @@ ROOM = "bench"
 WARM_UP_CYCLES = 20
 ENGINES = ("sqlite", "postgres")
 RUN_TIMEOUT_SECONDS = 1800
+Measured = TypeVar("Measured")
 
 
 class CycleError(RuntimeError):
@@ -115,9 +122,54 @@ async def cycle(client: InProcessClient, submit_path: str, claim: dict[str, str]
         await client.call("PATCH", f"{API}/tasks/{reply['task']['id']}", {"status": status})
 
 
-async def run_cycles(database_url: str, cycles: int) -> float:
+def cpu_ns(pid: int) -> int:
+    """Nanoseconds a process has run on a CPU so far (0 once it is gone)."""
+    try:
+        return int(Path(f"/proc/{pid}/schedstat").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+class BackendClock:
+    """CPU time spent by the PostgreSQL backends of one database, other than the one this
+    clock reads through (None elsewhere). Backends that appear between readings count from
+    zero; the hub keeps its pooled connections, so none should end in between."""
+
+    def __init__(self, database_url: str) -> None:
+        self._url = database_url
+        self._conn: Any = None
+
+    async def __aenter__(self) -> BackendClock:
+        if self._url.startswith("postgresql"):
+            import asyncpg
+
+            self._conn = await asyncpg.connect(self._url.replace("+asyncpg", "", 1))
+        return self
+
+    async def __aexit__(self, *_exc: object) -> None:
+        if self._conn is not None:
+            await self._conn.close()
+
+    async def read(self) -> dict[int, int] | None:
+        if self._conn is None:
+            return None
+        pids = await self._conn.fetch(
+            "SELECT pid FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
+        return {row["pid"]: cpu_ns(row["pid"]) for row in pids}
+
+    @staticmethod
+    def seconds_between(before: dict[int, int] | None, after: dict[int, int] | None) -> float:
+        if before is None or after is None:
+            return float("nan")
+        return sum(ns - before.get(pid, 0) for pid, ns in after.items()) / 1e9
+
+
+async def run_cycles(database_url: str, cycles: int) -> tuple[float, float]:
     """Start the app on a migrated database, warm it up, then run ``cycles`` cycles; the
-    seconds those took."""
+    seconds those took and the CPU seconds the PostgreSQL backends spent on them (NaN with
+    SQLite)."""
     from app.domain.services.users import create_user
     from app.main import create_app
     from app.persistence.database import Database
@@ -139,13 +191,17 @@ async def run_cycles(database_url: str, cycles: int) -> float:
         # timing may or may not bring inside the measured cycles, would swamp the count.
         gc.collect()
         gc.freeze()
-        start = time.perf_counter()
-        for _ in range(cycles):
-            await cycle(client, submit_path, claim)
-        return time.perf_counter() - start
+        async with BackendClock(database_url) as clock:
+            backends_before = await clock.read()
+            start = time.perf_counter()
+            for _ in range(cycles):
+                await cycle(client, submit_path, claim)
+            seconds = time.perf_counter() - start
+            database = clock.seconds_between(backends_before, await clock.read())
+        return seconds, database
 
 
-def run_on_servers_loop(work: Coroutine[Any, Any, float]) -> float:
+def run_on_servers_loop(work: Coroutine[Any, Any, Measured]) -> Measured:
     """Run ``work`` on the event loop ``taskhub serve`` uses (uvicorn picks uvloop when it
     is installed, as ``uvicorn[standard]`` does)."""
     try:
@@ -163,9 +219,12 @@ def callgrind_total(path: Path) -> int:
     return int(match.group(1))
 
 
-async def counted_run(database_url: str, cycles: int, workdir: Path, valgrind: bool) -> float:
+async def counted_run(
+    database_url: str, cycles: int, workdir: Path, valgrind: bool
+) -> tuple[float, float]:
     """One fresh process running ``cycles`` cycles: its instruction count under callgrind,
-    else the seconds the cycles took."""
+    else the seconds the cycles took; and the database backends' CPU seconds (NaN with
+    SQLite)."""
     out = workdir / f"callgrind-{cycles}.out"
     argv = [sys.executable, "-m", "benchmarks.instructions", "--run-cycles", str(cycles)]
     argv += ["--database-url", database_url]
@@ -184,17 +243,21 @@ async def counted_run(database_url: str, cycles: int, workdir: Path, valgrind: b
     )
     if done.returncode != 0:
         raise CycleError(f"{' '.join(argv[:4])} … exited {done.returncode}: {done.stderr[-2000:]}")
-    return float(callgrind_total(out)) if valgrind else float(done.stdout.split()[-1])
+    seconds, database = (float(word) for word in done.stdout.split()[-2:])
+    return (float(callgrind_total(out)) if valgrind else seconds), database
 
 
 async def measure(engine: str, cycles: int, options: TargetOptions, valgrind: bool) -> dict:
     """The engine's per-cycle figure from a run of ``cycles`` and one of twice as many."""
-    totals = []
+    totals, database = [], float("nan")
     for count in (cycles, 2 * cycles):
         async with fresh_database(engine, options) as url:
             log(f"[{engine}] {count} cycles{' under callgrind' if valgrind else ''} ...")
-            totals.append(await counted_run(url, count, options.workdir, valgrind))
+            total, database = await counted_run(url, count, options.workdir, valgrind)
+            totals.append(total)
     result: dict[str, Any] = {"scenario": "instructions", "engine": engine, "cycles": cycles}
+    if not math.isnan(database):  # the longer run's: warm-up is outside the reading
+        result["database_us_per_cycle"] = round(1e6 * database / (2 * cycles), 1)
     if valgrind:
         result["instructions_per_cycle"] = round((totals[1] - totals[0]) / cycles)
     else:  # each run timed only its own cycles: the longer run is the steadier figure
@@ -209,11 +272,13 @@ def table(results: Results) -> str:
             r["cycles"],
             r.get("instructions_per_cycle", "n/a"),
             r.get("ms_per_cycle", "n/a"),
+            r.get("database_us_per_cycle", "n/a"),
             r.get("error") or "",
         ]
         for r in results
     ]
-    headers = ["engine", "cycles", "instructions per cycle", "ms per cycle", "error"]
+    headers = ["engine", "cycles", "instructions per cycle", "ms per cycle"]
+    headers += ["database µs per cycle", "error"]
     return markdown_table(headers, rows)
 
 
@@ -234,8 +299,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    if args.run_cycles is not None:  # inside the measured process: print the seconds taken
-        print(run_on_servers_loop(run_cycles(args.database_url, args.run_cycles)))
+    if args.run_cycles is not None:  # inside the measured process: print what it measured
+        print(*run_on_servers_loop(run_cycles(args.database_url, args.run_cycles)))
         return 0
     valgrind = not args.no_valgrind
     if valgrind and shutil.which("valgrind") is None:
