@@ -16,7 +16,11 @@ slower (importing the app alone takes about 40 s here).
 With PostgreSQL each run also reads how much CPU time the database's backends spent on the
 measured cycles (``/proc/<pid>/schedstat``, in nanoseconds; the server must run on this
 machine): ``database_us_per_cycle``, the longer run's figure. That is time, not a count, so
-it moves with the host, but far less than a throughput run: nothing else competes in it.
+it moves with the host (±15 % between runs here), though less than a throughput run.
+``--count-postgres`` counts the database's side instead: a private PostgreSQL server runs
+under callgrind (``benchmarks/callgrind_postgres.py``), and the instructions of the backends
+that served each run give ``database_instructions_per_cycle`` by the same difference of two
+runs (within ±1.5 % between runs here; its background processes are not counted).
 
 Run: ``.venv/bin/python -m benchmarks.instructions --engines sqlite,postgres --cycles 200``.
 Without valgrind (``--no-valgrind``) it times the same cycles instead, for a quick check.
@@ -28,13 +32,14 @@ import argparse
 import asyncio
 import gc
 import math
-import re
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Coroutine
+from contextlib import AsyncExitStack
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -43,6 +48,12 @@ if __package__ in (None, ""):  # run as a file: make ``benchmarks`` importable
 
 import orjson
 
+from benchmarks.callgrind_postgres import (
+    CountedServer,
+    backends_total,
+    callgrind_postgres,
+    callgrind_total,
+)
 from benchmarks.report import Results, csv_choices, emit, log, markdown_table, run_main
 from benchmarks.targets import (
     DEFAULT_PG_ADMIN_URL,
@@ -166,10 +177,10 @@ class BackendClock:
         return sum(ns - before.get(pid, 0) for pid, ns in after.items()) / 1e9
 
 
-async def run_cycles(database_url: str, cycles: int) -> tuple[float, float]:
+async def run_cycles(database_url: str, cycles: int) -> tuple[float, float, list[int]]:
     """Start the app on a migrated database, warm it up, then run ``cycles`` cycles; the
-    seconds those took and the CPU seconds the PostgreSQL backends spent on them (NaN with
-    SQLite)."""
+    seconds those took, the CPU seconds the PostgreSQL backends spent on them (NaN with
+    SQLite) and those backends' process ids."""
     from app.domain.services.users import create_user
     from app.main import create_app
     from app.persistence.database import Database
@@ -197,8 +208,9 @@ async def run_cycles(database_url: str, cycles: int) -> tuple[float, float]:
             for _ in range(cycles):
                 await cycle(client, submit_path, claim)
             seconds = time.perf_counter() - start
-            database = clock.seconds_between(backends_before, await clock.read())
-        return seconds, database
+            backends_after = await clock.read()
+            database = clock.seconds_between(backends_before, backends_after)
+        return seconds, database, sorted(backends_after or {})
 
 
 def run_on_servers_loop(work: Coroutine[Any, Any, Measured]) -> Measured:
@@ -211,20 +223,16 @@ def run_on_servers_loop(work: Coroutine[Any, Any, Measured]) -> Measured:
     return uvloop.run(work)
 
 
-def callgrind_total(path: Path) -> int:
-    """The total instruction count a callgrind output file reports."""
-    match = re.search(r"^(?:summary|totals):\s*(\d+)", path.read_text(), re.MULTILINE)
-    if match is None:
-        raise CycleError(f"no instruction total in {path}")
-    return int(match.group(1))
+@dataclass(frozen=True)
+class RunFigures:
+    hub: float  # instructions under callgrind, else seconds
+    database_seconds: float  # NaN with SQLite
+    backends: list[int]  # the PostgreSQL backends that served the run
 
 
-async def counted_run(
-    database_url: str, cycles: int, workdir: Path, valgrind: bool
-) -> tuple[float, float]:
+async def counted_run(database_url: str, cycles: int, workdir: Path, valgrind: bool) -> RunFigures:
     """One fresh process running ``cycles`` cycles: its instruction count under callgrind,
-    else the seconds the cycles took; and the database backends' CPU seconds (NaN with
-    SQLite)."""
+    else the seconds the cycles took; and what it read of the database's backends."""
     out = workdir / f"callgrind-{cycles}.out"
     argv = [sys.executable, "-m", "benchmarks.instructions", "--run-cycles", str(cycles)]
     argv += ["--database-url", database_url]
@@ -243,21 +251,41 @@ async def counted_run(
     )
     if done.returncode != 0:
         raise CycleError(f"{' '.join(argv[:4])} … exited {done.returncode}: {done.stderr[-2000:]}")
-    seconds, database = (float(word) for word in done.stdout.split()[-2:])
-    return (float(callgrind_total(out)) if valgrind else seconds), database
+    seconds, database, backends = done.stdout.split()[-3:]
+    hub = float(callgrind_total(out)) if valgrind else float(seconds)
+    pids = [int(pid) for pid in backends.split(",") if pid]
+    return RunFigures(hub, float(database), pids)
 
 
-async def measure(engine: str, cycles: int, options: TargetOptions, valgrind: bool) -> dict:
-    """The engine's per-cycle figure from a run of ``cycles`` and one of twice as many."""
-    totals, database = [], float("nan")
+async def measure(
+    engine: str,
+    cycles: int,
+    options: TargetOptions,
+    valgrind: bool,
+    counted: CountedServer | None = None,
+) -> dict:
+    """The engine's per-cycle figure from a run of ``cycles`` and one of twice as many;
+    with ``counted`` (PostgreSQL under callgrind), also the database's instructions."""
+    if engine == "postgres" and counted is not None:
+        options = replace(options, pg_admin_url=counted.admin_url)
+    else:
+        counted = None
+    totals, database_totals, figures = [], [], None
     for count in (cycles, 2 * cycles):
         async with fresh_database(engine, options) as url:
             log(f"[{engine}] {count} cycles{' under callgrind' if valgrind else ''} ...")
-            total, database = await counted_run(url, count, options.workdir, valgrind)
-            totals.append(total)
+            figures = await counted_run(url, count, options.workdir, valgrind)
+            totals.append(figures.hub)
+        if counted is not None:  # the database is gone, so are its backends: all counted
+            database_totals.append(await backends_total(counted.out_dir, figures.backends))
     result: dict[str, Any] = {"scenario": "instructions", "engine": engine, "cycles": cycles}
-    if not math.isnan(database):  # the longer run's: warm-up is outside the reading
-        result["database_us_per_cycle"] = round(1e6 * database / (2 * cycles), 1)
+    if figures is not None and counted is None and not math.isnan(figures.database_seconds):
+        # the longer run's: warm-up is outside the reading
+        result["database_us_per_cycle"] = round(1e6 * figures.database_seconds / (2 * cycles), 1)
+    if database_totals:
+        per_cycle = (database_totals[1] - database_totals[0]) / cycles
+        result["database_instructions_per_cycle"] = round(per_cycle)
+        result["database_totals"] = database_totals
     if valgrind:
         result["instructions_per_cycle"] = round((totals[1] - totals[0]) / cycles)
     else:  # each run timed only its own cycles: the longer run is the steadier figure
@@ -273,12 +301,13 @@ def table(results: Results) -> str:
             r.get("instructions_per_cycle", "n/a"),
             r.get("ms_per_cycle", "n/a"),
             r.get("database_us_per_cycle", "n/a"),
+            r.get("database_instructions_per_cycle", "n/a"),
             r.get("error") or "",
         ]
         for r in results
     ]
     headers = ["engine", "cycles", "instructions per cycle", "ms per cycle"]
-    headers += ["database µs per cycle", "error"]
+    headers += ["database µs per cycle", "database instructions per cycle", "error"]
     return markdown_table(headers, rows)
 
 
@@ -292,6 +321,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--cycles", type=int, default=200, help="cycles of the shorter run")
     parser.add_argument("--no-valgrind", action="store_true", help="time the cycles instead")
     parser.add_argument("--pg-admin-url", default=DEFAULT_PG_ADMIN_URL)
+    parser.add_argument(
+        "--count-postgres",
+        action="store_true",
+        help="run PostgreSQL privately under callgrind and count its backends' instructions "
+        "too (instead of using --pg-admin-url)",
+    )
     parser.add_argument("--run-cycles", type=int, help=argparse.SUPPRESS)  # the inner run
     parser.add_argument("--database-url", help=argparse.SUPPRESS)
     return parser.parse_args(argv)
@@ -300,24 +335,36 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.run_cycles is not None:  # inside the measured process: print what it measured
-        print(*run_on_servers_loop(run_cycles(args.database_url, args.run_cycles)))
+        seconds, database, pids = run_on_servers_loop(
+            run_cycles(args.database_url, args.run_cycles)
+        )
+        print(seconds, database, ",".join(map(str, pids)) or ",")
         return 0
     valgrind = not args.no_valgrind
-    if valgrind and shutil.which("valgrind") is None:
+    if (valgrind or args.count_postgres) and shutil.which("valgrind") is None:
         log("valgrind is not installed (Debian: apt-get install valgrind); or use --no-valgrind")
         return 2
 
     async def work(results: Results) -> None:
         with tempfile.TemporaryDirectory(prefix="taskhub-instructions-") as tmp:
             options = TargetOptions(Path(tmp), "warning", False, args.pg_admin_url)
-            for engine in args.engines:
-                try:
-                    results.append(emit(await measure(engine, args.cycles, options, valgrind)))
-                except (CycleError, TargetError, OSError, subprocess.SubprocessError) as exc:
-                    failure = {"scenario": "instructions", "engine": engine, "cycles": args.cycles}
-                    results.append(emit(failure | {"error": f"{type(exc).__name__}: {exc}"}))
+            async with AsyncExitStack() as stack:
+                counted = None
+                if args.count_postgres and "postgres" in args.engines:
+                    counted = await stack.enter_async_context(callgrind_postgres())
+                for engine in args.engines:
+                    await measure_into(results, engine, args.cycles, options, valgrind, counted)
 
     return run_main(work, table)
+
+
+async def measure_into(results: Results, engine: str, cycles: int, *args: Any) -> None:
+    """``measure`` one engine and emit its line, or a line with the error."""
+    try:
+        results.append(emit(await measure(engine, cycles, *args)))
+    except (CycleError, TargetError, OSError, subprocess.SubprocessError) as exc:
+        failure = {"scenario": "instructions", "engine": engine, "cycles": cycles}
+        results.append(emit(failure | {"error": f"{type(exc).__name__}: {exc}"}))
 
 
 if __name__ == "__main__":
