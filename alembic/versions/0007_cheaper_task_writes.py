@@ -65,9 +65,11 @@ def _replace(pairs: list[tuple[TaskIndex, TaskIndex]]) -> None:
     postgres = op.get_bind().dialect.name == "postgresql"
     concurrently: dict[str, Any] = {"postgresql_concurrently": True} if postgres else {}
     for old, new in pairs:
-        where = {} if new.where is None else {"sqlite_where": sa.text(new.where)}
-        if new.where is not None:
-            where["postgresql_where"] = sa.text(new.where)
+        where = (
+            {}
+            if new.where is None
+            else {f"{dialect}_where": sa.text(new.where) for dialect in ("sqlite", "postgresql")}
+        )
         op.create_index(new.name, "task", new.columns, unique=new.unique, **where, **concurrently)
         op.drop_index(old.name, table_name="task", **concurrently)
 
