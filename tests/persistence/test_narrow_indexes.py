@@ -13,8 +13,9 @@ from sqlalchemy.sql import Executable
 from app.domain.services.sweeps import end_expired_leases
 from app.domain.services.tasks import _IDEMPOTENT_REPLAY
 from app.domain.services.workers import _EXTEND_ALL_LEASES
+from app.domain.states import ACTIVE_STATUSES
 from app.persistence.database import Database
-from app.persistence.models import task_table, user_table, worker_table
+from app.persistence.models import ACTIVE_VALUES, task_table, user_table, worker_table
 from app.persistence.prepared import Compiled
 from app.persistence.types import new_id, utcnow
 from tests.support.rows import add_job
@@ -86,6 +87,10 @@ async def explain_statement(db: Database, statement: Executable, params: dict) -
 def reads_only(plan: str, index: str) -> None:
     assert index in plan, plan
     assert "Seq Scan on task" not in plan and "SCAN task" not in plan, plan
+
+
+def test_the_lease_index_holds_the_domains_active_statuses() -> None:
+    assert set(ACTIVE_VALUES) == {status.value for status in ACTIVE_STATUSES}
 
 
 async def test_the_lease_sweep_reads_only_active_tasks_leases(db: Database) -> None:
