@@ -20,12 +20,13 @@ from app.persistence.prepared import Compiled
 from app.persistence.types import new_id, utcnow
 from tests.support.rows import add_job
 
-FINISHED_PER_JOB = 2000
+FINISHED = 4000
 
 
 async def seed(db: Database) -> dict[str, Any]:
-    """Two jobs' worth of completed tasks (worker, last lease, no idempotency key) and a
-    few live ones: a claimed and a running task with keys, a pending one."""
+    """Completed tasks of one job (each with a worker and its last lease, none with an
+    idempotency key) and a few live ones: a claimed and a running task with keys (their
+    leases just ran out), a pending one."""
     now = utcnow()
     user, worker = new_id(), new_id()
     async with db.write() as conn:
@@ -46,7 +47,7 @@ async def seed(db: Database) -> dict[str, Any]:
             "submitted_by": user,
             "lease_expires_at": now - timedelta(minutes=50),
         }
-        for n in range(2 * FINISHED_PER_JOB)
+        for n in range(FINISHED)
     ]
     live = [
         common
