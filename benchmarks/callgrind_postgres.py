@@ -51,20 +51,19 @@ async def backends_total(out_dir: Path, pids: Iterable[int]) -> int:
     total = 0
     async with asyncio.timeout(DUMP_TIMEOUT_SECONDS):
         for pid in pids:
-            path = out_dir / f"pg.{pid}"
             # Written by another process: there is nothing to await but the file itself.
-            while not _complete(path):  # noqa: ASYNC110
+            while (count := _written_total(out_dir / f"pg.{pid}")) is None:  # noqa: ASYNC110
                 await asyncio.sleep(0.2)
-            total += callgrind_total(path)
+            total += count
     return total
 
 
-def _complete(path: Path) -> bool:
-    """Whether callgrind has finished writing ``path`` (its totals come last)."""
+def _written_total(path: Path) -> int | None:
+    """The file's total once callgrind has finished writing it (the total comes last)."""
     try:
-        return re.search(r"^(?:summary|totals):", path.read_text(), re.MULTILINE) is not None
-    except OSError:
-        return False
+        return callgrind_total(path)
+    except (OSError, TargetError):
+        return None
 
 
 def _bindir() -> Path:
