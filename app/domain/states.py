@@ -54,6 +54,22 @@ def predecessors(target: TaskStatus) -> frozenset[TaskStatus]:
     return _PREDECESSORS[target]
 
 
+def patch_predecessors(target: TaskStatus) -> frozenset[TaskStatus]:
+    """The statuses from which a PATCH may move a task to ``target``: the matrix's, except
+    that only a claim enters ``claimed`` (it gives the task a worker, a claim token and an
+    attempt)."""
+    return frozenset() if target == TaskStatus.CLAIMED else _PREDECESSORS[target]
+
+
+def check_patch_transition(current: TaskStatus, target: TaskStatus) -> None:
+    """``check_transition`` for a PATCH, which may not move a task to ``claimed``."""
+    if target == TaskStatus.CLAIMED:
+        raise InvalidTaskTransition(
+            "Only a claim (POST /tasks/claim) moves a task to 'claimed', not a PATCH."
+        )
+    check_transition(current, target)
+
+
 _PREDECESSORS = {
     target: frozenset(s for s, targets in TRANSITIONS.items() if target in targets)
     for target in TaskStatus

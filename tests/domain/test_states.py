@@ -5,7 +5,14 @@ import itertools
 import pytest
 
 from app.domain.errors import InvalidTaskTransition
-from app.domain.states import TERMINAL_STATUSES, TaskStatus, check_transition, predecessors
+from app.domain.states import (
+    TERMINAL_STATUSES,
+    TaskStatus,
+    check_patch_transition,
+    check_transition,
+    patch_predecessors,
+    predecessors,
+)
 
 S = TaskStatus
 ALLOWED = {
@@ -36,3 +43,14 @@ def test_terminal_states():
 @pytest.mark.parametrize("target", list(S))
 def test_predecessors_are_the_matrix_read_backwards(target):
     assert predecessors(target) == {current for current, t in ALLOWED if t == target}
+
+
+@pytest.mark.parametrize(("current", "target"), list(itertools.product(S, S)))
+def test_a_patch_walks_the_matrix_except_into_claimed(current, target):
+    if (current, target) in ALLOWED and target != S.CLAIMED:
+        check_patch_transition(current, target)
+        assert current in patch_predecessors(target)
+    else:
+        with pytest.raises(InvalidTaskTransition):
+            check_patch_transition(current, target)
+        assert current not in patch_predecessors(target)

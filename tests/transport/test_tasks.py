@@ -151,6 +151,7 @@ async def test_failure_stores_the_error(alice, job):
         ([], "running"),
         ([], "completed"),
         ([], "pending"),
+        ([], "claimed"),  # only a claim does that: it gives the task a worker and a token
         (["claimed"], "claimed"),
         (["claimed"], "completed"),
         (["claimed", "running"], "running"),
@@ -195,8 +196,11 @@ async def test_stale_claim_token_is_rejected_and_changes_nothing(alice, job):
 
 async def test_only_the_workers_owner_may_drive_its_task(alice, bob, admin, job):
     task = await alice.submit(JOB)
-    await alice.claim(job["worker_id"])
+    claimed = await alice.claim(job["worker_id"])
     assert_problem(await bob.transition(task["id"], "running"), 403, "forbidden")
+    # Knowing the claim token does not make bob the worker's owner.
+    with_token = await bob.transition(task["id"], "running", claim_token=claimed["claim_token"])
+    assert_problem(with_token, 403, "forbidden")
     assert (await alice.task(task["id"]))["status"] == "claimed"
     assert (await admin.transition(task["id"], "running")).status_code == 200
 
@@ -239,6 +243,14 @@ async def test_pending_tasks_keep_an_orphaned_job_alive_until_they_end(alice, jo
     assert len(await alice.room_jobs()) == 1
     await alice.transition(task["id"], "cancelled")
     assert await alice.room_jobs() == []
+
+
+async def test_a_job_is_orphaned_by_its_own_links_not_by_other_jobs(alice, job):
+    other = await alice.register(name="Other")  # another job, with a worker of its own
+    task = await alice.submit(JOB)
+    await alice.delete(f"/workers/{job['worker_id']}")
+    await alice.transition(task["id"], "cancelled")
+    assert [j["full_name"] for j in await alice.room_jobs()] == [other["full_name"]]
 
 
 async def test_reregistering_revives_a_soft_deleted_job_with_the_new_schema(alice, job):

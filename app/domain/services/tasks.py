@@ -8,7 +8,7 @@ from datetime import datetime, timedelta
 from typing import Any, Protocol
 from uuid import UUID, uuid4
 
-from sqlalchemy import bindparam, exists, false, func, or_, select, update
+from sqlalchemy import bindparam, exists, false, func, literal_column, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.domain.errors import (
@@ -51,9 +51,9 @@ from app.domain.services.task_rows import (
 )
 from app.domain.states import (
     TaskStatus,
-    check_transition,
+    check_patch_transition,
     is_terminal,
-    predecessors,
+    patch_predecessors,
     previous_status,
 )
 from app.persistence.database import Database
@@ -395,11 +395,11 @@ def _update_statement(
     """``UPDATE task SET <columns> WHERE id AND <may write target> RETURNING *``, built once
     per shape. Parameters: ``b_task_id``, ``b_claim_token``, ``b_user_id``, ``b_attempt``,
     ``v_<column>``."""
-    allowed = predecessors(target) if target is not None else {TaskStatus.RUNNING}
+    allowed = patch_predecessors(target) if target is not None else {TaskStatus.RUNNING}
     guard: list[Any] = [
         task.c.id == bindparam("b_task_id"),
         # OR of equalities, not IN (…): an IN list is re-expanded on every execution.
-        # false() keeps a target without predecessors (pending) from matching anything.
+        # false() keeps a target without predecessors (pending, claimed) from matching.
         or_(false(), *(task.c.status == s.value for s in sorted(allowed))),
     ]
     if with_token:
@@ -418,7 +418,10 @@ def _update_statement(
     values = {column: bindparam(f"v_{column}") for column in columns}
     # Whether a worker still serves the job: a served job is no orphan, so a terminal
     # transition needs no soft-delete statement after this one.
-    served = exists().where(link_table.c.job_id == task.c.job_id).label("job_served")
+    # The task's column spelled out with its table: SQLite's RETURNING leaves column names
+    # unqualified, and a bare ``job_id`` would be the link's own (always true).
+    task_job = literal_column(f"{task.name}.{task.c.job_id.name}")
+    served = exists().where(link_table.c.job_id == task_job).label("job_served")
     return hot(update(task).where(*guard).values(values).returning(*task.c, served))
 
 
@@ -461,10 +464,12 @@ async def _explain_refusal(
         # after its worker was removed (its late write then gets 409, not 403).
         if claim_token != row.claim_token:
             raise StaleClaim(f"Claim token is no longer current for task {task_id}.")
+        if row.worker_owner is not None:  # its worker is still there: is it the caller's?
+            _authorise_update(principal, row, target)
     else:
         _authorise_update(principal, row, target)
     if target is not None:
-        check_transition(TaskStatus(row.status), target)
+        check_patch_transition(TaskStatus(row.status), target)
     elif row.status != TaskStatus.RUNNING.value:
         raise InvalidTaskTransition(f"Progress is reported only while running, not {row.status}.")
 
