@@ -53,6 +53,23 @@ async def test_oversized_body_is_refused(alice, settings):
     assert_problem(response, 413, "payload-too-large")
 
 
+@pytest.mark.parametrize(("method", "path"), ENDPOINTS)
+async def test_every_endpoint_refuses_a_body_declared_too_large(alice, settings, method, path):
+    """Also those that read no body (e.g. ``POST /workers``): the limit is the hub's."""
+    oversized = b"x" * (settings.max_body_bytes + 1)
+    response = await alice.request(method, path, content=oversized)
+    assert_problem(response, 413, "payload-too-large")
+
+
+async def test_a_streamed_body_is_cut_off_at_the_limit(alice, settings):
+    async def chunks():  # no Content-Length: the hub counts as it reads
+        for _ in range(settings.max_body_bytes // 1000 + 2):
+            yield b" " * 1000
+
+    response = await alice.post("/rooms/r/tasks/r:modifiers:X", content=chunks())
+    assert_problem(response, 413, "payload-too-large")
+
+
 @pytest.mark.parametrize("body", [b"{not json", b"[]", b'"text"', b""])
 async def test_malformed_body_is_422(alice, body):
     response = await alice.put("/rooms/r/jobs", content=body)

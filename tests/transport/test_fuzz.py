@@ -14,6 +14,7 @@ from sqlalchemy import select
 
 from app.main import API_PREFIX, ENDPOINTS
 from app.persistence.models import Job, Task, Worker, WorkerJobLink
+from app.transport.http.api import MAX_JSON_DEPTH
 from app.transport.http.openapi import build_openapi
 from tests.support.api import ApiClient
 
@@ -236,3 +237,58 @@ async def test_nul_in_a_task_update_is_a_422(alice: ApiClient, known: dict[str, 
     )
     assert response.status_code == 422, response.text
     assert_problem(response)
+
+
+def nested(levels: int) -> Any:
+    """``levels`` objects, each inside the one before."""
+    value: Any = 1
+    for _ in range(levels):
+        value = {"a": value}
+    return value
+
+
+# The body object is the first level: a payload, schema or result adds its own below it.
+TOO_DEEP = nested(MAX_JSON_DEPTH)
+DEEP_CASES = [
+    ("POST", f"/rooms/{ROOM}/tasks/{JOB}", {"payload": TOO_DEEP}),
+    ("POST", f"/rooms/{ROOM}/tasks/{JOB}", {"payload": {"list": [[[TOO_DEEP]]]}}),
+    ("PUT", f"/rooms/{ROOM}/jobs", {"category": "modifiers", "name": "x", "schema": TOO_DEEP}),
+]
+
+
+@pytest.mark.parametrize(("method", "path", "body"), DEEP_CASES)
+async def test_json_nested_too_deep_is_a_422(
+    app: Any, alice: ApiClient, known: dict[str, str], method: str, path: str, body: Any
+) -> None:
+    """Found by an audit: a payload 256 levels deep was stored, then every answer that
+    carried it (the submit's own, lists, the claim) was a 500."""
+    before = await snapshot(app)
+    response = await alice.request(method, path, json=body)
+    assert response.status_code == 422, response.text
+    assert_problem(response)
+    assert await snapshot(app) == before
+
+
+async def test_a_result_nested_too_deep_is_a_422(alice: ApiClient, known: dict[str, str]) -> None:
+    claimed = await alice.claim(known["worker_id"])
+    await alice.transition(claimed["id"], "running")
+    response = await alice.patch(
+        f"/tasks/{claimed['id']}", json={"status": "completed", "result": TOO_DEEP}
+    )
+    assert response.status_code == 422, response.text
+    assert (await alice.task(claimed["id"]))["status"] == "running"
+
+
+async def test_json_as_deep_as_allowed_goes_everywhere(
+    alice: ApiClient, known: dict[str, str]
+) -> None:
+    deepest = nested(MAX_JSON_DEPTH - 1)
+    response = await alice.post(f"/rooms/{ROOM}/tasks/{JOB}", json={"payload": deepest})
+    assert response.status_code == 202, response.text
+    listed = (await alice.get(f"/rooms/{ROOM}/tasks")).json()["items"]
+    assert deepest in [task["payload"] for task in listed]
+    while (claimed := await alice.claim(known["worker_id"]))["payload"] != deepest:
+        await alice.transition(claimed["id"], "cancelled")
+    await alice.transition(claimed["id"], "running")
+    done = await alice.transition(claimed["id"], "completed", result=deepest)
+    assert done.status_code == 200 and done.json()["result"] == deepest

@@ -69,6 +69,14 @@ async def test_wait_is_capped_by_the_setting(alice, job):
     assert response.headers["preference-applied"] == "wait=3"
 
 
+@pytest.mark.parametrize("asked", ["9" * 5000, "0" * 5000 + "2"])
+async def test_a_wait_of_any_length_is_read_against_the_cap(alice, job, asked):
+    task = await alice.submit(JOB)
+    response = await alice.get(f"/tasks/{task['id']}", headers={"Prefer": f"wait={asked}"})
+    assert response.status_code == 200
+    assert response.headers["preference-applied"] == ("wait=3" if asked[0] == "9" else "wait=2")
+
+
 async def test_without_prefer_there_is_no_wait(alice, job):
     task = await alice.submit(JOB)
     response = await alice.get(f"/tasks/{task['id']}", headers={"Prefer": "handling=lenient"})

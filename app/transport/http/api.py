@@ -20,6 +20,9 @@ from app.transport.credentials import bearer_token
 
 M = TypeVar("M", bound=BaseModel)
 JSON_MEDIA_TYPE = "application/json"
+# Deeper JSON is refused: what is stored is sent back in answers and events, and encoders
+# (pydantic's among them) give up on deep nesting; no real payload comes near this.
+MAX_JSON_DEPTH = 64
 
 
 def json_response(
@@ -59,6 +62,24 @@ def _has_nul(value: Any) -> bool:
             stack.extend(item.values())
         elif isinstance(item, list):
             stack.extend(item)
+    return False
+
+
+def _nested_deeper_than(value: Any, limit: int) -> bool:
+    """Whether a decoded JSON value has objects or arrays nested more than ``limit`` deep
+    (the value itself at depth 1)."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children: Any = item.values()
+        elif isinstance(item, list):
+            children = item
+        else:
+            continue
+        if depth > limit:
+            return True
+        stack.extend((child, depth + 1) for child in children)
     return False
 
 
@@ -128,15 +149,21 @@ class ApiRequest:
                 "Request body must not contain NUL characters.",
                 errors=[{"loc": ["body"], "msg": "NUL characters (\\u0000) are not allowed"}],
             )
+        if raw.count(b"{") + raw.count(b"[") > MAX_JSON_DEPTH and _nested_deeper_than(
+            data, MAX_JSON_DEPTH
+        ):
+            raise ValidationFailed(
+                f"Request body must not nest objects and arrays more than {MAX_JSON_DEPTH} deep.",
+                errors=[{"loc": ["body"], "msg": f"nested deeper than {MAX_JSON_DEPTH} levels"}],
+            )
         try:
             return model.model_validate(data)
         except ValidationError as exc:
             raise ValidationFailed("Invalid request body.", errors=_errors(exc, "body")) from None
 
     async def _read_limited(self, limit: int) -> bytes:
-        declared = self.request.headers.get("content-length")
-        if declared is not None and declared.isdigit() and int(declared) > limit:
-            raise PayloadTooLarge(f"Request bodies are limited to {limit} bytes.")
+        """The body, counted as it arrives (a declared oversize is refused before the
+        handler runs: ``call_authenticated``)."""
         chunks: list[bytes] = []
         size = 0
         async for chunk in self.request.stream():
@@ -145,6 +172,21 @@ class ApiRequest:
                 raise PayloadTooLarge(f"Request bodies are limited to {limit} bytes.")
             chunks.append(chunk)
         return b"".join(chunks)
+
+
+def refuse_declared_oversize(request: Request, limit: int) -> None:
+    """413 for a body declared (``Content-Length``) larger than ``limit``, whether or not
+    the endpoint reads its body."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and capped_int(declared, limit + 1) > limit:
+        raise PayloadTooLarge(f"Request bodies are limited to {limit} bytes.")
+
+
+def capped_int(digits: str, cap: int) -> int:
+    """A string of decimal digits as a number, at most ``cap`` (a string too long to be
+    under the cap is not read as a number: Python refuses to convert very long ones)."""
+    digits = digits.lstrip("0")
+    return cap if len(digits) > len(str(cap)) else min(int(digits or "0"), cap)
 
 
 Handler = Callable[[ApiRequest], Awaitable[Response]]
@@ -199,6 +241,7 @@ class Api:
 async def call_authenticated(handler: Handler, request: Request, hub: Hub) -> Response:
     """Authenticate the caller, then call the handler."""
     principal = await authenticate(request, hub)
+    refuse_declared_oversize(request, hub.settings.max_body_bytes)
     return await handler(ApiRequest(request, hub, principal))
 
 

@@ -15,7 +15,7 @@ from app.domain.services import tasks as service
 from app.domain.states import is_terminal
 from app.observability import metrics
 from app.persistence.types import utcnow
-from app.transport.http.api import Api, ApiRequest, json_response
+from app.transport.http.api import Api, ApiRequest, capped_int, json_response
 from app.transport.http.schemas import (
     ClaimedTaskOut,
     PageOut,
@@ -150,7 +150,7 @@ def _requested_wait(prefer: str | None, cap: int) -> int:
     match = _PREFER_WAIT.search(prefer)
     if match is None:
         return 0
-    return min(int(match.group(1)), cap)
+    return capped_int(match.group(1), cap)
 
 
 @api.route(
