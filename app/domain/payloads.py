@@ -1,19 +1,35 @@
 """Payloads are validated against their job's JSON Schema (draft 2020-12) at submit, and a
-job's schema must itself be a valid JSON Schema at registration."""
+job's schema must itself be a valid JSON Schema at registration, whose references
+(``$ref``, ``$dynamicRef``) all resolve within it: nothing is ever fetched from elsewhere."""
 
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Any
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
 
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
+from jsonschema_specifications import REGISTRY as METASCHEMAS
+from referencing import Registry
+from referencing.exceptions import Unresolvable
+from referencing.jsonschema import DRAFT202012
 
 from app.domain.errors import ValidationFailed
+
+if TYPE_CHECKING:
+    from referencing._core import Resolver  # not exported by the package itself
 
 _MAX_ERRORS = 20
 _CACHE_SIZE = 1024
 _validators: OrderedDict[Any, Draft202012Validator] = OrderedDict()
+# No retrieval: a reference to anything but the schema itself or the JSON Schema
+# metaschemas does not resolve (the library's default would fetch URLs, blocking the hub,
+# from wherever a schema points).
+_WITHIN_THE_SCHEMA: Registry[Any] = METASCHEMAS
+_REFERENCES = ("$ref", "$dynamicRef")
+# Keywords whose values are instances, not schemas: a "$ref" in there is data.
+_INSTANCE_KEYWORDS = frozenset({"const", "enum", "examples", "default"})
 
 
 def check_schema(schema: dict[str, Any]) -> None:
@@ -24,6 +40,41 @@ def check_schema(schema: dict[str, Any]) -> None:
             "The job's schema is not a valid JSON Schema.",
             errors=[{"loc": ["body", "schema", *exc.absolute_path], "msg": exc.message}],
         ) from None
+    root = DRAFT202012.create_resource(schema)
+    base = root.id() or ""
+    registry = _WITHIN_THE_SCHEMA.with_resource(base, root).crawl()
+    unresolved = list(_unresolved_references(schema, registry.resolver(base), []))
+    if unresolved:
+        raise ValidationFailed(
+            "The job's schema refers to something outside itself or to nothing; only "
+            "references within the schema (or to the JSON Schema metaschemas) are allowed.",
+            errors=[
+                {"loc": ["body", "schema", *path], "msg": f"cannot resolve {ref!r}"}
+                for path, ref in unresolved[:_MAX_ERRORS]
+            ],
+        )
+
+
+def _unresolved_references(
+    node: Any, resolver: Resolver[Any], path: list[str | int]
+) -> Iterator[tuple[list[str | int], str]]:
+    """``(path, reference)`` for each reference in ``node`` (a schema or a list of them)
+    that does not resolve within the registry, relative to the enclosing ``$id``."""
+    if isinstance(node, list):
+        for index, item in enumerate(node):
+            yield from _unresolved_references(item, resolver, [*path, index])
+        return
+    if not isinstance(node, dict):
+        return
+    resolver = resolver.in_subresource(DRAFT202012.create_resource(node))
+    for key, value in node.items():
+        if key in _REFERENCES and isinstance(value, str):
+            try:
+                resolver.lookup(value)
+            except Unresolvable:
+                yield [*path, key], value
+        elif key not in _INSTANCE_KEYWORDS:
+            yield from _unresolved_references(value, resolver, [*path, key])
 
 
 def validate_payload(version: Any, schema: dict[str, Any], payload: dict[str, Any]) -> None:
@@ -31,11 +82,18 @@ def validate_payload(version: Any, schema: dict[str, Any], payload: dict[str, An
     (e.g. ``(job_id, updated_at)``) so its compiled validator is reused."""
     validator = _validators.get(version)
     if validator is None:
-        validator = Draft202012Validator(schema)
+        validator = Draft202012Validator(schema, registry=_WITHIN_THE_SCHEMA)
         _validators[version] = validator
         if len(_validators) > _CACHE_SIZE:
             _validators.popitem(last=False)
-    errors = sorted(validator.iter_errors(payload), key=lambda e: list(e.absolute_path))
+    try:
+        errors = sorted(validator.iter_errors(payload), key=lambda e: list(e.absolute_path))
+    except Unresolvable as exc:  # a schema registered before references were checked
+        raise ValidationFailed(
+            "The job's schema has a reference that does not resolve within it; the job must "
+            "be registered again with a schema that does.",
+            errors=[{"loc": ["body", "payload"], "msg": f"cannot resolve {exc}"}],
+        ) from None
     if errors:
         raise ValidationFailed(
             "The payload does not match the job's schema.",

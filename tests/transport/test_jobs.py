@@ -1,5 +1,7 @@
 """Job registration and discovery (PUT/GET /rooms/{room}/jobs…)."""
 
+import asyncio
+
 import pytest
 
 from tests.support.api import SCHEMA, assert_problem
@@ -65,9 +67,10 @@ async def test_invalid_room_id(alice, room):
     assert_problem(response, 400, "invalid-room-id")
 
 
-async def test_invalid_category(alice):
+@pytest.mark.parametrize("category", ["nope", "c" * 65, ""])
+async def test_invalid_category(alice, category):
     response = await alice.put(
-        "/rooms/room1/jobs", json={"category": "nope", "name": "X", "schema": {}}
+        "/rooms/room1/jobs", json={"category": category, "name": "X", "schema": {}}
     )
     assert_problem(response, 400, "invalid-category")
 
@@ -166,4 +169,25 @@ async def test_a_schema_must_be_a_valid_json_schema(alice):
     )
     problem = assert_problem(response, 422, "validation-error")
     assert problem["errors"][0]["loc"][:2] == ["body", "schema"]
+    assert await alice.room_jobs() == []
+
+
+async def test_a_schema_referring_elsewhere_is_refused_and_nothing_is_fetched(alice):
+    fetched = []
+
+    async def note(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        fetched.append(await reader.read(100))
+        writer.close()
+
+    server = await asyncio.start_server(note, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    async with server:
+        schema = {"properties": {"x": {"$ref": f"http://127.0.0.1:{port}/x.json"}}}
+        response = await alice.put(
+            "/rooms/room1/jobs", json={"category": "modifiers", "name": "Ref", "schema": schema}
+        )
+        problem = assert_problem(response, 422, "validation-error")
+        assert problem["errors"][0]["loc"] == ["body", "schema", "properties", "x", "$ref"]
+        await asyncio.sleep(0.1)
+    assert fetched == []
     assert await alice.room_jobs() == []

@@ -1,0 +1,81 @@
+"""A job's schema may refer only within itself (or to the JSON Schema metaschemas); a
+payload is checked against it without fetching anything."""
+
+import pytest
+
+from app.domain.errors import ValidationFailed
+from app.domain.payloads import check_schema, validate_payload
+
+RESOLVABLE = {
+    "pointer": {"$defs": {"n": {"type": "integer"}}, "properties": {"x": {"$ref": "#/$defs/n"}}},
+    "anchor": {
+        "$defs": {"n": {"$anchor": "num", "type": "integer"}},
+        "properties": {"x": {"$ref": "#num"}},
+    },
+    "embedded id": {
+        "$id": "https://example.com/root",
+        "$defs": {"n": {"$id": "number", "type": "integer"}},
+        "properties": {"x": {"$ref": "number"}},
+    },
+    "pointer under an embedded id": {
+        "$id": "https://example.com/root",
+        "$defs": {
+            "sub": {
+                "$id": "sub",
+                "$defs": {"n": {"type": "integer"}},
+                "properties": {"x": {"$ref": "#/$defs/n"}},
+            }
+        },
+        "$ref": "sub",
+    },
+    "dynamic anchor": {
+        "$dynamicAnchor": "node",
+        "properties": {"x": {"type": "integer"}, "kids": {"items": {"$dynamicRef": "#node"}}},
+    },
+    "metaschema": {
+        "properties": {
+            "x": {"type": "integer"},
+            "s": {"$ref": "https://json-schema.org/draft/2020-12/schema"},
+        }
+    },
+}
+UNRESOLVABLE = {
+    "missing pointer": ({"$ref": "#/$defs/missing"}, ["$ref"]),
+    "remote": (
+        {"properties": {"x": {"$ref": "http://127.0.0.1:9/x.json"}}},
+        ["properties", "x", "$ref"],
+    ),
+    "relative to the root id, in a list": (
+        {"$id": "https://example.com/root", "prefixItems": [{"$ref": "other.json"}]},
+        ["prefixItems", 0, "$ref"],
+    ),
+    "missing anchor": ({"properties": {"x": {"$ref": "#nowhere"}}}, ["properties", "x", "$ref"]),
+}
+
+
+@pytest.mark.parametrize("schema", RESOLVABLE.values(), ids=RESOLVABLE)
+def test_references_within_the_schema_resolve(schema):
+    check_schema(schema)
+    validate_payload(object(), schema, {"x": 1})
+    with pytest.raises(ValidationFailed) as refused:
+        validate_payload(object(), schema, {"x": "not a number"})
+    assert refused.value.errors[0]["loc"] == ["body", "payload", "x"]
+
+
+@pytest.mark.parametrize(("schema", "where"), UNRESOLVABLE.values(), ids=UNRESOLVABLE)
+def test_other_references_are_refused_at_registration(schema, where):
+    with pytest.raises(ValidationFailed) as refused:
+        check_schema(schema)
+    assert refused.value.errors[0]["loc"] == ["body", "schema", *where]
+
+
+def test_references_inside_instance_keywords_are_data():
+    schema = {"properties": {"x": {"const": {"$ref": "nowhere"}}}, "default": {"$ref": "x"}}
+    check_schema(schema)
+    validate_payload(object(), schema, {"x": {"$ref": "nowhere"}})
+
+
+def test_a_schema_stored_before_the_check_fails_its_payloads_with_a_422():
+    with pytest.raises(ValidationFailed) as refused:
+        validate_payload(object(), {"$ref": "#/$defs/missing"}, {})
+    assert refused.value.errors[0]["loc"] == ["body", "payload"]
