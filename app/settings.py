@@ -8,6 +8,7 @@ from typing import Annotated, Literal
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from app.domain.naming import MAX_CATEGORY_LENGTH
 from app.domain.retries import RetryPolicy
 
 DEFAULT_SQLITE_URL = "sqlite+aiosqlite:///taskhub.db"
@@ -64,6 +65,17 @@ class Settings(BaseSettings):
 
                 return json.loads(stripped)
             return [part.strip() for part in stripped.split(",") if part.strip()]
+        return value
+
+    @field_validator("allowed_categories")
+    @classmethod
+    def _check_categories(cls, value: list[str]) -> list[str]:
+        for category in value:
+            if not 0 < len(category) <= MAX_CATEGORY_LENGTH or ":" in category:
+                raise ValueError(
+                    f"{category!r}: a category is 1 to {MAX_CATEGORY_LENGTH} characters "
+                    "without ':' (it is part of a job's full name)"
+                )
         return value
 
     @field_validator("sqlite_synchronous")

@@ -11,6 +11,7 @@ INTERNAL_ROOM = "@internal"
 RESERVED_ROOMS = frozenset({GLOBAL_ROOM, INTERNAL_ROOM})
 MAX_ROOM_ID_LENGTH = 128
 MAX_JOB_NAME_LENGTH = 128
+MAX_CATEGORY_LENGTH = 64  # of an allowed category (the setting checks its list)
 
 
 def validate_room_id(room_id: str) -> str:

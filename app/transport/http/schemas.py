@@ -75,7 +75,7 @@ class JobRegisterIn(BaseModel):
     # zndraw-joblib's SDK sends the field name ("schema_"), other clients the alias.
     model_config = ConfigDict(populate_by_name=True)
 
-    category: str = Field(max_length=64)
+    category: str  # any length: one outside the allow-list is a 400 invalid-category
     name: str = Field(max_length=128)
     schema_: dict[str, Any] = Field(default_factory=dict, alias="schema")
     worker_id: UUID | None = None
