@@ -92,3 +92,17 @@ async def test_the_api_answers_under_a_root_path(mounted):
     listed = await mounted.get("/workers")
     assert listed.status_code == 200, listed.text
     assert [item["id"] for item in listed.json()["items"]] == [worker.json()["id"]]
+
+
+async def test_a_room_id_may_hold_a_slash_sent_as_percent_2f(alice, starlette_requests):
+    registered = await alice.put(
+        "/rooms/lab%2F7/jobs", json={"category": "modifiers", "name": "Rotate", "schema": {}}
+    )
+    assert registered.status_code == 201, registered.text
+    job = registered.json()
+    assert job["room_id"] == "lab/7" and job["full_name"] == "lab/7:modifiers:Rotate"
+    submitted = await alice.post("/rooms/lab%2F7/tasks/lab%2F7%3Amodifiers%3ARotate", json={})
+    assert submitted.status_code == 202, submitted.text
+    listed = (await alice.get("/rooms/lab%2F7/tasks")).json()["items"]
+    assert [task["id"] for task in listed] == [submitted.json()["id"]]
+    assert starlette_requests == []

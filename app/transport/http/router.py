@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from typing import Any
+from urllib.parse import unquote
 
 from starlette.convertors import Convertor
 from starlette.requests import Request
@@ -44,12 +45,15 @@ class ApiRoutes:
         """The endpoint and path parameters of an HTTP request this router answers."""
         if scope["type"] != "http" or scope.get("root_path"):
             return None
-        path = scope["path"]
+        # Matched as sent, each parameter decoded after: a room id may hold a "/" (sent as
+        # %2F), which the decoded path could not tell from a separator.
+        raw = scope.get("raw_path")  # (some clients' test transports leave the query on it)
+        path = raw.partition(b"?")[0].decode("latin-1") if raw else scope["path"]
         for regex, convertors, endpoint in self._by_method.get(scope["method"], ()):
             found = regex.match(path)
             if found is not None:
                 params = {
-                    name: convertors[name].convert(value)
+                    name: convertors[name].convert(unquote(value) if raw else value)
                     for name, value in found.groupdict().items()
                 }
                 return endpoint, params
