@@ -110,7 +110,9 @@ class WorkerEngine:
     async def run(self) -> None:
         """Serve until stopped; raises what made the worker give up (e.g. ``AuthError``)."""
         try:
-            await self._register(retry_for=self.config.startup_timeout)
+            if not await self._register_unless_stopped():
+                log.info("Stopped before the worker was registered")
+                return
             if self.link is not None:
                 self.link.start()  # joins in the background, then triggers a claim
             self.ready.set()
@@ -139,8 +141,33 @@ class WorkerEngine:
         if self.fatal is not None:
             raise self.fatal
 
+    async def _register_unless_stopped(self) -> bool:
+        """Register (retrying up to the start-up timeout while the hub is unreachable)
+        unless a stop is requested first; whether it registered."""
+        registering = asyncio.create_task(self._register(retry_for=self.config.startup_timeout))
+        stop = asyncio.create_task(self._stopping.wait())
+        await asyncio.wait({registering, stop}, return_when=asyncio.FIRST_COMPLETED)
+        stop.cancel()
+        if not registering.done():
+            registering.cancel()
+            await asyncio.gather(registering, return_exceptions=True)
+            return False
+        registering.result()  # raises what made registration fail
+        return True
+
     async def _register(self, *, retry_for: float | None = None) -> None:
         worker_id, hub_timeout = await self.api.create_worker(retry_for=retry_for)
+        try:
+            await self._register_jobs(worker_id, hub_timeout, retry_for)
+        except BaseException:
+            # Not left behind half-registered (the sweeper would remove it only later).
+            with contextlib.suppress(HubUnavailable, ProblemError):
+                await asyncio.shield(self.api.delete_worker(worker_id, retry_for=2.0))
+            raise
+
+    async def _register_jobs(
+        self, worker_id: str, hub_timeout: float | None, retry_for: float | None
+    ) -> None:
         if hub_timeout and self.heartbeat_interval > hub_timeout / 3:
             log.warning(
                 "Heartbeat interval %.1fs is more than a third of the hub's worker timeout "

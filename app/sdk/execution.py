@@ -30,7 +30,7 @@ from app.sdk.errors import (
     RetryLater,
 )
 from app.sdk.extension import JobSpec
-from app.sdk.models import ClaimedTask
+from app.sdk.models import MAX_ERROR_CHARS, MAX_PROGRESS_MESSAGE_CHARS, ClaimedTask
 
 log = logging.getLogger("taskhub.sdk")
 T = TypeVar("T")
@@ -111,6 +111,12 @@ class Outcome:
     result: Any = None
     error: str | None = None
     retry: bool = False  # the run raised RetryLater
+
+
+def fit(text: str, limit: int) -> str:
+    """``text`` cut to ``limit`` characters (marked where it was cut), so that the hub
+    takes the report rather than refusing it whole."""
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def describe(exc: BaseException) -> str:
@@ -254,6 +260,8 @@ class TaskRun:
     async def _report_end(
         self, body: dict[str, Any], retry_for: float = UPDATE_RETRY_SECONDS
     ) -> str:
+        if body.get("error") is not None:
+            body = {**body, "error": fit(body["error"], MAX_ERROR_CHARS)}
         try:
             await self.api.update_task(self.task, body, retry_for=retry_for)
         except ProblemError as exc:
@@ -284,7 +292,7 @@ class TaskRun:
         """One progress PATCH; False stops further reports for this run."""
         body: dict[str, Any] = {"progress": fraction}
         if message is not None:
-            body["progress_message"] = message
+            body["progress_message"] = fit(message, MAX_PROGRESS_MESSAGE_CHARS)
         try:
             await self.api.update_task(self.task, body, retry_for=PROGRESS_RETRY_SECONDS)
         except ProblemError as exc:

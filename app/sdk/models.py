@@ -8,6 +8,9 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 TERMINAL_STATUSES = frozenset({"completed", "failed", "cancelled"})
+# The hub's limits on what a worker reports (README, "Protocol"): the SDK cuts longer text.
+MAX_ERROR_CHARS = 65_536
+MAX_PROGRESS_MESSAGE_CHARS = 1_000
 
 
 class Task(BaseModel):

@@ -145,3 +145,20 @@ class Results(Extension):
 
     def run(self, ctx: TaskContext) -> Any:
         return object() if self.opaque else Shape(corners=4, label="square")
+
+
+class Chatty(Extension):
+    """Reports progress with a message longer than the hub takes, waits at its gate, then
+    reports again and waits at its second gate (``{key}-end``)."""
+
+    category = "analysis"
+    key: str
+    message_length: int = 1_500
+
+    def run(self, ctx: TaskContext) -> str:
+        ctx.progress(0.2, "m" * self.message_length)
+        STARTED[self.key].set()
+        GATES[self.key].wait(30)
+        ctx.progress(0.9, "short")
+        GATES[f"{self.key}-end"].wait(30)
+        return "said"

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import signal
+import socket
 import subprocess
 import sys
 
@@ -11,7 +13,7 @@ import pytest
 from app.cli import main
 from app.sdk import AuthError, Extension, TaskContext, Worker
 from app.sdk.extension import JobSpec
-from tests.sdk.conftest import Hub
+from tests.sdk.conftest import Hub, eventually
 from tests.sdk.extensions import Echo
 from tests.support.server import REPO_ROOT
 
@@ -63,10 +65,44 @@ def test_a_bad_token_stops_the_worker_at_start(hub: Hub, room: str) -> None:
 
 
 def test_a_plain_user_may_not_register_global_jobs(hub: Hub) -> None:
+    before = _worker_ids(hub)
     with pytest.raises(AuthError) as raised:
         Worker(hub.url, hub.user_token, [Echo]).start(timeout=30)
     assert raised.value.status == 403
     assert "superuser" in str(raised.value).lower() or raised.value.slug == "forbidden"
+    assert _worker_ids(hub) == before, "the refused worker is not left on the hub"
+
+
+def _worker_ids(hub: Hub) -> set[str]:
+    with hub.rest() as rest:
+        return {worker["id"] for worker in rest.get("/workers?limit=500").json()["items"]}
+
+
+def test_a_stop_signal_ends_a_worker_still_trying_to_reach_its_hub(tmp_path) -> None:
+    env = {key: value for key, value in os.environ.items() if not key.startswith("TASKHUB_")}
+    with socket.socket() as unused:  # bound, never listening: every connection is refused
+        unused.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{unused.getsockname()[1]}"
+        command = [sys.executable, "-m", "app.cli", "worker", "tests.sdk.extensions:Echo"]
+        log_path = tmp_path / "worker.log"
+        with log_path.open("wb") as log:
+            process = subprocess.Popen(
+                [*command, "--url", url, "--token", "t", "--room", "r", "--log-level", "debug"],
+                cwd=REPO_ROOT,
+                env=env | {"PYTHONUNBUFFERED": "1"},
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        try:
+            eventually(lambda: "retrying" in log_path.read_text() or None, 20, "a retry")
+            process.send_signal(signal.SIGTERM)
+            # It would otherwise retry for its 30 s start-up timeout, then exit with 1.
+            assert process.wait(timeout=15) == 0, log_path.read_text()
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.wait(10)
+    assert "Stopped before the worker was registered" in log_path.read_text()
 
 
 def test_cli_worker_exits_with_the_hub_refusal(hub: Hub, room: str) -> None:

@@ -7,8 +7,19 @@ import time
 import pytest
 
 from app.sdk import AsyncClient, Client, TaskFailed, Worker
+from app.sdk.models import MAX_ERROR_CHARS, MAX_PROGRESS_MESSAGE_CHARS
 from tests.sdk.conftest import Hub, eventually
-from tests.sdk.extensions import GATES, STARTED, AsyncEcho, Boom, Echo, Flaky, Gate, Results
+from tests.sdk.extensions import (
+    GATES,
+    STARTED,
+    AsyncEcho,
+    Boom,
+    Chatty,
+    Echo,
+    Flaky,
+    Gate,
+    Results,
+)
 
 # With a 30 s backstop poll, a task served within seconds proves the Socket.IO wake-up.
 SLOW_POLL = 30.0
@@ -74,6 +85,41 @@ def test_progress_is_reported_while_running(hub: Hub, room: str, key: str) -> No
         assert running["progress_message"] == "waiting at the gate"
         GATES[key].set()
         assert handle.result(timeout=10) == "passed"
+
+
+def test_an_overlong_failure_is_cut_to_what_the_hub_takes(hub: Hub, room: str) -> None:
+    with (
+        Worker(hub.url, hub.user_token, [Boom], room=room),
+        Client(hub.url, hub.user_token) as client,
+    ):
+        failing = client.submit(Boom(message="x" * (MAX_ERROR_CHARS + 100)), room=room)
+        with pytest.raises(TaskFailed) as raised:
+            failing.result(timeout=10)
+    error = raised.value.task.error
+    assert len(error) == MAX_ERROR_CHARS
+    assert error.startswith("ValueError: xxx") and error.endswith("…")
+
+
+def test_an_overlong_progress_message_is_cut_and_progress_goes_on(
+    hub: Hub, room: str, key: str
+) -> None:
+    with (
+        Worker(hub.url, hub.user_token, [Chatty], room=room),
+        Client(hub.url, hub.user_token) as client,
+    ):
+        handle = client.submit(Chatty(key=key), room=room)
+        assert STARTED[key].wait(10)
+        first = eventually(
+            lambda: (task := hub.task(handle.id))["progress"] == 0.2 and task, 5, "progress"
+        )
+        assert first["progress_message"] == "m" * (MAX_PROGRESS_MESSAGE_CHARS - 1) + "…"
+        GATES[key].set()
+        later = eventually(
+            lambda: (task := hub.task(handle.id))["progress"] == 0.9 and task, 5, "more progress"
+        )
+        assert later["progress_message"] == "short"
+        GATES[f"{key}-end"].set()
+        assert handle.result(timeout=10) == "said"
 
 
 def test_submit_resolves_the_room_job_then_the_global_one(hub: Hub, room: str) -> None:
