@@ -8,6 +8,10 @@ import sys
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from asyncpg import PostgresError
+from pydantic import ValidationError
+from sqlalchemy.exc import DBAPIError
+
 from app.domain.errors import DomainError
 from app.domain.services import users
 from app.persistence import migrations
@@ -28,6 +32,15 @@ def _run_with_db(settings: Settings, work: Callable[[Database], Awaitable[Any]])
     return asyncio.run(main())
 
 
+def _ready_schema(settings: Settings) -> None:
+    """The embedded SQLite default migrates itself; PostgreSQL must already be at this
+    code's revision (``SchemaOutdated`` otherwise: migrating is the operator's step)."""
+    if settings.is_sqlite:
+        migrations.upgrade(settings.database_url)
+    else:
+        _run_with_db(settings, migrations.check_schema_current)
+
+
 def cmd_migrate(settings: Settings, _args: argparse.Namespace) -> int:
     migrations.upgrade(settings.database_url)
     print(f"Database is at revision {migrations.head_revision()}.")
@@ -44,14 +57,7 @@ def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
     if problem is not None:
         print(f"taskhub: {problem}", file=sys.stderr)
         return 2
-    if settings.is_sqlite:
-        migrations.upgrade(settings.database_url)  # the embedded default looks after itself
-    else:
-        try:
-            _run_with_db(settings, migrations.check_schema_current)
-        except migrations.SchemaOutdated as exc:
-            print(f"taskhub: {exc}", file=sys.stderr)
-            return 2
+    _ready_schema(settings)
     new_token = _run_with_db(settings, _bootstrap_admin(settings))
     print(f"Taskhub listening on http://{settings.host}:{settings.port}/", flush=True)
     print(f"  database: {_safe_url(settings.database_url)}", flush=True)
@@ -84,6 +90,7 @@ def _bootstrap_admin(settings: Settings) -> Callable[[Database], Awaitable[str |
 
 
 def cmd_users_create(settings: Settings, args: argparse.Namespace) -> int:
+    _ready_schema(settings)
     _user_id, token = _run_with_db(
         settings, lambda db: users.create_user(db, args.name, superuser=args.superuser)
     )
@@ -94,6 +101,7 @@ def cmd_users_create(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def cmd_tokens_create(settings: Settings, args: argparse.Namespace) -> int:
+    _ready_schema(settings)
     token = _run_with_db(settings, lambda db: users.create_token(db, args.name))
     print(f"New token for {args.name!r}:")
     print(token)
@@ -146,7 +154,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    settings = Settings()
+    try:
+        settings = Settings()
+    except ValidationError as exc:
+        return _refuse(f"invalid settings: {_setting_errors(exc)}")
     if getattr(args, "host", None) is None and args.command == "serve":
         args.host = settings.host
     if getattr(args, "port", None) is None and args.command == "serve":
@@ -156,6 +167,24 @@ def main(argv: list[str] | None = None) -> int:
     except DomainError as exc:
         print(f"taskhub: {exc.detail}", file=sys.stderr)
         return 1
+    except migrations.SchemaOutdated as exc:
+        return _refuse(str(exc))
+    except (OSError, DBAPIError, PostgresError) as exc:  # refused, no such database or role …
+        reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
+        return _refuse(f"cannot use the database {_safe_url(settings.database_url)}: {reason}")
+
+
+def _refuse(message: str) -> int:
+    """A problem of the machine or its settings: one line on stderr, exit status 2."""
+    print(f"taskhub: {message}", file=sys.stderr)
+    return 2
+
+
+def _setting_errors(exc: ValidationError) -> str:
+    return "; ".join(
+        f"TASKHUB_{'_'.join(str(part) for part in error['loc']).upper()}: {error['msg']}"
+        for error in exc.errors(include_url=False)
+    )
 
 
 if __name__ == "__main__":

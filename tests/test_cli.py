@@ -288,6 +288,44 @@ async def test_users_create_refuses_a_taken_name(migrated_url: str, tmp_path: Pa
     assert "th_" not in again.stdout
 
 
+async def test_users_create_on_an_empty_database_migrates_sqlite_and_refuses_postgres(
+    empty_url: str, tmp_path: Path
+) -> None:
+    """As ``serve`` does: the embedded SQLite default migrates itself; PostgreSQL's schema
+    is the operator's step, so the command says to run ``taskhub migrate``."""
+    result = await taskhub(empty_url, tmp_path, "users", "create", "alice")
+    if empty_url.startswith("sqlite"):
+        printed_token(result)
+    else:
+        assert_clean_failure(result, "taskhub migrate")
+        assert result.returncode == 2
+        assert await app_tables(empty_url) == set()
+
+
+@pytest.mark.parametrize(
+    ("url", "fragment"),
+    [
+        (f"postgresql+asyncpg://postgres@{HOST}:1/test", "Connect call failed"),  # nobody there
+        (f"postgresql+asyncpg://postgres@{HOST}:5432/taskhub_no_such_db", "does not exist"),
+        ("sqlite+aiosqlite:////no/such/directory/taskhub.db", "unable to open database file"),
+    ],
+)
+@pytest.mark.parametrize("command", [["migrate"], ["users", "create", "a"], ["serve"]])
+async def test_an_unusable_database_is_one_line_not_a_traceback(
+    tmp_path: Path, url: str, fragment: str, command: list[str]
+) -> None:
+    result = await taskhub(url, tmp_path, *command, time_limit=30)
+    assert_clean_failure(result, "cannot use the database", fragment)
+    assert result.returncode == 2
+
+
+async def test_an_invalid_setting_is_named_not_a_traceback(tmp_path: Path) -> None:
+    url = f"sqlite+aiosqlite:///{tmp_path / 'taskhub.db'}"
+    result = await taskhub(url, tmp_path, "serve", log_format="xml")
+    assert_clean_failure(result, "invalid settings", "TASKHUB_LOG_FORMAT")
+    assert result.returncode == 2
+
+
 async def test_serve_on_postgres_refuses_an_unmigrated_database(tmp_path: Path) -> None:
     """On PostgreSQL ``serve`` neither migrates nor starts on an outdated schema: it exits
     at once telling the operator to run ``taskhub migrate``; after that it starts."""
