@@ -163,3 +163,15 @@ async def test_the_worker_adopts_a_third_or_less_of_the_hubs_timeout(hub) -> Non
     assert engine.heartbeat_interval == 15
     await engine.api.hub.request("DELETE", f"/workers/{engine.worker_id}")
     await engine._close()
+
+
+def test_the_sdks_report_limits_are_the_hubs() -> None:
+    from app.sdk.models import MAX_ERROR_CHARS, MAX_PROGRESS_MESSAGE_CHARS
+    from app.transport.http.schemas import TaskUpdateIn
+
+    def max_length(field: str) -> int:
+        [limit] = [m.max_length for m in TaskUpdateIn.model_fields[field].metadata]
+        return limit
+
+    assert max_length("error") == MAX_ERROR_CHARS
+    assert max_length("progress_message") == MAX_PROGRESS_MESSAGE_CHARS
