@@ -46,8 +46,12 @@ class Hub:
         self.presence = WorkerPresence(
             self.settings.socket_disconnect_grace_seconds, self._remove_disconnected_worker
         )
-        self.sweeper = Sweeper(self.settings, self.db, self.publisher)
-        self.due_announcer = DueTaskAnnouncer(self.db, self.publisher)
+        self.sweeper = Sweeper(
+            self.settings, self.db, self.publisher, dispatch=self.internal.dispatch_all
+        )
+        self.due_announcer = DueTaskAnnouncer(
+            self.db, self.publisher, dispatch=self.internal.dispatch_ids
+        )
         self.publisher.add_sink(self.due_announcer)
 
     @classmethod

@@ -11,11 +11,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 
 from app.domain.events import EventBatch
-from app.domain.services import sweeps
+from app.domain.records import TaskRecord
+from app.domain.services import internal_tasks, sweeps
 from app.observability import metrics
 from app.persistence.database import Database
 from app.persistence.dialects import cluster_lock
@@ -25,6 +27,9 @@ from app.settings import Settings
 
 log = logging.getLogger(__name__)
 SWEEPER_LOCK = "taskhub.sweeper"
+# A pending ``@internal`` task due this long ago was missed by its submit (or by the
+# due-task announcer) and is dispatched by the sweeper; a younger one may still be in hand.
+UNDISPATCHED_GRACE = timedelta(seconds=10)
 
 
 @dataclass
@@ -33,15 +38,24 @@ class SweepReport:
     workers_removed: int = 0
     leases_expired: int = 0
     tasks_failed: int = 0
+    internal_dispatched: int = 0
     tasks_purged: int = 0
     events: EventBatch = field(default_factory=EventBatch)
 
 
 class Sweeper:
-    def __init__(self, settings: Settings, db: Database, publisher: Publisher) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        db: Database,
+        publisher: Publisher,
+        dispatch: Callable[[list[TaskRecord]], Awaitable[EventBatch]] | None = None,
+    ) -> None:
+        """``dispatch`` hands ``@internal`` tasks to the broker (without it, none are)."""
         self.settings = settings
         self.db = db
         self.publisher = publisher
+        self._dispatch = dispatch
         self._task: asyncio.Task[None] | None = None
 
     async def run_once(self) -> SweepReport:
@@ -60,22 +74,28 @@ class Sweeper:
             report.leases_expired, expired = await sweeps.end_expired_leases(self.db, now, policy)
             stuck = await sweeps.fail_stuck_internal_tasks(self.db, internal_cutoff)
             report.tasks_failed = len(stuck)
+            dispatched = EventBatch()
+            if self._dispatch is not None:
+                missed = await internal_tasks.undispatched(self.db, now - UNDISPATCHED_GRACE)
+                report.internal_dispatched = len(missed)
+                dispatched = await self._dispatch(missed)
             if self.settings.task_retention_seconds > 0:
                 retention = timedelta(seconds=self.settings.task_retention_seconds)
                 report.tasks_purged = await sweeps.purge_old_tasks(
                     self.db, now - retention, self.settings.retention_batch_size
                 )
-            for events in (removed, expired, stuck):
+            for events in (removed, expired, stuck, dispatched):
                 report.events.extend(events)
         await self.publisher.publish(report.events)
         metrics.record_sweep(report)
         if len(report.events) or report.tasks_purged:
             log.info(
                 "sweeper: %d workers removed, %d leases expired, %d internal tasks timed out, "
-                "%d old tasks purged",
+                "%d missed internal tasks dispatched, %d old tasks purged",
                 report.workers_removed,
                 report.leases_expired,
                 report.tasks_failed,
+                report.internal_dispatched,
                 report.tasks_purged,
             )
         return report

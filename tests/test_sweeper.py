@@ -161,6 +161,23 @@ async def test_stuck_internal_tasks_fail_with_internal_timeout(alice, db, sweepe
     )
 
 
+async def test_a_delayed_internal_task_is_timed_from_when_it_came_due(alice, db, sweeper):
+    """Submitted two hours ago to run a moment ago, dispatched then: not stuck yet."""
+    task = await alice.submit("@internal:analysis:RoomSummary", delay_seconds=3600)
+    async with db.write() as conn:
+        await conn.execute(
+            update(task_table)
+            .where(task_table.c.id == UUID(task["id"]))
+            .values(
+                status="claimed",
+                created_at=utcnow() - timedelta(hours=2),
+                run_at=utcnow() - timedelta(seconds=1),
+            )
+        )
+    assert (await sweeper.run_once()).tasks_failed == 0
+    assert (await alice.task(task["id"]))["status"] == "claimed"
+
+
 async def test_remote_tasks_are_never_failed_as_internal(alice, db, sweeper):
     job = await alice.register()
     task = await alice.submit(JOB)

@@ -1,16 +1,24 @@
-"""Submit-side of ``@internal`` jobs: after the task row is committed, enqueue it on the
-broker, then mark it CLAIMED — or FAILED when the broker cannot take it. No
-``task_available`` is ever sent for these tasks."""
+"""Submit-side of ``@internal`` jobs: once the task row is committed and the task is due,
+enqueue it on the broker, then mark it CLAIMED — or FAILED when the broker cannot take it.
+No ``task_available`` is ever sent for these tasks.
+
+A task is dispatched by its submit when it is due at once; a delayed one by the due-task
+announcer when it comes due; and one left pending (its submit's process died between the
+commit and the enqueue) by the sweeper. Dispatching a task twice is harmless: the executor
+runs each ``(task_id, attempt)`` once, and every status write is guarded."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from typing import Any
+from uuid import UUID
 
 from taskiq import AsyncBroker
 
 from app.dispatch.broker import TASK_NAME
 from app.dispatch.registry import InternalRegistry
+from app.domain.errors import TaskNotFound
 from app.domain.events import EventBatch
 from app.domain.records import TaskRecord
 from app.domain.services import internal_tasks
@@ -28,6 +36,22 @@ class InternalDispatcher:
 
     def has_executor(self, full_name: str) -> bool:
         return self.registry.has_executor(full_name)
+
+    async def dispatch_all(self, records: list[TaskRecord]) -> EventBatch:
+        """``dispatch`` each of ``records``; the events of them all."""
+        events = EventBatch()
+        for record in records:
+            _updated, dispatched = await self.dispatch(record)
+            events.extend(dispatched)
+        return events
+
+    async def dispatch_ids(self, task_ids: list[UUID]) -> EventBatch:
+        """``dispatch_all`` for tasks known by id (gone ones are skipped)."""
+        records = []
+        for task_id in task_ids:
+            with contextlib.suppress(TaskNotFound):
+                records.append(await get_task(self.db, task_id))
+        return await self.dispatch_all(records)
 
     async def dispatch(self, record: TaskRecord) -> tuple[TaskRecord, EventBatch]:
         task: Any = self.broker.find_task(TASK_NAME)

@@ -5,7 +5,9 @@ One timer per hub process, not a loop per task: it sleeps until the earliest wai
 scheduled earlier), then sends ``task_available`` for every task that came due since its
 last look. Tasks scheduled on another replica are seen at that replica's timer or, here, at
 the next look (at most ``fallback_seconds`` away). ``task_available`` is a hint: several
-replicas may each announce a task; workers claim it once.
+replicas may each announce a task; workers claim it once. An ``@internal`` task that comes
+due is dispatched instead (several replicas may each do it: harmless, see
+``app/dispatch/dispatcher.py``).
 """
 
 from __future__ import annotations
@@ -13,9 +15,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Awaitable, Callable
 from datetime import datetime
+from uuid import UUID
 
-from app.domain.events import Event, TaskStatusChanged
+from app.domain.events import Event, EventBatch, TaskStatusChanged
 from app.domain.services.due_tasks import came_due, next_due
 from app.domain.states import TaskStatus
 from app.persistence.database import Database
@@ -27,9 +31,16 @@ BATCH = 1000
 
 
 class DueTaskAnnouncer:
-    def __init__(self, db: Database, publisher: Publisher, fallback_seconds: float = 30.0):
+    def __init__(
+        self,
+        db: Database,
+        publisher: Publisher,
+        fallback_seconds: float = 30.0,
+        dispatch: Callable[[list[UUID]], Awaitable[EventBatch]] | None = None,
+    ):
         self._db = db
         self._publisher = publisher
+        self._dispatch = dispatch
         self._fallback = fallback_seconds
         self._next: datetime | None = None
         self._wake = asyncio.Event()
@@ -73,6 +84,8 @@ class DueTaskAnnouncer:
             now = utcnow()
             due = await came_due(self._db, seen_until, now, BATCH)
             await self._publisher.publish(due.events)
+            if due.internal and self._dispatch is not None:
+                await self._publisher.publish(await self._dispatch(due.internal))
             if due.count < BATCH or due.last_run_at is None:
                 return now
             seen_until = due.last_run_at

@@ -1,5 +1,13 @@
 """``@internal`` jobs on the embedded default: the in-memory broker runs them in-process."""
 
+from datetime import datetime, timedelta
+from uuid import UUID
+
+from sqlalchemy import update
+
+from app.persistence.models import task_table
+from app.persistence.types import utcnow
+from app.sweeper import UNDISPATCHED_GRACE
 from tests.support.api import assert_problem
 
 SUMMARY = "@internal:analysis:RoomSummary"
@@ -76,3 +84,32 @@ async def test_no_executor_means_503_and_no_row(alice, admin):
     response = await alice.post("/rooms/room1/tasks/@internal:modifiers:Unserved", json={})
     assert_problem(response, 503, "internal-job-not-configured")
     assert (await alice.get("/rooms/room1/tasks")).json()["total"] == 0
+
+
+async def test_a_delayed_internal_task_waits_for_its_time_then_runs(bob):
+    submitted = await bob.submit(SUMMARY, payload={}, delay_seconds=2)
+    assert submitted["status"] == "pending" and submitted["run_at"] is not None
+    assert (await bob.task(submitted["id"]))["status"] == "pending"
+    done = await wait_done(bob, submitted["id"])
+    assert done["status"] == "completed", done
+    assert datetime.fromisoformat(done["started_at"]) >= datetime.fromisoformat(submitted["run_at"])
+
+
+async def test_the_sweeper_dispatches_an_internal_task_its_submit_never_did(app, bob):
+    """As if the submit's process died between its commit and the enqueue: the task is
+    pending with no broker message. The sweeper hands it over once it is past its grace."""
+    left = await bob.submit(SUMMARY, payload={}, delay_seconds=3600)  # not dispatched now
+
+    async def set_row(**values: object) -> None:
+        async with app.hub.db.write() as conn:
+            await conn.execute(
+                update(task_table).where(task_table.c.id == UUID(left["id"])).values(**values)
+            )
+
+    await set_row(run_at=None)  # due now, submitted a moment ago: still the submit's to do
+    assert (await app.hub.sweeper.run_once()).internal_dispatched == 0
+    await set_row(created_at=utcnow() - UNDISPATCHED_GRACE - timedelta(seconds=1))
+    assert (await app.hub.sweeper.run_once()).internal_dispatched == 1
+    done = await wait_done(bob, left["id"])
+    assert done["status"] == "completed", done
+    assert (await app.hub.sweeper.run_once()).internal_dispatched == 0

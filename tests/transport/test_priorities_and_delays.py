@@ -60,7 +60,8 @@ async def test_queue_positions_follow_priority(alice, job):
 async def test_a_delayed_task_waits_for_its_time_and_queues_behind_the_ready_ones(
     alice, job, published, recorder
 ):
-    delayed = await alice.submit(JOB, delay_seconds=0.4, priority=100)
+    # Long enough for the checks below to run before it comes due, even on a busy machine.
+    delayed = await alice.submit(JOB, delay_seconds=2, priority=100)
     ready = await alice.submit(JOB)
     assert delayed["run_at"] is not None and ready["run_at"] is None
     assert datetime.fromisoformat(delayed["run_at"]) > datetime.fromisoformat(delayed["created_at"])

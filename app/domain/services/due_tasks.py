@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from uuid import UUID
 
 from sqlalchemy import bindparam, func, select
 
@@ -31,24 +32,27 @@ _NEXT_DUE = select(func.min(task.c.run_at)).where(*_WAITING, task.c.run_at > _AF
 
 @dataclass
 class DueBatch:
-    events: EventBatch
+    events: EventBatch  # ``task_available`` for the tasks of remote workers' jobs
+    internal: list[UUID]  # ``@internal`` tasks, to dispatch
     count: int
     last_run_at: datetime | None  # the latest ``run_at`` in this batch
 
 
 async def came_due(db: Database, after: datetime, until: datetime, limit: int) -> DueBatch:
-    """``task_available`` for pending tasks whose ``run_at`` is in ``(after, until]``, in
-    ``run_at`` order, at most ``limit`` of them."""
+    """The pending tasks whose ``run_at`` is in ``(after, until]``, in ``run_at`` order, at
+    most ``limit`` of them: ``task_available`` for each, or its id if it is ``@internal``."""
     async with db.read() as conn:
         rows = (
             await conn.execute(_CAME_DUE, {"after": after, "until": until, "limit": limit})
         ).all()
-    events = EventBatch()
+    events, internal = EventBatch(), []
     for row in rows:
-        if row.job_room != INTERNAL_ROOM:
+        if row.job_room == INTERNAL_ROOM:
+            internal.append(row.id)
+        else:
             job_name = f"{row.job_room}:{row.category}:{row.name}"
             events.add(TaskAvailable(job_name=job_name, room_id=row.room_id, task_id=str(row.id)))
-    return DueBatch(events, len(rows), rows[-1].run_at if rows else None)
+    return DueBatch(events, internal, len(rows), rows[-1].run_at if rows else None)
 
 
 async def next_due(db: Database, after: datetime) -> datetime | None:

@@ -4,10 +4,11 @@ attempt)`` twice has no second effect and a task cancelled meanwhile stays cance
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 from uuid import UUID, uuid4
 
-from sqlalchemy import select, update
+from sqlalchemy import func, select, update
 
 from app.domain.events import EventBatch, JobsInvalidate, TaskStatusChanged
 from app.domain.naming import INTERNAL_ROOM
@@ -17,7 +18,7 @@ from app.domain.services.task_rows import task_record
 from app.domain.states import TaskStatus
 from app.persistence.database import Database
 from app.persistence.dialects import insert_ignoring_duplicates
-from app.persistence.models import job_table, task_table
+from app.persistence.models import is_pending, job_table, task_table
 from app.persistence.types import new_id, utcnow
 
 task = task_table
@@ -67,6 +68,28 @@ async def mark_dispatched(db: Database, task_id: UUID) -> tuple[TaskRecord | Non
         [],
         {"status": TaskStatus.CLAIMED.value, "claim_token": uuid4()},
     )
+
+
+async def undispatched(db: Database, before: datetime, limit: int = 500) -> list[TaskRecord]:
+    """Pending ``@internal`` tasks due since before ``before``: submitted (or, if delayed,
+    due) then and still not handed to the broker — their submit's process died between
+    its commit and the enqueue, or nobody was running when they came due."""
+    internal_jobs = select(job_table.c.id).where(job_table.c.room_id == INTERNAL_ROOM)
+    async with db.read() as conn:
+        rows = (
+            await conn.execute(
+                select(task)
+                .where(
+                    is_pending(),
+                    task.c.job_id.in_(internal_jobs),
+                    func.coalesce(task.c.run_at, task.c.created_at) < before,
+                )
+                .order_by(task.c.created_at)
+                .limit(limit)
+            )
+        ).all()
+        names = await JobNames.resolve(conn, {row.job_id for row in rows})
+    return [task_record(row, names[row.job_id]) for row in rows]
 
 
 async def mark_dispatch_failed(db: Database, task_id: UUID) -> tuple[TaskRecord | None, EventBatch]:

@@ -69,8 +69,8 @@ async def end_expired_leases(
 
 
 async def fail_stuck_internal_tasks(db: Database, cutoff: datetime) -> EventBatch:
-    """``@internal`` tasks claimed or running since before ``cutoff`` fail with
-    "Internal worker timeout" (one guarded statement)."""
+    """``@internal`` tasks claimed or running since before ``cutoff`` (started, else due)
+    fail with "Internal worker timeout" (one guarded statement)."""
     task = task_table
     internal_jobs = select(job_table.c.id).where(job_table.c.room_id == INTERNAL_ROOM)
     events = EventBatch()
@@ -81,7 +81,8 @@ async def fail_stuck_internal_tasks(db: Database, cutoff: datetime) -> EventBatc
                 .where(
                     is_active(),
                     task.c.job_id.in_(internal_jobs),
-                    func.coalesce(task.c.started_at, task.c.created_at) < cutoff,
+                    # (a delayed task was dispatched when it came due, at ``run_at``)
+                    func.coalesce(task.c.started_at, task.c.run_at, task.c.created_at) < cutoff,
                 )
                 .values(
                     status=TaskStatus.FAILED.value, error=INTERNAL_TIMEOUT, completed_at=utcnow()

@@ -57,7 +57,8 @@ async def submit_task(req: ApiRequest) -> Response:
         options=body.options(utcnow()),
         known_jobs=req.hub.known_jobs,
     )
-    if created and record.job_name.startswith(f"{INTERNAL_ROOM}:"):
+    if created and record.run_at is None and record.job_name.startswith(f"{INTERNAL_ROOM}:"):
+        # (a delayed one is dispatched when it comes due: ``DueTaskAnnouncer``)
         record, dispatched = await req.hub.internal.dispatch(record)
         events.extend(dispatched)
     await req.hub.publisher.publish(events)
