@@ -13,6 +13,8 @@ const TOKEN_KEY = "taskhub.token";
 const ROOMS_KEY = "taskhub.rooms";
 const SHARED_ROOMS = ["@global", "@internal"]; // their jobs are listed in every room
 const PAGE = 50;
+const MAX_PAGE = 500; // the hub's largest page
+const QUEUE_REFRESH_MS = 250;
 const CONNECTION_LABELS = {
   connecting: "Connecting…",
   connected: "Connected",
@@ -52,6 +54,7 @@ function validateRoom(room) {
   if (!room) return "Enter a room name.";
   if (room.length > 128) return "At most 128 characters.";
   if (/[@:]/.test(room)) return "A room name cannot contain @ or :.";
+  if (room === "." || room === "..") return "A room name cannot be . or .. alone.";
   return null;
 }
 
@@ -213,6 +216,7 @@ const roomState = {
   form: null, // its SchemaForm
   loaded: 0, // tasks fetched from the server so far (for "Load more")
   total: 0, // the server's count of them when last fetched
+  queueRefresh: null, // a timer: queue places to read again (refreshQueueSoon)
 };
 
 const taskList = new TaskList($("#tasks"), $("#tasks-empty"), {
@@ -326,18 +330,39 @@ function updateTaskCount(total = roomState.total) {
 
 function onTaskStatus(event) {
   if (event.room_id !== session.room) return;
+  const wasPending = taskList.statusOf(event.id) === "pending";
   const isNew = taskList.applyEvent(event);
   updateTaskCount();
   if (isNew) fillPayload(event.id, roomState.generation); // events carry no payload
+  if (wasPending || event.status === "pending") refreshQueueSoon();
 }
 
 async function fillPayload(id, generation) {
   try {
     const task = await session.api.task(id);
     if (generation === roomState.generation) taskList.addSnapshots([task], { quiet: true });
-  } catch {
-    // the payload is only shown in the task's details; the live state is already there
+  } catch (error) {
+    // The payload is only shown in the task's details (the live state is already there),
+    // but a token the hub no longer accepts signs the page out.
+    if (error instanceof ApiError && error.status === 401) failed(error, "");
   }
+}
+
+/** A task joined or left a queue: the places of the others may have moved in ways an event
+ * does not say (a higher priority goes ahead of them), so read them again from the hub,
+ * at most once per QUEUE_REFRESH_MS however many events come. */
+function refreshQueueSoon() {
+  if (roomState.queueRefresh) return;
+  const { generation } = roomState;
+  roomState.queueRefresh = setTimeout(async () => {
+    roomState.queueRefresh = null;
+    try {
+      const page = await session.api.tasks(session.room, { status: "pending", limit: MAX_PAGE });
+      if (generation === roomState.generation) taskList.addSnapshots(page.items, { quiet: true });
+    } catch (error) {
+      if (error instanceof ApiError && error.status === 401) failed(error, "");
+    }
+  }, QUEUE_REFRESH_MS);
 }
 
 function announceTask(task, previous) {

@@ -9,6 +9,9 @@ import { h, setFieldError } from "./dom.js";
 const MAX_DEPTH = 5;
 
 export class SchemaForm {
+  #ids = new Map(); // field path (as JSON) -> element id
+  #taken = new Set();
+
   constructor(schema, idPrefix = "field") {
     this.root = schema && typeof schema === "object" ? schema : {};
     this.idPrefix = idPrefix;
@@ -131,9 +134,20 @@ export class SchemaForm {
     return s;
   }
 
+  /** The element id of the field at `path`: readable, and unique even when two property
+   * names differ only in characters an id cannot hold ("名前" and "年齢"). */
   #id(path) {
-    const tail = path.length ? path.join("-") : "payload";
-    return `${this.idPrefix}-${tail}`.replace(/[^A-Za-z0-9_-]/g, "_");
+    const key = JSON.stringify(path);
+    let id = this.#ids.get(key);
+    if (id === undefined) {
+      const tail = path.length ? path.join("-") : "payload";
+      const base = `${this.idPrefix}-${tail}`.replace(/[^A-Za-z0-9_-]/g, "_");
+      id = base;
+      for (let n = 2; this.#taken.has(id); n += 1) id = `${base}-${n}`;
+      this.#ids.set(key, id);
+      this.#taken.add(id);
+    }
+    return id;
   }
 
   // -- building ---------------------------------------------------------------------

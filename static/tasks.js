@@ -82,6 +82,10 @@ export class TaskList {
     return this.tasks.has(id);
   }
 
+  statusOf(id) {
+    return this.tasks.get(id)?.status;
+  }
+
   setFilter(status) {
     this.filter = status;
     this.render();

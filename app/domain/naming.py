@@ -11,6 +11,7 @@ INTERNAL_ROOM = "@internal"
 RESERVED_ROOMS = frozenset({GLOBAL_ROOM, INTERNAL_ROOM})
 MAX_ROOM_ID_LENGTH = 128
 MAX_JOB_NAME_LENGTH = 128
+UNADDRESSABLE_ROOM_IDS = frozenset({".", ".."})  # URL dot-segments, even percent-encoded
 MAX_CATEGORY_LENGTH = 64  # of an allowed category (the setting checks its list)
 
 
@@ -22,6 +23,11 @@ def validate_room_id(room_id: str) -> str:
         raise InvalidRoomId(
             f"Room id {room_id!r} is invalid: it must be non-empty and contain neither '@' "
             "nor ':' (only '@global' and '@internal' are reserved names)."
+        )
+    if room_id in UNADDRESSABLE_ROOM_IDS:
+        raise InvalidRoomId(
+            f"Room id {room_id!r} is invalid: as a URL path segment it means a directory, "
+            "so clients (browsers among them) could never address it."
         )
     if len(room_id) > MAX_ROOM_ID_LENGTH:
         raise InvalidRoomId(f"Room id is longer than {MAX_ROOM_ID_LENGTH} characters.")

@@ -13,14 +13,37 @@ from app.domain.naming import (
 
 
 @pytest.mark.parametrize(
-    "room", ["room1", "a b", "ünïcode", "x" * MAX_ROOM_ID_LENGTH, "@global", "@internal"]
+    "room",
+    [
+        "room1",
+        "a b",
+        "ünïcode",
+        "a/b",
+        "...",
+        ".x",
+        "x" * MAX_ROOM_ID_LENGTH,
+        "@global",
+        "@internal",
+    ],
 )
 def test_valid_room_ids(room):
     assert validate_room_id(room) == room
 
 
 @pytest.mark.parametrize(
-    "room", ["", "@", "@globals", "a@b", "a:b", ":", "@global:x", "x" * (MAX_ROOM_ID_LENGTH + 1)]
+    "room",
+    [
+        "",
+        "@",
+        "@globals",
+        "a@b",
+        "a:b",
+        ":",
+        "@global:x",
+        "x" * (MAX_ROOM_ID_LENGTH + 1),
+        ".",
+        "..",
+    ],
 )
 def test_invalid_room_ids(room):
     with pytest.raises(InvalidRoomId):

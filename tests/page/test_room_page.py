@@ -208,6 +208,63 @@ def test_pending_and_running_tasks_can_be_cancelled(
     pages.assert_no_console_errors()
 
 
+def test_queue_places_follow_a_task_that_goes_ahead_and_leaves(
+    hub: PageHub, room: str, worker: Worker, pages: Pages
+) -> None:
+    page = pages.open(f"/?room={room}&job={room}:analysis:Brew")
+    sign_in(page, hub.alice)
+    page.get_by_label("Label").fill("long")
+    page.get_by_label("Steps").fill("50")  # 15 s: occupies the worker until cancelled
+    running = submit(page)
+    expect(task_item(page, running["id"])).to_have_attribute("data-status", "running")
+    first, second = submit(page), submit(page)
+
+    def places() -> None:
+        for task_id in (first["id"], second["id"], urgent["id"]):
+            place = hub.task(task_id)["queue_position"]
+            expect(task_item(page, task_id).locator(".queue")).to_have_text(f"#{place} in queue")
+
+    with hub.rest(hub.alice) as rest:  # a higher priority goes ahead of both
+        urgent = rest.post(
+            f"/rooms/{room}/tasks/{room}:analysis:Brew",
+            json={"payload": {"label": "urgent", "steps": 1}, "priority": 10},
+        ).json()
+    assert urgent["queue_position"] == 1
+    places()
+    expect(task_item(page, first["id"]).locator(".queue")).to_have_text("#2 in queue")
+
+    task_item(page, urgent["id"]).get_by_role("button", name="Cancel").click()
+    expect(task_item(page, urgent["id"])).to_have_attribute("data-status", "cancelled")
+    expect(task_item(page, first["id"]).locator(".queue")).to_have_text("#1 in queue")
+    expect(task_item(page, second["id"]).locator(".queue")).to_have_text("#2 in queue")
+    for task in (running, first, second):
+        task_item(page, task["id"]).get_by_role("button", name="Cancel").click()
+    pages.assert_no_console_errors()
+
+
+def test_each_label_names_its_own_field_whatever_the_property_names(
+    hub: PageHub, room: str, pages: Pages
+) -> None:
+    """Property names that differ only in characters an element id cannot hold."""
+    schema = {
+        "type": "object",
+        "properties": {
+            "名前": {"type": "string", "title": "Name"},
+            "年齢": {"type": "integer", "title": "Age"},
+        },
+    }
+    with hub.rest(hub.alice) as rest:
+        body = {"category": "analysis", "name": "Names", "schema": schema}
+        assert rest.put(f"/rooms/{room}/jobs", json=body).status_code == 201
+    page = pages.open(f"/?room={room}&job={room}:analysis:Names")
+    sign_in(page, hub.alice)
+    expect(page.get_by_label("Name", exact=True)).to_have_attribute("type", "text")
+    expect(page.get_by_label("Age", exact=True)).to_have_attribute("type", "number")
+    ids = page.locator(".schema-form [id]").evaluate_all("nodes => nodes.map(n => n.id)")
+    assert len(ids) == len(set(ids)), ids
+    pages.assert_no_console_errors()
+
+
 def test_the_page_shows_its_connection_and_rejoins_the_room_after_a_reconnect(
     hub: PageHub, room: str, worker: Worker, pages: Pages
 ) -> None:
