@@ -7,6 +7,7 @@
 import { h, setFieldError } from "./dom.js";
 
 const MAX_DEPTH = 5;
+const LARGEST = Number.MAX_SAFE_INTEGER.toLocaleString("en").replaceAll(",", " ");
 
 export class SchemaForm {
   #ids = new Map(); // field path (as JSON) -> element id
@@ -276,7 +277,12 @@ export class SchemaForm {
     return this.#wrap(f, input, () => {
       if (input.validity.badInput) return { present: true, error: "Enter a number." };
       if (input.value === "") return { present: false };
-      return { present: true, value: Number(input.value) };
+      const value = Number(input.value);
+      if (integer && !Number.isSafeInteger(value) && Number.isInteger(value)) {
+        // A JavaScript number would send a neighbouring integer instead, silently.
+        return { present: true, error: `Too large to send exactly (at most ${LARGEST}).` };
+      }
+      return { present: true, value };
     });
   }
 

@@ -242,7 +242,7 @@ def test_queue_places_follow_a_task_that_goes_ahead_and_leaves(
     pages.assert_no_console_errors()
 
 
-def test_each_label_names_its_own_field_whatever_the_property_names(
+def test_each_label_names_its_own_field_and_big_integers_are_refused(
     hub: PageHub, room: str, pages: Pages
 ) -> None:
     """Property names that differ only in characters an element id cannot hold."""
@@ -262,6 +262,16 @@ def test_each_label_names_its_own_field_whatever_the_property_names(
     expect(page.get_by_label("Age", exact=True)).to_have_attribute("type", "number")
     ids = page.locator(".schema-form [id]").evaluate_all("nodes => nodes.map(n => n.id)")
     assert len(ids) == len(set(ids)), ids
+
+    # An integer a JavaScript number cannot hold exactly is refused, not rounded.
+    page.get_by_label("Name", exact=True).fill("x")
+    page.get_by_label("Age", exact=True).fill("9007199254740993")
+    sent: list[Request] = []
+    page.on("request", lambda r: sent.append(r) if r.method == "POST" else None)
+    page.get_by_role("button", name="Submit task").click()
+    age = page.locator(".field", has=page.get_by_label("Age", exact=True))
+    expect(age.locator(".field-error")).to_contain_text("Too large to send exactly")
+    assert sent == []
     pages.assert_no_console_errors()
 
 
