@@ -8,7 +8,7 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID, uuid4
 
-from sqlalchemy import func, select, update
+from sqlalchemy import Select, func, select, update
 
 from app.domain.events import EventBatch, JobsInvalidate, TaskStatusChanged
 from app.domain.naming import INTERNAL_ROOM
@@ -70,18 +70,22 @@ async def mark_dispatched(db: Database, task_id: UUID) -> tuple[TaskRecord | Non
     )
 
 
+def internal_job_ids() -> Select[tuple[UUID]]:
+    """The ids of the ``@internal`` jobs (to use as a subquery)."""
+    return select(job_table.c.id).where(job_table.c.room_id == INTERNAL_ROOM)
+
+
 async def undispatched(db: Database, before: datetime, limit: int = 500) -> list[TaskRecord]:
     """Pending ``@internal`` tasks due since before ``before``: submitted (or, if delayed,
     due) then and still not handed to the broker — their submit's process died between
     its commit and the enqueue, or nobody was running when they came due."""
-    internal_jobs = select(job_table.c.id).where(job_table.c.room_id == INTERNAL_ROOM)
     async with db.read() as conn:
         rows = (
             await conn.execute(
                 select(task)
                 .where(
                     is_pending(),
-                    task.c.job_id.in_(internal_jobs),
+                    task.c.job_id.in_(internal_job_ids()),
                     func.coalesce(task.c.run_at, task.c.created_at) < before,
                 )
                 .order_by(task.c.created_at)

@@ -9,16 +9,15 @@ from uuid import UUID
 from sqlalchemy import delete, func, select, update
 
 from app.domain.events import EventBatch, TaskStatusChanged
-from app.domain.naming import INTERNAL_ROOM
 from app.domain.retries import DEFAULT_RETRY_POLICY, RetryPolicy
 from app.domain.services.attempts import end_abandoned_attempts, ended_attempt_events
-from app.domain.services.internal_tasks import INTERNAL_TIMEOUT
+from app.domain.services.internal_tasks import INTERNAL_TIMEOUT, internal_job_ids
 from app.domain.services.jobs import JobNames
 from app.domain.services.task_rows import task_record
 from app.domain.services.workers import remove_silent_worker
 from app.domain.states import TERMINAL_STATUSES, TaskStatus, previous_status
 from app.persistence.database import Database
-from app.persistence.models import is_active, job_table, task_table, worker_table
+from app.persistence.models import is_active, task_table, worker_table
 from app.persistence.types import utcnow
 
 BATCH = 500
@@ -72,7 +71,6 @@ async def fail_stuck_internal_tasks(db: Database, cutoff: datetime) -> EventBatc
     """``@internal`` tasks claimed or running since before ``cutoff`` (started, else due)
     fail with "Internal worker timeout" (one guarded statement)."""
     task = task_table
-    internal_jobs = select(job_table.c.id).where(job_table.c.room_id == INTERNAL_ROOM)
     events = EventBatch()
     async with db.write() as conn:
         rows = (
@@ -80,7 +78,7 @@ async def fail_stuck_internal_tasks(db: Database, cutoff: datetime) -> EventBatc
                 update(task)
                 .where(
                     is_active(),
-                    task.c.job_id.in_(internal_jobs),
+                    task.c.job_id.in_(internal_job_ids()),
                     # (a delayed task was dispatched when it came due, at ``run_at``)
                     func.coalesce(task.c.started_at, task.c.run_at, task.c.created_at) < cutoff,
                 )
