@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import sys
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 from asyncpg import PostgresError
@@ -32,9 +33,22 @@ def _run_with_db(settings: Settings, work: Callable[[Database], Awaitable[Any]])
     return asyncio.run(main())
 
 
+def _check_sqlite_directory(settings: Settings) -> None:
+    """Refuse an SQLite file in a directory that does not exist before the driver tries it
+    (its worker thread would outlive the failed attempt and print a traceback at exit)."""
+    if not settings.is_sqlite:
+        return
+    from sqlalchemy.engine import make_url
+
+    database = make_url(settings.database_url).database
+    if database and database != ":memory:" and not Path(database).parent.is_dir():
+        raise OSError(f"unable to open database file (no directory {str(Path(database).parent)!r})")
+
+
 def _ready_schema(settings: Settings) -> None:
     """The embedded SQLite default migrates itself; PostgreSQL must already be at this
     code's revision (``SchemaOutdated`` otherwise: migrating is the operator's step)."""
+    _check_sqlite_directory(settings)
     if settings.is_sqlite:
         migrations.upgrade(settings.database_url)
     else:
@@ -42,6 +56,7 @@ def _ready_schema(settings: Settings) -> None:
 
 
 def cmd_migrate(settings: Settings, _args: argparse.Namespace) -> int:
+    _check_sqlite_directory(settings)
     migrations.upgrade(settings.database_url)
     print(f"Database is at revision {migrations.head_revision()}.")
     return 0
