@@ -237,7 +237,10 @@ export class SchemaForm {
       input,
       errorEl,
       read: (errors) => {
-        const result = read();
+        let result = read();
+        if (!result.present && !result.error && required && prop.nullable) {
+          result = { present: true, value: null }; // left empty: the null the schema allows
+        }
         const problem = result.error
           ?? (!result.present && required ? "Required." : null)
           ?? (result.present ? check(prop, result.value) : null);
@@ -302,8 +305,10 @@ export class SchemaForm {
     if (!values.some((v) => same(v, f.dflt))) {
       select.append(h("option", { value: "" }, f.required ? "Choose…" : "(not set)"));
     }
+    // Strings as they are, unless one would look like another value (1 and "1").
+    const show = new Set(values.map(display)).size < values.length ? JSON.stringify : display;
     values.forEach((v, i) => {
-      select.append(h("option", { value: String(i), selected: same(v, f.dflt) }, display(v)));
+      select.append(h("option", { value: String(i), selected: same(v, f.dflt) }, show(v)));
     });
     return this.#wrap(f, select, () => {
       if (select.value === "") return { present: false };

@@ -210,7 +210,9 @@ class TaskView {
     const percent = Math.round(Math.min(1, Math.max(0, done)) * 100);
     this.bar.style.width = `${percent}%`;
     this.meter.setAttribute("aria-valuenow", String(percent));
-    const message = task.progress_message;
+    // A completed task's last message ("1 s left") no longer holds; a failed one's says
+    // where it stopped.
+    const message = task.status === "completed" ? null : task.progress_message;
     this.meter.setAttribute("aria-valuetext", message ? `${percent}%, ${message}` : `${percent}%`);
     this.progressText.textContent = message ? `${percent}% · ${message}` : `${percent}%`;
   }

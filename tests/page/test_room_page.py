@@ -102,6 +102,7 @@ def test_a_task_goes_live_from_the_form_to_its_result_for_everyone_in_the_room(
         expect(item.locator(".result-box")).to_contain_text('"FIRST BATCH"')
         expect(item.locator(".meta")).to_contain_text("Finished")
         expect(item.get_by_role("button", name="Cancel")).to_be_hidden()
+        expect(item.locator(".progress-text")).to_have_text("100%")  # no stale "step 3 of 4"
 
     for page in (alice, bob):
         log = task_log(page, task["id"])
@@ -272,6 +273,30 @@ def test_each_label_names_its_own_field_and_big_integers_are_refused(
     age = page.locator(".field", has=page.get_by_label("Age", exact=True))
     expect(age.locator(".field-error")).to_contain_text("Too large to send exactly")
     assert sent == []
+    pages.assert_no_console_errors()
+
+
+def test_a_required_nullable_field_left_empty_sends_null_and_lookalike_choices_differ(
+    hub: PageHub, room: str, pages: Pages
+) -> None:
+    schema = {
+        "type": "object",
+        "required": ["count"],
+        "properties": {
+            "count": {"anyOf": [{"type": "integer"}, {"type": "null"}], "title": "Count"},
+            "pick": {"enum": [1, "1"], "title": "Pick"},
+        },
+    }
+    with hub.rest(hub.alice) as rest:
+        body = {"category": "analysis", "name": "Choices", "schema": schema}
+        assert rest.put(f"/rooms/{room}/jobs", json=body).status_code == 201
+    page = pages.open(f"/?room={room}&job={room}:analysis:Choices")
+    sign_in(page, hub.alice)
+    pick = page.get_by_label("Pick", exact=True)
+    expect(pick.locator("option")).to_have_text(["(not set)", "1", '"1"'])
+    pick.select_option(label='"1"')
+    task = submit(page)
+    assert task["payload"] == {"count": None, "pick": "1"}, task
     pages.assert_no_console_errors()
 
 
