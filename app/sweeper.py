@@ -1,9 +1,11 @@
 """The sweeper: a periodic clean-up that runs once per cluster, however many replicas run.
 
-Each cycle takes the cluster-wide sweeper lock (PostgreSQL advisory lock; SQLite deploys
-are one process); a replica that does not get it skips the cycle. The sweeps themselves
-are guarded writes, so even overlapping cycles would do each piece of work once. Errors
-in a cycle are logged and the next cycle runs.
+One replica at a time sweeps: the one holding the sweeper lease (a PostgreSQL session
+advisory lock kept on a connection of its own; SQLite deploys are one process). The others
+try to take it every interval, so one of them sweeps once its holder stops or dies. The
+sweeps themselves are guarded writes, so even overlapping cycles (``run_once`` beside the
+loop) would do each piece of work once. Errors in a cycle are logged and the next cycle
+runs.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from app.domain.records import TaskRecord
 from app.domain.services import internal_tasks, sweeps
 from app.observability import metrics
 from app.persistence.database import Database
-from app.persistence.dialects import cluster_lock
+from app.persistence.dialects import ClusterLease, cluster_lock
 from app.persistence.types import utcnow
 from app.realtime.publisher import Publisher
 from app.settings import Settings
@@ -59,33 +61,37 @@ class Sweeper:
         self._task: asyncio.Task[None] | None = None
 
     async def run_once(self) -> SweepReport:
-        """One cycle; returns what it did (``ran=False`` when another replica holds the lock)."""
+        """One cycle on its own (``ran=False`` when another replica sweeps now)."""
         async with cluster_lock(self.db, SWEEPER_LOCK) as acquired:
             if not acquired:
                 return SweepReport(ran=False)
-            now = utcnow()
-            worker_cutoff = now - timedelta(seconds=self.settings.worker_timeout_seconds)
-            internal_cutoff = now - timedelta(seconds=self.settings.internal_task_timeout_seconds)
-            report = SweepReport(ran=True)
-            policy = self.settings.retry_policy
-            report.workers_removed, removed = await sweeps.sweep_stale_workers(
-                self.db, worker_cutoff, policy
+            return await self._sweep()
+
+    async def _sweep(self) -> SweepReport:
+        """One cycle, by the holder of the sweeper lock; returns what it did."""
+        now = utcnow()
+        worker_cutoff = now - timedelta(seconds=self.settings.worker_timeout_seconds)
+        internal_cutoff = now - timedelta(seconds=self.settings.internal_task_timeout_seconds)
+        report = SweepReport(ran=True)
+        policy = self.settings.retry_policy
+        report.workers_removed, removed = await sweeps.sweep_stale_workers(
+            self.db, worker_cutoff, policy
+        )
+        report.leases_expired, expired = await sweeps.end_expired_leases(self.db, now, policy)
+        stuck = await sweeps.fail_stuck_internal_tasks(self.db, internal_cutoff)
+        report.tasks_failed = len(stuck)
+        dispatched = EventBatch()
+        if self._dispatch is not None:
+            missed = await internal_tasks.undispatched(self.db, now - UNDISPATCHED_GRACE)
+            report.internal_dispatched = len(missed)
+            dispatched = await self._dispatch(missed)
+        if self.settings.task_retention_seconds > 0:
+            retention = timedelta(seconds=self.settings.task_retention_seconds)
+            report.tasks_purged = await sweeps.purge_old_tasks(
+                self.db, now - retention, self.settings.retention_batch_size
             )
-            report.leases_expired, expired = await sweeps.end_expired_leases(self.db, now, policy)
-            stuck = await sweeps.fail_stuck_internal_tasks(self.db, internal_cutoff)
-            report.tasks_failed = len(stuck)
-            dispatched = EventBatch()
-            if self._dispatch is not None:
-                missed = await internal_tasks.undispatched(self.db, now - UNDISPATCHED_GRACE)
-                report.internal_dispatched = len(missed)
-                dispatched = await self._dispatch(missed)
-            if self.settings.task_retention_seconds > 0:
-                retention = timedelta(seconds=self.settings.task_retention_seconds)
-                report.tasks_purged = await sweeps.purge_old_tasks(
-                    self.db, now - retention, self.settings.retention_batch_size
-                )
-            for events in (removed, expired, stuck, dispatched):
-                report.events.extend(events)
+        for events in (removed, expired, stuck, dispatched):
+            report.events.extend(events)
         await self.publisher.publish(report.events)
         metrics.record_sweep(report)
         if len(report.events) or report.tasks_purged:
@@ -101,14 +107,21 @@ class Sweeper:
         return report
 
     async def _loop(self) -> None:
-        while True:
-            await asyncio.sleep(self.settings.sweeper_interval_seconds)
-            try:
-                await self.run_once()
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("sweeper cycle failed; the next one runs as scheduled")
+        """Sweep every interval while this replica holds the sweeper lease; the others
+        try to take it each interval (they get it once its holder stops or dies)."""
+        lease = ClusterLease(self.db, SWEEPER_LOCK)
+        try:
+            while True:
+                await asyncio.sleep(self.settings.sweeper_interval_seconds)
+                try:
+                    if await lease.hold():
+                        await self._sweep()
+                except asyncio.CancelledError:
+                    raise
+                except Exception:
+                    log.exception("sweeper cycle failed; the next one runs as scheduled")
+        finally:
+            await asyncio.shield(lease.release())
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._loop(), name="taskhub-sweeper")

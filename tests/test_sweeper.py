@@ -198,11 +198,11 @@ async def test_a_failing_cycle_is_logged_and_the_next_one_runs(app, caplog):
     third_cycle_done = asyncio.Event()
 
     class FlakySweeper(Sweeper):
-        async def run_once(self):  # type: ignore[override]
+        async def _sweep(self):  # type: ignore[override]
             cycles.append("cycle")
             if len(cycles) == 1:
                 raise RuntimeError("database hiccup")
-            report = await super().run_once()
+            report = await super()._sweep()
             if len(cycles) >= 3:
                 third_cycle_done.set()
             return report
@@ -215,6 +215,41 @@ async def test_a_failing_cycle_is_logged_and_the_next_one_runs(app, caplog):
     await flaky.stop()
     assert len(cycles) >= 3
     assert "sweeper cycle failed" in caplog.text
+
+
+async def test_one_replica_sweeps_and_another_takes_over_when_it_stops(app):
+    """Two replicas' sweepers (same database): only the lease holder sweeps; once it stops,
+    the other one does."""
+    hub = app.hub
+    settings = hub.settings.model_copy(update={"sweeper_interval_seconds": 0.05})
+    cycles: dict[str, int] = {"a": 0, "b": 0}
+    swept = asyncio.Condition()
+
+    class Replica(Sweeper):
+        def __init__(self, name: str) -> None:
+            super().__init__(settings, hub.db, hub.publisher)
+            self.name = name
+
+        async def _sweep(self):  # type: ignore[override]
+            report = await super()._sweep()
+            async with swept:
+                cycles[self.name] += 1
+                swept.notify_all()
+            return report
+
+    async def until(condition) -> None:
+        async with asyncio.timeout(30), swept:
+            await swept.wait_for(condition)
+
+    a, b = Replica("a"), Replica("b")
+    a.start()
+    await until(lambda: cycles["a"] >= 1)
+    b.start()
+    await until(lambda: cycles["a"] >= 6)  # b tried to take the lease five times meanwhile
+    assert cycles["b"] == 0
+    await a.stop()
+    await until(lambda: cycles["b"] >= 2)
+    await b.stop()
 
 
 async def lease_of(db, task_id: str):
