@@ -1,6 +1,7 @@
 """Payloads are validated against their job's JSON Schema (draft 2020-12) at submit, and a
 job's schema must itself be a valid JSON Schema at registration, whose references
-(``$ref``, ``$dynamicRef``) all resolve within it: nothing is ever fetched from elsewhere."""
+(``$ref``, ``$dynamicRef``) all resolve within it (nothing is ever fetched from elsewhere)
+and whose patterns run in linear time (``app/domain/schema_patterns.py``)."""
 
 from __future__ import annotations
 
@@ -16,20 +17,19 @@ from referencing.exceptions import Unresolvable
 from referencing.jsonschema import DRAFT202012
 
 from app.domain.errors import ValidationFailed
+from app.domain.schema_patterns import INSTANCE_KEYWORDS, LinearPatternValidator, unusable_patterns
 
 if TYPE_CHECKING:
     from referencing._core import Resolver  # not exported by the package itself
 
 _MAX_ERRORS = 20
 _CACHE_SIZE = 1024
-_validators: OrderedDict[Any, Draft202012Validator] = OrderedDict()
+_validators: OrderedDict[Any, Any] = OrderedDict()
 # No retrieval: a reference to anything but the schema itself or the JSON Schema
 # metaschemas does not resolve (the library's default would fetch URLs, blocking the hub,
 # from wherever a schema points).
 _WITHIN_THE_SCHEMA: Registry[Any] = METASCHEMAS
 _REFERENCES = ("$ref", "$dynamicRef")
-# Keywords whose values are instances, not schemas: a "$ref" in there is data.
-_INSTANCE_KEYWORDS = frozenset({"const", "enum", "examples", "default"})
 
 
 def check_schema(schema: dict[str, Any]) -> None:
@@ -40,6 +40,15 @@ def check_schema(schema: dict[str, Any]) -> None:
             "The job's schema is not a valid JSON Schema.",
             errors=[{"loc": ["body", "schema", *exc.absolute_path], "msg": exc.message}],
         ) from None
+    unusable = unusable_patterns(schema)
+    if unusable:
+        raise ValidationFailed(
+            "The job's schema has a pattern the hub will not run.",
+            errors=[
+                {"loc": ["body", "schema", *path], "msg": reason}
+                for path, reason in unusable[:_MAX_ERRORS]
+            ],
+        )
     root = DRAFT202012.create_resource(schema)
     base = root.id() or ""
     registry = _WITHIN_THE_SCHEMA.with_resource(base, root).crawl()
@@ -73,7 +82,7 @@ def _unresolved_references(
                 resolver.lookup(value)
             except Unresolvable:
                 yield [*path, key], value
-        elif key not in _INSTANCE_KEYWORDS:
+        elif key not in INSTANCE_KEYWORDS:
             yield from _unresolved_references(value, resolver, [*path, key])
 
 
@@ -82,7 +91,7 @@ def validate_payload(version: Any, schema: dict[str, Any], payload: dict[str, An
     (e.g. ``(job_id, updated_at)``) so its compiled validator is reused."""
     validator = _validators.get(version)
     if validator is None:
-        validator = Draft202012Validator(schema, registry=_WITHIN_THE_SCHEMA)
+        validator = LinearPatternValidator(schema, registry=_WITHIN_THE_SCHEMA)
         _validators[version] = validator
         if len(_validators) > _CACHE_SIZE:
             _validators.popitem(last=False)

@@ -79,3 +79,54 @@ def test_a_schema_stored_before_the_check_fails_its_payloads_with_a_422():
     with pytest.raises(ValidationFailed) as refused:
         validate_payload(object(), {"$ref": "#/$defs/missing"}, {})
     assert refused.value.errors[0]["loc"] == ["body", "payload"]
+
+
+BACKTRACKING = "^(a+)+$"  # exponential in Python's re: 30 characters take seconds
+
+
+def test_a_pattern_is_matched_in_linear_time():
+    schema = {"properties": {"s": {"type": "string", "pattern": BACKTRACKING}}}
+    check_schema(schema)
+    validate_payload(object(), schema, {"s": "a" * 1000})
+    with pytest.raises(ValidationFailed) as refused:
+        validate_payload(object(), schema, {"s": "a" * 1000 + "!"})  # would never end
+    assert refused.value.errors[0]["loc"] == ["body", "payload", "s"]
+
+
+def test_property_patterns_are_matched_in_linear_time_too():
+    schema = {
+        "type": "object",
+        "properties": {"name": {"type": "string"}},
+        "patternProperties": {BACKTRACKING: {"type": "integer"}, "^x-": {"type": "string"}},
+        "additionalProperties": False,
+    }
+    check_schema(schema)
+    validate_payload(object(), schema, {"name": "n", "aaa": 1, "x-note": "ok"})
+    with pytest.raises(ValidationFailed) as refused:
+        validate_payload(object(), schema, {"aaa": "not an integer"})
+    assert refused.value.errors[0]["loc"] == ["body", "payload", "aaa"]
+    with pytest.raises(ValidationFailed) as refused:
+        validate_payload(object(), schema, {"a" * 1000 + "!": 1})  # matches no pattern
+    assert "Additional properties are not allowed" in refused.value.errors[0]["msg"]
+
+
+@pytest.mark.parametrize(
+    ("schema", "where"),
+    [
+        ({"properties": {"s": {"pattern": "(?=a)b"}}}, ["properties", "s", "pattern"]),
+        ({"patternProperties": {r"(a)\1": {}}}, ["patternProperties", r"(a)\1"]),
+        (
+            {"patternProperties": {"^a": {}}, "allOf": [{"unevaluatedProperties": False}]},
+            ["allOf", 0, "unevaluatedProperties"],
+        ),
+    ],
+    ids=["lookahead", "backreference", "unevaluated beside patternProperties"],
+)
+def test_patterns_the_hub_cannot_run_in_linear_time_are_refused(schema, where):
+    with pytest.raises(ValidationFailed) as refused:
+        check_schema(schema)
+    assert refused.value.errors[0]["loc"] == ["body", "schema", *where]
+
+
+def test_a_pattern_inside_instance_keywords_is_data():
+    check_schema({"properties": {"s": {"const": {"pattern": "(?=x)"}}}})

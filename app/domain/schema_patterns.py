@@ -1,0 +1,121 @@
+"""The regular expressions of job schemas (``pattern``, ``patternProperties``), matched by
+RE2 in time linear in the input.
+
+Any user may register a job, so its schema's patterns are untrusted. Python's ``re``
+backtracks: ``^(a+)+$`` against 30 characters takes seconds, on the event loop, for every
+request in the process. jsonschema matches with ``re``, so the validator here replaces
+the three keywords that match patterns, and registration refuses what RE2 cannot run
+(lookaround, backreferences) and the one keyword left that would still match with ``re``
+(``unevaluatedProperties`` beside ``patternProperties``).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterator
+from typing import Any
+
+import re2
+from jsonschema import Draft202012Validator, ValidationError, validators
+
+# Keywords whose values are instances, not schemas (a "pattern" in there is data).
+INSTANCE_KEYWORDS = frozenset({"const", "enum", "examples", "default"})
+_OPTIONS = re2.Options()
+_OPTIONS.log_errors = False  # a refused pattern is the client's 422, not a log line
+
+
+@functools.lru_cache(maxsize=4096)
+def _regex(pattern: str) -> Any:
+    return re2.compile(pattern, _OPTIONS)
+
+
+def _matches(pattern: str, text: str) -> bool:
+    return _regex(pattern).search(text) is not None
+
+
+def _pattern(validator: Any, pattern: str, instance: Any, _schema: Any) -> Iterator[Any]:
+    if validator.is_type(instance, "string") and not _matches(pattern, instance):
+        yield ValidationError(f"{instance!r} does not match {pattern!r}")
+
+
+def _pattern_properties(
+    validator: Any, patterns: dict[str, Any], instance: Any, _schema: Any
+) -> Iterator[Any]:
+    if not validator.is_type(instance, "object"):
+        return
+    for pattern, subschema in patterns.items():
+        for key, value in instance.items():
+            if _matches(pattern, key):
+                yield from validator.descend(value, subschema, path=key, schema_path=pattern)
+
+
+def _additional_properties(
+    validator: Any, additional: Any, instance: Any, schema: dict[str, Any]
+) -> Iterator[Any]:
+    if not validator.is_type(instance, "object"):
+        return
+    named = schema.get("properties", {})
+    patterns = list(schema.get("patternProperties", {}))
+    extras = sorted(
+        key
+        for key in instance
+        if key not in named and not any(_matches(pattern, key) for pattern in patterns)
+    )
+    if validator.is_type(additional, "object"):
+        for extra in extras:
+            yield from validator.descend(instance[extra], additional, path=extra)
+    elif not additional and extras:
+        listed = ", ".join(repr(extra) for extra in extras)
+        yield ValidationError(f"Additional properties are not allowed ({listed} unexpected)")
+
+
+LinearPatternValidator = validators.extend(
+    Draft202012Validator,
+    {
+        "pattern": _pattern,
+        "patternProperties": _pattern_properties,
+        "additionalProperties": _additional_properties,
+    },
+)
+
+
+def unusable_patterns(schema: Any) -> list[tuple[list[str | int], str]]:
+    """``(path, reason)`` for each pattern of ``schema`` the hub will not run."""
+    problems: list[tuple[list[str | int], str]] = []
+    uses_pattern_properties = False
+    unevaluated_at: list[str | int] | None = None
+    for node, path in _schemas(schema, []):
+        if isinstance(node.get("pattern"), str):
+            problems += _compile_problem(node["pattern"], [*path, "pattern"])
+        if isinstance(node.get("patternProperties"), dict):
+            uses_pattern_properties = True
+            for pattern in node["patternProperties"]:
+                problems += _compile_problem(pattern, [*path, "patternProperties", pattern])
+        if "unevaluatedProperties" in node and unevaluated_at is None:
+            unevaluated_at = [*path, "unevaluatedProperties"]
+    if uses_pattern_properties and unevaluated_at is not None:
+        problems.append(
+            (unevaluated_at, "not supported together with patternProperties in one schema")
+        )
+    return problems
+
+
+def _compile_problem(pattern: str, path: list[str | int]) -> list[tuple[list[str | int], str]]:
+    try:
+        _regex(pattern)
+    except re2.error as exc:
+        reason = exc.args[0].decode() if exc.args and isinstance(exc.args[0], bytes) else exc
+        return [(path, f"a pattern the hub cannot run in linear time: {reason}")]
+    return []
+
+
+def _schemas(node: Any, path: list[str | int]) -> Iterator[tuple[dict[str, Any], list[str | int]]]:
+    """Every schema object within ``node``, with its path (instance values left out)."""
+    if isinstance(node, list):
+        for index, item in enumerate(node):
+            yield from _schemas(item, [*path, index])
+    elif isinstance(node, dict):
+        yield node, path
+        for key, value in node.items():
+            if key not in INSTANCE_KEYWORDS:
+                yield from _schemas(value, [*path, key])
