@@ -81,7 +81,8 @@ async def test_join_job_room_is_only_for_the_sockets_own_workers(
     lab: str,
     job: str,
 ) -> None:
-    """403 for another user's worker, 404 for an unknown one: the socket stays outside."""
+    """403 for another user's worker or a worker not registered for the job, 404 for an
+    unknown one: the socket stays outside."""
     alice, admin = ApiClient(http, alice_token), ApiClient(http, shared_server.admin_token)
     worker_id = (await alice.register(room=lab, name="R", schema={}))["worker_id"]
     url = shared_server.base_url
@@ -100,6 +101,17 @@ async def test_join_job_room_is_only_for_the_sockets_own_workers(
         assert_problem_ack(bad_id, 422, "validation-error")
         missing = await bob.call("join_job_room", {"worker_id": worker_id})
         assert_problem_ack(missing, 422, "validation-error")
+        # Bob's own worker, registered for another job only: not a way into this job's
+        # wake-ups (they would tell him of tasks in rooms he was never shown).
+        bobs = await ApiClient(http, bob_token).register(room=f"{lab}-bob", name="Other", schema={})
+        not_served = await bob.call(
+            "join_job_room", {"job_name": job, "worker_id": bobs["worker_id"]}
+        )
+        assert_problem_ack(not_served, 403, "forbidden")
+        served = await bob.call(
+            "join_job_room", {"job_name": bobs["full_name"], "worker_id": bobs["worker_id"]}
+        )
+        assert served == {"job_name": bobs["full_name"], "worker_id": bobs["worker_id"]}
 
         await worker.connect(url, alice_token)  # the owner's join is the positive control
         await worker.join_job_room(job, worker_id)

@@ -10,9 +10,9 @@ from uuid import UUID
 from sqlalchemy import Select, bindparam, delete, func, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from app.domain.errors import WorkerNotFound
+from app.domain.errors import Forbidden, WorkerNotFound
 from app.domain.events import EventBatch, JobsInvalidate
-from app.domain.naming import validate_room_id, visible_job_rooms
+from app.domain.naming import JobName, validate_room_id, visible_job_rooms
 from app.domain.records import Page, Principal, WorkerRecord
 from app.domain.retries import DEFAULT_RETRY_POLICY, RetryPolicy
 from app.domain.services.attempts import end_abandoned_attempts, ended_attempt_events
@@ -101,6 +101,28 @@ _EXTEND_ALL_LEASES = (
 _EXTEND_LISTED_LEASES = _EXTEND_ALL_LEASES.where(
     task_table.c.id.in_(bindparam("b_ids", expanding=True))
 )
+
+
+async def check_serves(db: Database, worker_id: UUID, job: JobName) -> None:
+    """403 unless the worker is linked to the live job ``job`` (its wake-up room
+    ``jobs:{name}`` would otherwise tell it of tasks of jobs it cannot serve)."""
+    async with db.read() as conn:
+        served = await conn.scalar(
+            select(func.count())
+            .select_from(link_table.join(job_table, job_table.c.id == link_table.c.job_id))
+            .where(
+                link_table.c.worker_id == worker_id,
+                job_table.c.room_id == job.room_id,
+                job_table.c.category == job.category,
+                job_table.c.name == job.name,
+                job_table.c.deleted.is_(False),
+            )
+        )
+    if not served:
+        raise Forbidden(
+            f"Worker {worker_id} does not serve {job.full_name}: register it for that job "
+            "first (PUT /rooms/{room}/jobs with its worker_id)."
+        )
 
 
 async def delete_worker(

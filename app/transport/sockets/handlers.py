@@ -15,7 +15,7 @@ import socketio
 from app.domain.errors import DomainError, Unauthorized, ValidationFailed
 from app.domain.naming import JobName, validate_room_id
 from app.domain.records import Principal
-from app.domain.services.workers import heartbeat
+from app.domain.services.workers import check_serves, heartbeat
 from app.observability import metrics
 from app.observability.request_id import bound, socket_request_id
 from app.runtime import Hub
@@ -115,13 +115,16 @@ class SocketHandlers:
                 self.hub.presence.detach(sid, session.workers)
 
     async def join_job_room(self, sid: str, data: Any) -> dict[str, Any]:
-        """Enter ``jobs:{job_name}`` for a worker the socket's user owns."""
+        """Enter ``jobs:{job_name}`` for a worker the socket's user owns, registered for
+        that job."""
         try:
             session = self.sessions[sid]
-            job_name = JobName.parse(_field(data, "job_name")).full_name
+            job = JobName.parse(_field(data, "job_name"))
+            job_name = job.full_name
             worker_id = _worker_id(data)
             # Proves ownership (404/403) and counts as a sign of life for the grace check.
             await heartbeat(self.hub.db, session.principal, worker_id)
+            await check_serves(self.hub.db, worker_id, job)
         except DomainError as exc:
             return _problem(exc)
         session.workers.add(worker_id)
