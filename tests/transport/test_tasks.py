@@ -415,6 +415,22 @@ async def test_a_submit_takes_the_jobs_current_default_attempts(alice, job):
     assert (await alice.submit(JOB))["max_attempts"] == 3
 
 
+async def test_joining_another_users_job_does_not_rewrite_its_attempts(alice, bob, admin, job):
+    body = {"category": "modifiers", "name": "Rotate", "schema": SCHEMA}
+    assert (
+        await alice.put("/rooms/room1/jobs", json={**body, "max_attempts": 3})
+    ).status_code == 200
+    workers = (await alice.get(f"/rooms/room1/jobs/{JOB}")).json()["workers"]
+    refused = await bob.put("/rooms/room1/jobs", json={**body, "max_attempts": 1})
+    assert_problem(refused, 409, "schema-conflict")
+    assert (await alice.submit(JOB))["max_attempts"] == 3
+    assert (await alice.get(f"/rooms/room1/jobs/{JOB}")).json()["workers"] == workers
+    joined = await bob.put("/rooms/room1/jobs", json=body)  # joining as it is: fine
+    assert joined.status_code == 200 and joined.json()["max_attempts"] == 3
+    changed = await admin.put("/rooms/room1/jobs", json={**body, "max_attempts": 2})
+    assert changed.status_code == 200 and (await alice.submit(JOB))["max_attempts"] == 2
+
+
 async def test_idempotency_key_returns_the_original_task(alice, bob, job):
     key = {"Idempotency-Key": "order-42"}
     first = await alice.post(f"/rooms/room1/tasks/{JOB}", json={"payload": {}}, headers=key)

@@ -158,6 +158,10 @@ async def register_job(
                 f"Job {room_id}:{category}:{name} is already registered with another schema."
             )
         if max_attempts is not None and max_attempts != row.max_attempts:
+            if not created and not principal.is_superuser:
+                await _check_policy_is_callers(
+                    conn, row.id, principal, f"{room_id}:{category}:{name}"
+                )
             await conn.execute(
                 update(job)
                 .where(job.c.id == row.id)
@@ -182,6 +186,23 @@ async def register_job(
         max_attempts=max_attempts or row.max_attempts,
     )
     return Registration(job=record, worker_id=worker_id, created=created), events
+
+
+async def _check_policy_is_callers(
+    conn: AsyncConnection, job_id: UUID, principal: Principal, full_name: str
+) -> None:
+    """A live job's retry default is changed only by a user whose workers are all that
+    serve it (or a superuser): joining someone else's job does not rewrite their policy."""
+    others = await conn.scalar(
+        select(func.count())
+        .select_from(link_table.join(worker_table, worker_table.c.id == link_table.c.worker_id))
+        .where(link_table.c.job_id == job_id, worker_table.c.user_id != principal.id)
+    )
+    if others:
+        raise SchemaConflict(
+            f"Job {full_name} is served by other users' workers with max_attempts as it is; "
+            "register without max_attempts (or with the job's own) to join it."
+        )
 
 
 async def _job_workers(conn: AsyncConnection, job_id: UUID) -> list[UUID]:
