@@ -326,6 +326,10 @@ async def test_progress_by_the_submitter_is_forbidden(alice, bob, job):
     assert_problem(
         await bob.patch(f"/tasks/{task['id']}", json={"progress": 0.3}), 403, "forbidden"
     )
+    # Nor with the cancel the submitter may send.
+    cancel = {"status": "cancelled", "progress": 1.0, "progress_message": "done by worker"}
+    assert_problem(await bob.patch(f"/tasks/{task['id']}", json=cancel), 422, "validation-error")
+    assert (await alice.task(task["id"]))["status"] == "running"
 
 
 @pytest.mark.parametrize(

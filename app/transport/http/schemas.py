@@ -239,6 +239,10 @@ class TaskUpdateIn(BaseModel):
             raise ValueError("send a status, or progress / progress_message while running")
         if self.result is not None and self.status != TaskStatus.COMPLETED:
             raise ValueError("a result goes with status 'completed'")
+        reports_progress = self.progress is not None or self.progress_message is not None
+        if reports_progress and self.status == TaskStatus.CANCELLED:
+            # (a cancel may come from the submitter: progress is the worker's to report)
+            raise ValueError("progress is reported while running, not with a cancel")
         return self
 
 
