@@ -243,6 +243,16 @@ def test_queue_places_follow_a_task_that_goes_ahead_and_leaves(
     pages.assert_no_console_errors()
 
 
+def open_form_of(hub: PageHub, pages: Pages, room: str, name: str, schema: dict) -> Page:
+    """Register alice's job ``name`` with ``schema`` in ``room`` and open its form."""
+    with hub.rest(hub.alice) as rest:
+        body = {"category": "analysis", "name": name, "schema": schema}
+        assert rest.put(f"/rooms/{room}/jobs", json=body).status_code == 201
+    page = pages.open(f"/?room={room}&job={room}:analysis:{name}")
+    sign_in(page, hub.alice)
+    return page
+
+
 def test_each_label_names_its_own_field_and_big_integers_are_refused(
     hub: PageHub, room: str, pages: Pages
 ) -> None:
@@ -254,11 +264,7 @@ def test_each_label_names_its_own_field_and_big_integers_are_refused(
             "年齢": {"type": "integer", "title": "Age"},
         },
     }
-    with hub.rest(hub.alice) as rest:
-        body = {"category": "analysis", "name": "Names", "schema": schema}
-        assert rest.put(f"/rooms/{room}/jobs", json=body).status_code == 201
-    page = pages.open(f"/?room={room}&job={room}:analysis:Names")
-    sign_in(page, hub.alice)
+    page = open_form_of(hub, pages, room, "Names", schema)
     expect(page.get_by_label("Name", exact=True)).to_have_attribute("type", "text")
     expect(page.get_by_label("Age", exact=True)).to_have_attribute("type", "number")
     ids = page.locator(".schema-form [id]").evaluate_all("nodes => nodes.map(n => n.id)")
@@ -287,11 +293,7 @@ def test_a_required_nullable_field_left_empty_sends_null_and_lookalike_choices_d
             "pick": {"enum": [1, "1"], "title": "Pick"},
         },
     }
-    with hub.rest(hub.alice) as rest:
-        body = {"category": "analysis", "name": "Choices", "schema": schema}
-        assert rest.put(f"/rooms/{room}/jobs", json=body).status_code == 201
-    page = pages.open(f"/?room={room}&job={room}:analysis:Choices")
-    sign_in(page, hub.alice)
+    page = open_form_of(hub, pages, room, "Choices", schema)
     pick = page.get_by_label("Pick", exact=True)
     expect(pick.locator("option")).to_have_text(["(not set)", "1", '"1"'])
     pick.select_option(label='"1"')
