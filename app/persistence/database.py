@@ -80,13 +80,17 @@ def _sqlite_engine(url: str, settings: Settings, *, writer: bool) -> AsyncEngine
 
 class SharedOrExclusive:
     """A gate with two kinds of holders: any number of shared ones at a time, or one
-    exclusive one. A waiting exclusive holder goes before shared ones that come later."""
+    exclusive one. A waiting exclusive holder goes before shared ones that come later; the
+    shared ones that waited for an exclusive holder go before the next exclusive one (an
+    exclusive holder coming straight back, e.g. a purge in batches, cannot starve them)."""
 
     def __init__(self) -> None:
         self._changed = asyncio.Condition()
         self._shared = 0
         self._exclusive = False
         self._exclusive_waiting = 0
+        self._shared_waiting = 0
+        self._shared_turn = False  # the waiting shared holders go next
 
     @asynccontextmanager
     async def shared(self) -> AsyncIterator[None]:
@@ -94,10 +98,20 @@ class SharedOrExclusive:
         # one coroutine at a time, so the counters cannot change under this check.
         if self._exclusive or self._exclusive_waiting:
             async with self._changed:
-                await self._changed.wait_for(
-                    lambda: not self._exclusive and not self._exclusive_waiting
-                )
-                self._shared += 1
+                self._shared_waiting += 1
+                try:
+                    await self._changed.wait_for(
+                        lambda: (
+                            not self._exclusive
+                            and (self._shared_turn or not self._exclusive_waiting)
+                        )
+                    )
+                    self._shared += 1
+                finally:
+                    self._shared_waiting -= 1
+                    if not self._shared_waiting and self._shared_turn:
+                        self._shared_turn = False  # every waiter is in (or gave up)
+                        self._changed.notify_all()
         else:
             self._shared += 1
         try:
@@ -113,7 +127,9 @@ class SharedOrExclusive:
         async with self._changed:
             self._exclusive_waiting += 1
             try:
-                await self._changed.wait_for(lambda: not self._exclusive and not self._shared)
+                await self._changed.wait_for(
+                    lambda: not self._exclusive and not self._shared and not self._shared_turn
+                )
             finally:
                 self._exclusive_waiting -= 1
             self._exclusive = True
@@ -122,6 +138,8 @@ class SharedOrExclusive:
         finally:
             async with self._changed:
                 self._exclusive = False
+                if self._shared_waiting:
+                    self._shared_turn = True
                 self._changed.notify_all()
 
 

@@ -115,6 +115,48 @@ async def test_a_transaction_has_the_writer_to_itself(sqlite_db: Database) -> No
     assert await user_names(sqlite_db) == ["after-tx", "in-tx"]
 
 
+async def test_sharers_that_waited_go_before_an_exclusive_holder_coming_straight_back() -> None:
+    """A purge in batches takes the gate again right after each batch: the writes that
+    waited for one batch get their turn before the next."""
+    gate = SharedOrExclusive()
+    log: list[str] = []
+    batch_done = asyncio.Event()
+
+    async def batches() -> None:
+        for n in (1, 2):
+            async with gate.exclusive():
+                log.append(f"batch {n}")
+                batch_done.set()
+                await asyncio.sleep(0.01)
+
+    async def write() -> None:
+        async with gate.shared():
+            log.append("write")
+
+    purge = asyncio.create_task(batches())
+    await batch_done.wait()
+    writes = [asyncio.create_task(write()) for _ in range(2)]
+    await asyncio.gather(purge, *writes)
+    assert log == ["batch 1", "write", "write", "batch 2"]
+
+
+async def test_a_sharer_that_gives_up_its_turn_does_not_hold_the_gate() -> None:
+    gate = SharedOrExclusive()
+
+    async def write() -> None:
+        async with gate.shared():
+            pass
+
+    async with gate.exclusive():
+        waiter = asyncio.create_task(write())
+        await asyncio.sleep(0)  # it waits for the exclusive holder
+    waiter.cancel()  # its turn came, but it is cancelled before it runs
+    with pytest.raises(asyncio.CancelledError):
+        await waiter
+    async with asyncio.timeout(5), gate.exclusive():  # the turn did not stay with it
+        pass
+
+
 async def test_the_gate_lets_sharers_in_together_and_an_exclusive_holder_alone() -> None:
     gate = SharedOrExclusive()
     log: list[str] = []
