@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import logging
 import logging.config
+import re
 from datetime import UTC, datetime
 from typing import Any, Literal
 
@@ -23,6 +24,32 @@ class RequestIdFilter(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         if not hasattr(record, "request_id"):
             record.request_id = current_request_id.get() or "-"
+        return True
+
+
+_SECRETS = (
+    (re.compile(r"(?i)\b(bearer)\s+[^\s\"',;]+"), r"\1 ***"),  # an Authorization header
+    (re.compile(r'("token"\s*:\s*")[^"]*"'), r'\1***"'),  # Socket.IO's CONNECT auth
+    (re.compile(r"\bth_[A-Za-z0-9_-]{16,}"), "th_***"),  # a token of Taskhub's own form
+)
+
+
+def redact(text: str) -> str:
+    """``text`` with bearer tokens replaced by ``***``."""
+    for pattern, replacement in _SECRETS:
+        text = pattern.sub(replacement, text)
+    return text
+
+
+class SecretsFilter(logging.Filter):
+    """Redacts tokens from every record (at debug, uvicorn logs request headers and
+    WebSocket frames, Socket.IO's CONNECT with its auth among them)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.msg, str):
+            record.msg = redact(record.msg)
+        if isinstance(record.args, tuple):
+            record.args = tuple(redact(a) if isinstance(a, str) else a for a in record.args)
         return True
 
 
@@ -70,14 +97,14 @@ def log_config(log_format: LogFormat, level: str) -> dict[str, Any]:
     return {
         "version": 1,
         "disable_existing_loggers": False,
-        "filters": {"request_id": {"()": RequestIdFilter}},
+        "filters": {"request_id": {"()": RequestIdFilter}, "secrets": {"()": SecretsFilter}},
         "formatters": {"taskhub": formatter},
         "handlers": {
             "stderr": {
                 "class": "logging.StreamHandler",
                 "stream": "ext://sys.stderr",
                 "formatter": "taskhub",
-                "filters": ["request_id"],
+                "filters": ["request_id", "secrets"],
             }
         },
         "root": {"handlers": ["stderr"], "level": level},

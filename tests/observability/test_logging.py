@@ -11,7 +11,7 @@ from pathlib import Path
 
 import httpx
 
-from app.observability.logging import JsonFormatter, RequestIdFilter, log_config
+from app.observability.logging import JsonFormatter, RequestIdFilter, SecretsFilter, log_config
 from app.observability.request_id import bound
 from tests.support.server import running_hub
 
@@ -59,6 +59,28 @@ def test_text_lines_carry_the_request_id() -> None:
     with bound("req-2"):
         assert "[req-2] hello world" in format_with(formatter, record())
     assert "[-] hello world" in format_with(formatter, record())
+
+
+def test_tokens_never_reach_a_log_line() -> None:
+    """At debug, uvicorn logs headers and WebSocket frames (Socket.IO's CONNECT included)."""
+    token = "th_" + "x" * 43
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.addFilter(SecretsFilter())
+    for msg, args in [
+        ("< %s: %s", ("authorization", "Bearer admintoken123")),
+        ("< TEXT %r [%d bytes]", ('40{"token":"admintoken123"}', 27)),
+        ("created %s", (token,)),
+        ("Authorization: bearer admintoken123", ()),
+    ]:
+        handler.handle(record("uvicorn.error", msg, args))
+    logged = stream.getvalue()
+    assert "admintoken123" not in logged and token not in logged, logged
+    assert logged.count("***") == 4, logged
+    assert log_config("json", "debug")["handlers"]["stderr"]["filters"] == [
+        "request_id",
+        "secrets",
+    ]
 
 
 def test_uvicorn_loggers_write_through_the_same_handler() -> None:
