@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import threading
 from collections.abc import Awaitable, Callable
@@ -106,6 +107,11 @@ class ProgressReporter:
         self._pump_task.cancel()
 
 
+def _being_cancelled() -> bool:
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
+
+
 @dataclass(frozen=True)
 class Outcome:
     result: Any = None
@@ -120,8 +126,31 @@ def fit(text: str, limit: int) -> str:
 
 
 def describe(exc: BaseException) -> str:
-    text = str(exc)
+    """``Type: message`` of an exception, as text the hub stores (an exception whose
+    ``str`` fails is named by its type alone)."""
+    try:
+        text = storable(str(exc))
+    except Exception:
+        text = ""
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def storable(text: str) -> str:
+    """``text`` without what JSON over HTTP or PostgreSQL cannot carry: U+0000 (shown as
+    ``\\x00``) and lone surrogates (replaced)."""
+    text = text.replace("\x00", "\\x00")
+    return text.encode("utf-8", "replace").decode("utf-8")
+
+
+def json_ready(value: Any) -> Any:
+    """``value`` as plain JSON, or ``ValueError`` saying why it cannot be (not
+    serialisable, NaN or infinity, bytes that are not UTF-8, lone surrogates)."""
+    try:
+        plain = to_jsonable_python(value)
+        json.dumps(plain, allow_nan=False, ensure_ascii=False).encode("utf-8")  # as sent
+    except (PydanticSerializationError, ValueError, TypeError) as exc:  # (UnicodeError too)
+        raise ValueError(str(exc)) from None
+    return plain
 
 
 def _payload_errors(exc: ValidationError) -> str:
@@ -186,9 +215,11 @@ class TaskRun:
         await self._finish(outcome)
 
     async def fail(self, error: str) -> None:
-        """Report the task failed (used when the worker gives up on an unfinished run)."""
+        """Report the task failed when the worker gives up on an unfinished run: retried
+        while it has attempts left (as it would be had the worker been killed)."""
         if not self.cancelled:
-            await self._report_end({"status": "failed", "error": error}, retry_for=5.0)
+            body = {"status": "failed", "error": error, "retry": True}
+            await self._report_end(body, retry_for=5.0)
 
     async def _start(self) -> bool:
         try:
@@ -225,8 +256,10 @@ class TaskRun:
                 result = await run_in_thread(
                     lambda: extension.run(self.ctx), name=f"taskhub-task-{self.id}"
                 )
-        except asyncio.CancelledError:
-            raise
+        except asyncio.CancelledError as exc:
+            if _being_cancelled():  # the worker stops the run (shutdown)
+                raise
+            return Outcome(error=describe(exc))  # the run's own code raised it
         except BaseException as exc:
             if isinstance(exc, RetryLater):
                 log.info("Task %s asks to be retried: %s", self.id, exc)
@@ -245,8 +278,8 @@ class TaskRun:
             await self._report_end({**body, "retry": True} if outcome.retry else body)
             return
         try:
-            result = to_jsonable_python(outcome.result)
-        except PydanticSerializationError as exc:
+            result = json_ready(outcome.result)
+        except ValueError as exc:
             error = f"The result is not JSON-serialisable: {exc}"
             await self._report_end({"status": "failed", "error": error})
             return
@@ -261,7 +294,7 @@ class TaskRun:
         self, body: dict[str, Any], retry_for: float = UPDATE_RETRY_SECONDS
     ) -> str:
         if body.get("error") is not None:
-            body = {**body, "error": fit(body["error"], MAX_ERROR_CHARS)}
+            body = {**body, "error": fit(storable(body["error"]), MAX_ERROR_CHARS)}
         try:
             await self.api.update_task(self.task, body, retry_for=retry_for)
         except ProblemError as exc:
@@ -292,7 +325,7 @@ class TaskRun:
         """One progress PATCH; False stops further reports for this run."""
         body: dict[str, Any] = {"progress": fraction}
         if message is not None:
-            body["progress_message"] = fit(message, MAX_PROGRESS_MESSAGE_CHARS)
+            body["progress_message"] = fit(storable(str(message)), MAX_PROGRESS_MESSAGE_CHARS)
         try:
             await self.api.update_task(self.task, body, retry_for=PROGRESS_RETRY_SECONDS)
         except ProblemError as exc:

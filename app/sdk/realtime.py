@@ -48,7 +48,11 @@ class SocketLink:
         self._tasks: set[asyncio.Task[None]] = set()
         self._closed = False
         self._sio = socketio.AsyncClient(
-            reconnection=True, reconnection_delay=0.5, reconnection_delay_max=5.0
+            reconnection=True,
+            reconnection_delay=0.5,
+            reconnection_delay_max=5.0,
+            # The worker's own SIGINT handler drains; the client's would cancel every task.
+            handle_sigint=False,
         )
         self._sio.on("connect", self._connected)
         self._sio.on("disconnect", self._disconnected)

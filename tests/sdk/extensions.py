@@ -162,3 +162,38 @@ class Chatty(Extension):
         ctx.progress(0.9, "short")
         GATES[f"{self.key}-end"].wait(30)
         return "said"
+
+
+class BadStr(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("no text for this one")
+
+
+class Odd(Extension):
+    """Ends in a way that is awkward to report: a result that is not JSON, or an
+    exception whose text is not plain."""
+
+    category = "analysis"
+    kind: str
+
+    def run(self, ctx: TaskContext) -> Any:
+        results = {"nan": float("nan"), "bytes": b"\x00\xff", "surrogate": "\ud800"}
+        if self.kind in results:
+            return results[self.kind]
+        if self.kind == "nul-error":
+            raise ValueError("a\x00b")
+        if self.kind == "bad-str":
+            raise BadStr()
+        ctx.progress(0.5, 123)  # type: ignore[arg-type]  # not a str: sent as text
+        return "reported"
+
+
+class AsyncCancels(Extension):
+    """Its own code raises ``CancelledError`` (e.g. awaiting a task it cancelled)."""
+
+    category = "analysis"
+
+    async def run(self, ctx: TaskContext) -> Any:
+        inner = asyncio.create_task(asyncio.sleep(10))
+        inner.cancel()
+        return await inner

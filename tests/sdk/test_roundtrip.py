@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import pytest
 
@@ -12,12 +13,14 @@ from tests.sdk.conftest import Hub, eventually
 from tests.sdk.extensions import (
     GATES,
     STARTED,
+    AsyncCancels,
     AsyncEcho,
     Boom,
     Chatty,
     Echo,
     Flaky,
     Gate,
+    Odd,
     Results,
 )
 
@@ -120,6 +123,42 @@ def test_an_overlong_progress_message_is_cut_and_progress_goes_on(
         assert later["progress_message"] == "short"
         GATES[f"{key}-end"].set()
         assert handle.result(timeout=10) == "said"
+
+
+@pytest.mark.parametrize(
+    ("extension", "error"),
+    [
+        (Odd(kind="nan"), "The result is not JSON-serialisable"),
+        (Odd(kind="bytes"), "The result is not JSON-serialisable"),
+        (Odd(kind="surrogate"), "The result is not JSON-serialisable"),
+        (Odd(kind="nul-error"), "ValueError: a\\x00b"),
+        (Odd(kind="bad-str"), "BadStr"),
+        (AsyncCancels(), "CancelledError"),
+    ],
+    ids=["nan", "bytes", "surrogate", "nul-error", "bad-str", "cancelled-error"],
+)
+def test_an_awkward_outcome_is_still_reported_at_once(
+    hub: Hub, room: str, extension: Any, error: str
+) -> None:
+    """Not left running until its lease runs out, with its real cause lost."""
+    with (
+        Worker(hub.url, hub.user_token, [Odd, AsyncCancels], room=room),
+        Client(hub.url, hub.user_token) as client,
+    ):
+        handle = client.submit(extension, room=room)
+        with pytest.raises(TaskFailed) as raised:
+            handle.result(timeout=10)
+    assert raised.value.task.error.startswith(error), raised.value.task.error
+
+
+def test_a_progress_message_that_is_not_text_is_sent_as_text(hub: Hub, room: str) -> None:
+    with (
+        Worker(hub.url, hub.user_token, [Odd], room=room),
+        Client(hub.url, hub.user_token) as client,
+    ):
+        handle = client.submit(Odd(kind="progress"), room=room)
+        assert handle.result(timeout=10) == "reported"
+    assert hub.task(handle.id)["progress_message"] == "123"
 
 
 def test_submit_resolves_the_room_job_then_the_global_one(hub: Hub, room: str) -> None:

@@ -13,6 +13,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import pytest
+
 from app.sdk import Client
 from tests.sdk.conftest import SWEEPING_TIMEOUT, Hub, eventually, wait_status
 from tests.sdk.extensions import Slow
@@ -96,7 +98,12 @@ def test_sigkill_of_a_socketless_worker_is_swept_within_the_timeout(
     assert hub.room_jobs(room) == []
 
 
-def test_sigterm_mid_task_drains_then_leaves(sqlite_hub: Hub, room: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_stop_signal_mid_task_drains_then_leaves(
+    sqlite_hub: Hub, room: str, tmp_path: Path, stop: signal.Signals
+) -> None:
+    """Ctrl-C too: the Socket.IO client must not take SIGINT over (it cancelled every
+    task, the run included)."""
     hub = sqlite_hub
     log_path = tmp_path / "worker.log"
     with (
@@ -105,7 +112,7 @@ def test_sigterm_mid_task_drains_then_leaves(sqlite_hub: Hub, room: str, tmp_pat
     ):
         task_id = _start_slow_task(hub, client, room, seconds=1.5)
         worker_id = hub.task(task_id)["worker_id"]
-        process.send_signal(signal.SIGTERM)
+        process.send_signal(stop)
         assert process.wait(20) == 0, log_path.read_text()
     task = hub.task(task_id)
     assert task["status"] == "completed", log_path.read_text()
