@@ -109,4 +109,11 @@ def sigterm_exits_cleanly() -> Iterator[None]:
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        if previous is signal.SIG_DFL:
+            # The process is about to exit: a repeated stop signal now (a supervisor
+            # sending SIGTERM again) must not turn a clean stop into status 143. (The
+            # event loop's close may have reset the handlers to their defaults already.)
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                signal.signal(sig, signal.SIG_IGN)
+        else:
+            signal.signal(signal.SIGTERM, previous)

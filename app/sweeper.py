@@ -45,6 +45,9 @@ class SweepReport:
     events: EventBatch = field(default_factory=EventBatch)
 
 
+metrics.declare_sweep_kinds(SweepReport)
+
+
 class Sweeper:
     def __init__(
         self,

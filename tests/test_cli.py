@@ -9,6 +9,7 @@ the application, either in-process (ASGI) or against a ``taskhub serve`` on 127.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import secrets
 import signal
@@ -324,6 +325,23 @@ async def test_an_invalid_setting_is_named_not_a_traceback(tmp_path: Path) -> No
     result = await taskhub(url, tmp_path, "serve", log_format="xml")
     assert_clean_failure(result, "invalid settings", "TASKHUB_LOG_FORMAT")
     assert result.returncode == 2
+
+
+async def test_stop_signals_repeated_by_a_supervisor_still_end_with_status_0(
+    tmp_path: Path,
+) -> None:
+    """After the graceful stop, the process lives on briefly while it exits: a SIGTERM
+    then must not turn the clean stop into status 143."""
+    url = f"sqlite+aiosqlite:///{tmp_path / 'taskhub.db'}"
+    async with serving(url, tmp_path) as server:
+        process = server.process
+        while process.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                process.send_signal(signal.SIGTERM)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(process.wait(), 0.02)
+        server.result = await stop(server)
+    assert server.result.returncode == 0, str(server.result)
 
 
 async def test_serve_on_postgres_refuses_an_unmigrated_database(tmp_path: Path) -> None:

@@ -54,7 +54,7 @@ CONNECTED_SOCKETS = Gauge(
 )
 SWEEPER_RUNS = Counter(
     "taskhub_sweeper_runs",
-    "Sweeper cycles that ran (held the cluster-wide sweeper lock).",
+    "Sweeper cycles this process ran (it held the cluster-wide sweeper lease or lock).",
 )
 SWEEPER_CLEANED = Counter(
     "taskhub_sweeper_cleaned",
@@ -103,6 +103,14 @@ def _transition_counter(previous: str | None, current: str) -> Any:
     increment itself)."""
     source = NO_STATUS if previous is None else TaskStatus(previous).value
     return TASK_TRANSITIONS.labels(source, TaskStatus(current).value)
+
+
+def declare_sweep_kinds(report_type: type) -> None:
+    """Start a ``taskhub_sweeper_cleaned_total`` series at zero for every count field of
+    the sweep report (before the first sweep, and on replicas that do not sweep)."""
+    for item in dataclasses.fields(report_type):
+        if item.type in (int, "int"):
+            SWEEPER_CLEANED.labels(item.name)
 
 
 def record_sweep(report: object) -> None:

@@ -46,7 +46,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--app-dir", default=".", help="directory put on sys.path first (default: cwd)"
     )
-    parser.add_argument("--log-level", default="info")
+    parser.add_argument(
+        "--log-level",
+        default="info",
+        type=str.lower,
+        choices=["debug", "info", "warning", "error", "critical"],
+    )
 
 
 def load_extension(target: str) -> type[Extension]:

@@ -177,6 +177,9 @@ async def test_queue_depth_is_read_per_job_at_scrape_time(alice, http) -> None:
 
 async def test_sweeper_runs_and_what_they_cleaned_are_counted(app, http) -> None:
     before = await scrape(http)
+    # Every kind is there from the start (at zero until a sweep counts it).
+    for kind in ("workers_removed", "internal_dispatched", "tasks_purged"):
+        assert before.value("taskhub_sweeper_cleaned_total", {"kind": kind}) is not None, kind
     report = await app.hub.sweeper.run_once()
     assert report.ran
     after = await scrape(http)

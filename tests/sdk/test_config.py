@@ -140,6 +140,24 @@ def test_cli_worker_rejects_bad_arguments(
     assert message in capsys.readouterr().err
 
 
+def test_cli_worker_refuses_an_unknown_log_level(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(
+            [
+                "worker",
+                "tests.sdk.extensions:Echo",
+                "--url",
+                URL,
+                "--token",
+                "t",
+                "--log-level",
+                "nope",
+            ]
+        )
+    assert exited.value.code == 2
+    assert "invalid choice: 'nope'" in capsys.readouterr().err
+
+
 def test_cli_worker_needs_a_token(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
