@@ -10,16 +10,18 @@ of quick reads::
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import time
 import uuid
+from collections.abc import Iterator
 from datetime import datetime
 from types import TracebackType
 from typing import Any
 
 import httpx
 
-from app.sdk.errors import NotFound, TaskCancelled, TaskFailed
+from app.sdk.errors import HubUnavailable, NotFound, TaskCancelled, TaskFailed
 from app.sdk.extension import GLOBAL_ROOM, Extension, job_identity
 from app.sdk.http import AsyncHub, SyncHub, segment
 from app.sdk.models import Task
@@ -69,6 +71,22 @@ def _wait_seconds(deadline: float | None) -> int:
 
 def _deadline(timeout: float | None) -> float | None:
     return None if timeout is None else time.monotonic() + timeout
+
+
+def _retry_budget(deadline: float | None) -> float | None:
+    """How long a request may retry an unreachable hub: no longer than the caller waits."""
+    return None if deadline is None else max(0.0, deadline - time.monotonic())
+
+
+@contextlib.contextmanager
+def _deadline_over_unreachable_hub(deadline: float | None) -> Iterator[None]:
+    """``TimeoutError`` (as promised) when the hub stayed unreachable until the deadline."""
+    try:
+        yield
+    except HubUnavailable as exc:
+        if deadline is not None and time.monotonic() >= deadline:
+            raise TimeoutError("the task did not finish in time (the hub was unreachable)") from exc
+        raise
 
 
 def _waited(response: httpx.Response) -> bool:
@@ -132,12 +150,14 @@ class Client:
         deadline = _deadline(timeout)
         while True:
             seconds = _wait_seconds(deadline)
-            response = self._hub.request(
-                "GET",
-                f"/tasks/{task_id}",
-                headers={"Prefer": f"wait={seconds}"},
-                http_timeout=seconds + self._timeout,
-            )
+            with _deadline_over_unreachable_hub(deadline):
+                response = self._hub.request(
+                    "GET",
+                    f"/tasks/{task_id}",
+                    headers={"Prefer": f"wait={seconds}"},
+                    http_timeout=seconds + self._timeout,
+                    retry_for=_retry_budget(deadline),
+                )
             task = Task.model_validate(response.json())
             if task.is_terminal:
                 return task
@@ -240,12 +260,14 @@ class AsyncClient:
         deadline = _deadline(timeout)
         while True:
             seconds = _wait_seconds(deadline)
-            response = await self._hub.request(
-                "GET",
-                f"/tasks/{task_id}",
-                headers={"Prefer": f"wait={seconds}"},
-                http_timeout=seconds + self._timeout,
-            )
+            with _deadline_over_unreachable_hub(deadline):
+                response = await self._hub.request(
+                    "GET",
+                    f"/tasks/{task_id}",
+                    headers={"Prefer": f"wait={seconds}"},
+                    http_timeout=seconds + self._timeout,
+                    retry_for=_retry_budget(deadline),
+                )
             task = Task.model_validate(response.json())
             if task.is_terminal:
                 return task

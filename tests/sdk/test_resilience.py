@@ -3,12 +3,13 @@ worker re-joins its rooms; a worker the hub forgot registers again."""
 
 from __future__ import annotations
 
+import socket
 import time
 from pathlib import Path
 
 import pytest
 
-from app.sdk import Client, Worker
+from app.sdk import AsyncClient, Client, Worker
 from tests.sdk.conftest import HUB_ENV, Hub, eventually
 from tests.sdk.extensions import OBSERVED_CANCEL, STARTED, Echo, Gate
 from tests.support.server import HubServer, provisioned_database
@@ -95,3 +96,22 @@ def test_worker_forgotten_by_the_hub_registers_again(hub: Hub, room: str, key: s
     task = hub.task(in_flight.id)
     assert (task["status"], task["error"]) == ("failed", "Worker disconnected")
     assert task["result"] is None, "the lost run's outcome did not overwrite the failure"
+
+
+def test_waiting_on_an_unreachable_hub_times_out_as_promised() -> None:
+    """``wait(timeout)`` raises ``TimeoutError`` at its deadline, not ``HubUnavailable``
+    after the client's own (longer) retry budget."""
+    with socket.socket() as unused:  # bound, never listening: every connection is refused
+        unused.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{unused.getsockname()[1]}"
+        with Client(url, "t") as client, pytest.raises(TimeoutError, match="unreachable"):
+            client.wait("00000000-0000-0000-0000-000000000000", timeout=1)
+
+
+async def test_the_async_client_times_out_on_an_unreachable_hub_too() -> None:
+    with socket.socket() as unused:
+        unused.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{unused.getsockname()[1]}"
+        async with AsyncClient(url, "t") as client:
+            with pytest.raises(TimeoutError, match="unreachable"):
+                await client.wait("00000000-0000-0000-0000-000000000000", timeout=1)
