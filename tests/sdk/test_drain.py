@@ -17,6 +17,9 @@ def test_stop_finishes_in_flight_tasks_and_claims_no_more(hub: Hub, room: str, k
         worker_id = worker.worker_id
         gated = client.submit(Gate(key=key), room=room)
         assert STARTED[key].wait(10)
+        # The claim that follows the first one (a slot is free) must come back empty before
+        # the stop: one still in flight could claim the task submitted next (and run it).
+        time.sleep(0.5)
         worker.stop()
         late = client.submit(Echo(text="too late"), room=room)
         time.sleep(1.0)  # a free slot and a 2 s poll: claimed by now, were it still claiming
