@@ -2,10 +2,10 @@
 
 One replica at a time sweeps: the one holding the sweeper lease (a PostgreSQL session
 advisory lock kept on a connection of its own; SQLite deploys are one process). The others
-try to take it every interval, so one of them sweeps once its holder stops or dies. The
-sweeps themselves are guarded writes, so even overlapping cycles (``run_once`` beside the
-loop) would do each piece of work once. Errors in a cycle are logged and the next cycle
-runs.
+try to take it every interval, so one of them sweeps once its holder stops or dies. A
+one-off ``run_once`` takes the same lease for its cycle. The sweeps themselves are guarded
+writes, so even overlapping cycles would do each piece of work once. Errors in a cycle
+are logged and the next cycle runs.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from app.domain.records import TaskRecord
 from app.domain.services import internal_tasks, sweeps
 from app.observability import metrics
 from app.persistence.database import Database
-from app.persistence.dialects import ClusterLease, cluster_lock
+from app.persistence.dialects import ClusterLease
 from app.persistence.types import utcnow
 from app.realtime.publisher import Publisher
 from app.settings import Settings
@@ -64,11 +64,14 @@ class Sweeper:
         self._task: asyncio.Task[None] | None = None
 
     async def run_once(self) -> SweepReport:
-        """One cycle on its own (``ran=False`` when another replica sweeps now)."""
-        async with cluster_lock(self.db, SWEEPER_LOCK) as acquired:
-            if not acquired:
+        """One cycle on its own (``ran=False`` when another replica holds the lease)."""
+        lease = ClusterLease(self.db, SWEEPER_LOCK)
+        try:
+            if not await lease.hold():
                 return SweepReport(ran=False)
             return await self._sweep()
+        finally:
+            await lease.release()
 
     async def _sweep(self) -> SweepReport:
         """One cycle, by the holder of the sweeper lock; returns what it did."""

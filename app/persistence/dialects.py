@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import functools
 import hashlib
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import (
@@ -242,32 +239,6 @@ def _insert(dialect: str, table: Table) -> Any:
     return (postgresql if dialect == "postgresql" else sqlite).insert(table)
 
 
-@asynccontextmanager
-async def cluster_lock(db: Database, name: str) -> AsyncIterator[bool]:
-    """Try to take a cluster-wide lock for the duration of the block; yields whether it
-    was taken. PostgreSQL: a session advisory lock on a dedicated connection. SQLite: one
-    process per database file, so an in-process lock is the whole cluster."""
-    if db.dialect != "postgresql":
-        lock = _local_locks.setdefault((db.url, name), asyncio.Lock())
-        if lock.locked():
-            yield False
-            return
-        async with lock:
-            yield True
-        return
-    key = _lock_key(name)
-    async with db.engine.connect() as conn:
-        acquired = bool(await conn.scalar(text("SELECT pg_try_advisory_lock(:k)"), {"k": key}))
-        await conn.commit()
-        try:
-            yield acquired
-        finally:
-            if acquired:
-                await conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": key})
-                await conn.commit()
-
-
-_local_locks: dict[tuple[str, str], asyncio.Lock] = {}
 _local_leases: set[tuple[str, str]] = set()  # (database, name) held by a ClusterLease
 
 
@@ -277,8 +248,9 @@ def _lock_key(name: str) -> int:
 
 
 class ClusterLease:
-    """A cluster-wide lock one process keeps for as long as it runs, for work that should
-    run in one place at a time (a leader), not merely never twice at once.
+    """A cluster-wide lock, kept from ``hold`` to ``release``: across many cycles by a
+    process that should do some work alone for as long as it runs (a leader), or for one
+    cycle of it.
 
     PostgreSQL: a session advisory lock on a connection of its own, outside the pool and
     kept open; PostgreSQL frees the lock when that connection or its process dies, and
