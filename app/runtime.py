@@ -47,10 +47,10 @@ class Hub:
             self.settings.socket_disconnect_grace_seconds, self._remove_disconnected_worker
         )
         self.sweeper = Sweeper(
-            self.settings, self.db, self.publisher, dispatch=self.internal.dispatch_all
+            self.settings, self.db, self.publisher, dispatch=self.internal.dispatch_undispatched
         )
         self.due_announcer = DueTaskAnnouncer(
-            self.db, self.publisher, dispatch=self.internal.dispatch_ids
+            self.db, self.publisher, dispatch=self.internal.dispatch_due
         )
         self.publisher.add_sink(self.due_announcer)
 

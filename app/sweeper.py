@@ -15,11 +15,10 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from app.domain.events import EventBatch
-from app.domain.records import TaskRecord
-from app.domain.services import internal_tasks, sweeps
+from app.domain.services import sweeps
 from app.observability import metrics
 from app.persistence.database import Database
 from app.persistence.dialects import ClusterLease
@@ -54,9 +53,10 @@ class Sweeper:
         settings: Settings,
         db: Database,
         publisher: Publisher,
-        dispatch: Callable[[list[TaskRecord]], Awaitable[EventBatch]] | None = None,
+        dispatch: Callable[[datetime], Awaitable[tuple[int, EventBatch]]] | None = None,
     ) -> None:
-        """``dispatch`` hands ``@internal`` tasks to the broker (without it, none are)."""
+        """``dispatch(before)`` hands the ``@internal`` tasks due since before ``before``
+        that are still pending to the broker (without it, none are)."""
         self.settings = settings
         self.db = db
         self.publisher = publisher
@@ -88,9 +88,7 @@ class Sweeper:
         report.tasks_failed = len(stuck)
         dispatched = EventBatch()
         if self._dispatch is not None:
-            missed = await internal_tasks.undispatched(self.db, now - UNDISPATCHED_GRACE)
-            report.internal_dispatched = len(missed)
-            dispatched = await self._dispatch(missed)
+            report.internal_dispatched, dispatched = await self._dispatch(now - UNDISPATCHED_GRACE)
         if self.settings.task_retention_seconds > 0:
             retention = timedelta(seconds=self.settings.task_retention_seconds)
             report.tasks_purged = await sweeps.purge_old_tasks(

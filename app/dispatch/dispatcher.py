@@ -9,8 +9,8 @@ runs each ``(task_id, attempt)`` once, and every status write is guarded."""
 
 from __future__ import annotations
 
-import contextlib
 import logging
+from datetime import datetime
 from typing import Any
 from uuid import UUID
 
@@ -18,12 +18,12 @@ from taskiq import AsyncBroker
 
 from app.dispatch.broker import TASK_NAME
 from app.dispatch.registry import InternalRegistry
-from app.domain.errors import TaskNotFound
 from app.domain.events import EventBatch
 from app.domain.records import TaskRecord
 from app.domain.services import internal_tasks
 from app.domain.services.tasks import get_task
 from app.persistence.database import Database
+from app.persistence.types import utcnow
 
 log = logging.getLogger(__name__)
 
@@ -37,21 +37,24 @@ class InternalDispatcher:
     def has_executor(self, full_name: str) -> bool:
         return self.registry.has_executor(full_name)
 
-    async def dispatch_all(self, records: list[TaskRecord]) -> EventBatch:
-        """``dispatch`` each of ``records``; the events of them all."""
+    async def dispatch_undispatched(
+        self, before: datetime, among: list[UUID] | None = None
+    ) -> tuple[int, EventBatch]:
+        """``dispatch`` the pending tasks due since before ``before`` (of ``among`` only,
+        when given): how many, and their events. The sweeper's fallback, and the due-task
+        announcer's delayed tasks; one another replica dispatched meanwhile is no longer
+        pending, so it is not enqueued again."""
+        records = await internal_tasks.undispatched(self.db, before, among=among)
         events = EventBatch()
         for record in records:
             _updated, dispatched = await self.dispatch(record)
             events.extend(dispatched)
-        return events
+        return len(records), events
 
-    async def dispatch_ids(self, task_ids: list[UUID]) -> EventBatch:
-        """``dispatch_all`` for tasks known by id (gone ones are skipped)."""
-        records = []
-        for task_id in task_ids:
-            with contextlib.suppress(TaskNotFound):
-                records.append(await get_task(self.db, task_id))
-        return await self.dispatch_all(records)
+    async def dispatch_due(self, task_ids: list[UUID]) -> EventBatch:
+        """``dispatch_undispatched`` for the tasks that just came due."""
+        _count, events = await self.dispatch_undispatched(utcnow(), among=task_ids)
+        return events
 
     async def dispatch(self, record: TaskRecord) -> tuple[TaskRecord, EventBatch]:
         task: Any = self.broker.find_task(TASK_NAME)

@@ -75,21 +75,24 @@ def internal_job_ids() -> Select[tuple[UUID]]:
     return select(job_table.c.id).where(job_table.c.room_id == INTERNAL_ROOM)
 
 
-async def undispatched(db: Database, before: datetime, limit: int = 500) -> list[TaskRecord]:
-    """Pending ``@internal`` tasks due since before ``before``: submitted (or, if delayed,
-    due) then and still not handed to the broker — their submit's process died between
-    its commit and the enqueue, or nobody was running when they came due."""
+async def undispatched(
+    db: Database, before: datetime, *, among: list[UUID] | None = None, limit: int = 500
+) -> list[TaskRecord]:
+    """Pending ``@internal`` tasks due since before ``before`` (of ``among`` only, when
+    given): submitted (or, if delayed, due) then and still not handed to the broker — a
+    delayed one that just came due, or one whose submit's process died between its commit
+    and the enqueue, or that came due while no hub ran."""
+    conditions = [
+        is_pending(),
+        task.c.job_id.in_(internal_job_ids()),
+        func.coalesce(task.c.run_at, task.c.created_at) < before,
+    ]
+    if among is not None:
+        conditions.append(task.c.id.in_(among))
     async with db.read() as conn:
         rows = (
             await conn.execute(
-                select(task)
-                .where(
-                    is_pending(),
-                    task.c.job_id.in_(internal_job_ids()),
-                    func.coalesce(task.c.run_at, task.c.created_at) < before,
-                )
-                .order_by(task.c.created_at)
-                .limit(limit)
+                select(task).where(*conditions).order_by(task.c.created_at).limit(limit)
             )
         ).all()
         names = await JobNames.resolve(conn, {row.job_id for row in rows})
