@@ -126,10 +126,10 @@ def fit(text: str, limit: int) -> str:
 
 
 def describe(exc: BaseException) -> str:
-    """``Type: message`` of an exception, as text the hub stores (an exception whose
-    ``str`` fails is named by its type alone)."""
+    """``Type: message`` of an exception (one whose ``str`` fails is named by its type
+    alone; ``_report_end`` makes the text storable)."""
     try:
-        text = storable(str(exc))
+        text = str(exc)
     except Exception:
         text = ""
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
