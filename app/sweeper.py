@@ -74,7 +74,7 @@ class Sweeper:
             await lease.release()
 
     async def _sweep(self) -> SweepReport:
-        """One cycle, by the holder of the sweeper lock; returns what it did."""
+        """One cycle, by the holder of the sweeper lease; returns what it did."""
         now = utcnow()
         worker_cutoff = now - timedelta(seconds=self.settings.worker_timeout_seconds)
         internal_cutoff = now - timedelta(seconds=self.settings.internal_task_timeout_seconds)

@@ -149,11 +149,14 @@ function setConnection(state, detail = "") {
 
 /** A REST failure: 401 signs out; anything else is shown briefly. */
 function failed(error, what) {
-  if (error instanceof ApiError && error.status === 401) {
-    signOut("The hub no longer accepts this token. Sign in again.");
-    return;
-  }
-  toast(`${what}: ${error.message}`);
+  if (!signedOutBy(error)) toast(`${what}: ${error.message}`);
+}
+
+/** Sign out when `error` is the hub refusing the token; whether it was. */
+function signedOutBy(error) {
+  if (!(error instanceof ApiError && error.status === 401)) return false;
+  signOut("The hub no longer accepts this token. Sign in again.");
+  return true;
 }
 
 // -- rooms --------------------------------------------------------------------------------
@@ -344,7 +347,7 @@ async function fillPayload(id, generation) {
   } catch (error) {
     // The payload is only shown in the task's details (the live state is already there),
     // but a token the hub no longer accepts signs the page out.
-    if (error instanceof ApiError && error.status === 401) failed(error, "");
+    signedOutBy(error);
   }
 }
 
@@ -360,7 +363,7 @@ function refreshQueueSoon() {
       const page = await session.api.tasks(session.room, { status: "pending", limit: MAX_PAGE });
       if (generation === roomState.generation) taskList.addSnapshots(page.items, { quiet: true });
     } catch (error) {
-      if (error instanceof ApiError && error.status === 401) failed(error, "");
+      signedOutBy(error);
     }
   }, QUEUE_REFRESH_MS);
 }
@@ -377,8 +380,7 @@ async function cancelTask(task, view) {
   try {
     taskList.addSnapshots([await session.api.cancel(task.id)]);
   } catch (error) {
-    if (error instanceof ApiError && error.status === 401) failed(error, "");
-    else view.showMessage(`Could not cancel: ${error.message}`);
+    if (!signedOutBy(error)) view.showMessage(`Could not cancel: ${error.message}`);
   }
 }
 
@@ -485,9 +487,7 @@ async function onSubmit(event) {
     if (error instanceof ApiError && error.status === 422 && error.problem.errors) {
       showFormErrors(form.showServerErrors(error.problem.errors));
       status.textContent = "The hub rejected the input; see the highlighted fields.";
-    } else if (error instanceof ApiError && error.status === 401) {
-      failed(error, "");
-    } else {
+    } else if (!signedOutBy(error)) {
       showFormErrors([error.message]);
       status.textContent = "The task was not submitted.";
     }

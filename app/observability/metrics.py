@@ -54,7 +54,7 @@ CONNECTED_SOCKETS = Gauge(
 )
 SWEEPER_RUNS = Counter(
     "taskhub_sweeper_runs",
-    "Sweeper cycles this process ran (it held the cluster-wide sweeper lease or lock).",
+    "Sweeper cycles this process ran (it held the cluster-wide sweeper lease).",
 )
 SWEEPER_CLEANED = Counter(
     "taskhub_sweeper_cleaned",
