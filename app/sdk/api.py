@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 from app.sdk.extension import JobSpec
@@ -38,7 +39,7 @@ class WorkerApi:
         self, worker_id: str, running: list[str], *, retry_for: float | None = None
     ) -> Heartbeat:
         """Keep the worker alive and the leases of the tasks it ``running`` (only those: a
-        task whose claim reply was lost runs out of lease and goes back to the hub)."""
+        task it has not started is left to its lease)."""
         response = await self.hub.request(
             "PATCH", f"/workers/{worker_id}", json={"tasks": running}, retry_for=retry_for
         )
@@ -48,8 +49,14 @@ class WorkerApi:
         await self.hub.request("DELETE", f"/workers/{worker_id}", retry_for=retry_for)
 
     async def claim(self, worker_id: str, max_tasks: int) -> list[ClaimedTask]:
+        """Claim up to ``max_tasks``. The key makes the claim safe to repeat: when its
+        answer is lost, the retry gets the same tasks (a hub that ignores the key claims
+        others, and the first ones go back to the queue when their lease runs out)."""
         response = await self.hub.request(
-            "POST", "/tasks/claim", json={"worker_id": worker_id, "max_tasks": max_tasks}
+            "POST",
+            "/tasks/claim",
+            json={"worker_id": worker_id, "max_tasks": max_tasks},
+            headers={"Idempotency-Key": uuid.uuid4().hex},
         )
         body = response.json()
         items = body.get("tasks")

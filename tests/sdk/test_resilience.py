@@ -1,5 +1,6 @@
 """Socket.IO is only a hint: without it tasks still complete (polling); after a drop the
-worker re-joins its rooms; a worker the hub forgot registers again."""
+worker re-joins its rooms; a worker the hub forgot registers again; a claim whose answer
+was lost is repeated without losing its tasks."""
 
 from __future__ import annotations
 
@@ -7,9 +8,12 @@ import socket
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 
 from app.sdk import AsyncClient, Client, Worker
+from app.sdk.api import WorkerApi
+from app.sdk.http import AsyncHub
 from tests.sdk.conftest import HUB_ENV, Hub, eventually
 from tests.sdk.extensions import OBSERVED_CANCEL, STARTED, Echo, Gate
 from tests.support.server import HubServer, provisioned_database
@@ -115,3 +119,50 @@ async def test_the_async_client_times_out_on_an_unreachable_hub_too() -> None:
         async with AsyncClient(url, "t") as client:
             with pytest.raises(TimeoutError, match="unreachable"):
                 await client.wait("00000000-0000-0000-0000-000000000000", timeout=1)
+
+
+class LosesFirstClaimAnswer(httpx.AsyncBaseTransport):
+    """Forwards to the hub, but drops the answer of the first claim as a reset connection
+    would: after the hub has committed it."""
+
+    def __init__(self) -> None:
+        self.inner = httpx.AsyncHTTPTransport()
+        self.claims: list[httpx.Response] = []
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        response = await self.inner.handle_async_request(request)
+        if request.url.path.endswith("/tasks/claim"):
+            await response.aread()
+            self.claims.append(response)
+            if len(self.claims) == 1:
+                raise httpx.ReadError("connection reset", request=request)
+        return response
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+async def test_a_claim_whose_answer_was_lost_gets_the_same_tasks_on_retry(
+    hub: Hub, room: str
+) -> None:
+    with hub.rest() as rest:
+        job = rest.put(f"/rooms/{room}/jobs", json={"category": "analysis", "name": "n", "schema": {}})
+        submitted = [
+            rest.post(f"/rooms/{room}/tasks/{room}:analysis:n", json={"payload": {}}).json()
+            for _ in range(2)
+        ]
+    assert job.status_code == 201, job.text
+    worker_id = job.json()["worker_id"]
+    transport = LosesFirstClaimAnswer()
+    client = AsyncHub(hub.url, hub.user_token)
+    client._http = httpx.AsyncClient(
+        base_url=client._http.base_url, headers=client._http.headers, transport=transport
+    )
+    try:
+        claimed = await WorkerApi(client).claim(worker_id, 1)
+    finally:
+        await client.aclose()
+    assert len(transport.claims) == 2, "the lost answer was retried"
+    assert [task.id for task in claimed] == [submitted[0]["id"]]
+    assert hub.task(submitted[0]["id"])["attempt"] == 1
+    assert hub.task(submitted[1]["id"])["status"] == "pending", "the retry claimed no other"

@@ -126,6 +126,51 @@ async def test_claim_for_unknown_or_foreign_worker(alice, bob, job):
     assert (await alice.get("/rooms/room1/tasks?status=pending")).json()["total"] == 1
 
 
+async def _keyed_claim(client, worker_id: str, key: str, **extra):
+    return await client.post(
+        "/tasks/claim", json={"worker_id": worker_id, **extra}, headers={"Idempotency-Key": key}
+    )
+
+
+async def test_a_repeated_claim_key_answers_the_same_tasks_not_the_next(alice, job):
+    first, second, third = [await alice.submit(JOB) for _ in range(3)]
+    original = (await _keyed_claim(alice, job["worker_id"], "claim-1", max_tasks=2)).json()
+    replay = await _keyed_claim(alice, job["worker_id"], "claim-1", max_tasks=2)
+    assert replay.status_code == 200
+    assert replay.json() == original
+    assert [t["id"] for t in original["tasks"]] == [first["id"], second["id"]]
+    assert (await alice.task(third["id"]))["status"] == "pending"
+    # another key is another claim
+    other = (await _keyed_claim(alice, job["worker_id"], "claim-2")).json()["task"]
+    assert other["id"] == third["id"] and other["claim_token"] != original["task"]["claim_token"]
+
+
+async def test_a_claim_key_replays_only_while_its_tasks_are_still_claimed(alice, job):
+    started = await alice.submit(JOB)
+    claimed = (await _keyed_claim(alice, job["worker_id"], "k")).json()["task"]
+    response = await alice.transition(claimed["id"], "running", claim_token=claimed["claim_token"])
+    assert response.status_code == 200
+    assert (await _keyed_claim(alice, job["worker_id"], "k")).json()["task"] is None
+    later = await alice.submit(JOB)
+    again = (await _keyed_claim(alice, job["worker_id"], "k")).json()["task"]
+    assert again["id"] == later["id"] != started["id"]
+
+
+async def test_a_claim_key_is_no_way_into_another_users_claims(alice, bob, job):
+    await alice.submit(JOB)
+    assert (await _keyed_claim(alice, job["worker_id"], "k")).json()["task"]
+    assert_problem(await _keyed_claim(bob, job["worker_id"], "k"), 403, "forbidden")
+    unknown = "00000000-0000-0000-0000-000000000000"
+    assert_problem(await _keyed_claim(alice, unknown, "k"), 404, "worker-not-found")
+
+
+async def test_an_invalid_claim_key_is_422_and_claims_nothing(alice, job):
+    await alice.submit(JOB)
+    response = await _keyed_claim(alice, job["worker_id"], "with space")
+    assert_problem(response, 422, "validation-error")
+    assert (await alice.get("/rooms/room1/tasks?status=pending")).json()["total"] == 1
+
+
 async def test_full_lifecycle_sets_timestamps(alice, job):
     task = await alice.submit(JOB)
     await alice.claim(job["worker_id"])

@@ -83,7 +83,8 @@ def _idempotency_key(value: str | None) -> str | None:
 
 @api.route("POST", "/tasks/claim", body=TaskClaimIn, response=TaskClaimOut, errors=(403, 404, 422))
 async def claim_task(req: ApiRequest) -> Response:
-    """Claim the oldest pending task(s) of the worker's jobs."""
+    """Claim the oldest pending task(s) of the worker's jobs; a repeated
+    ``Idempotency-Key`` answers the tasks its first claim got while they are still claimed."""
     body = await req.body(TaskClaimIn)
     with metrics.claim_latency() as outcome:
         records, events = await service.claim_tasks(
@@ -92,6 +93,7 @@ async def claim_task(req: ApiRequest) -> Response:
             body.worker_id,
             body.max_tasks or 1,
             lease_seconds=req.hub.settings.task_lease_seconds,
+            request_key=_idempotency_key(req.header("idempotency-key")),
         )
         outcome.value = "claimed" if records else "empty"
     await req.hub.publisher.publish(events)
