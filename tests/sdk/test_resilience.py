@@ -146,7 +146,9 @@ async def test_a_claim_whose_answer_was_lost_gets_the_same_tasks_on_retry(
     hub: Hub, room: str
 ) -> None:
     with hub.rest() as rest:
-        job = rest.put(f"/rooms/{room}/jobs", json={"category": "analysis", "name": "n", "schema": {}})
+        job = rest.put(
+            f"/rooms/{room}/jobs", json={"category": "analysis", "name": "n", "schema": {}}
+        )
         submitted = [
             rest.post(f"/rooms/{room}/tasks/{room}:analysis:n", json={"payload": {}}).json()
             for _ in range(2)

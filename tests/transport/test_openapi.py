@@ -3,6 +3,8 @@ describe the bodies the server really sends."""
 
 from __future__ import annotations
 
+import inspect
+import re
 from typing import Any
 
 import httpx
@@ -84,6 +86,26 @@ async def test_operations_are_secured_and_list_their_errors(http: httpx.AsyncCli
         if endpoint.query is not None:
             query = {p["name"] for p in operation["parameters"] if p["in"] == "query"}
             assert query == set(endpoint.query.model_fields)
+
+
+async def test_the_request_headers_each_handler_reads_are_documented(
+    http: httpx.AsyncClient,
+) -> None:
+    document = await fetch_document(http)
+    read_by_handlers = {}
+    for endpoint in ENDPOINTS:
+        source = inspect.getsource(endpoint.handler)
+        read = {name.lower() for name in re.findall(r'req\.header\("([^"]+)"\)', source)}
+        path = openapi_path(API_PREFIX + endpoint.path)
+        operation = document["paths"][path][endpoint.method.lower()]
+        documented = {
+            p["name"].lower() for p in operation.get("parameters", ()) if p["in"] == "header"
+        }
+        assert documented == read, f"{endpoint.method} {endpoint.path}"
+        if read:
+            read_by_handlers[(endpoint.method, endpoint.path)] = read
+    assert read_by_handlers[("POST", "/tasks/claim")] == {"idempotency-key"}
+    assert read_by_handlers[("GET", "/tasks/{task_id}")] == {"prefer"}
 
 
 async def test_every_served_route_is_documented_and_vice_versa(

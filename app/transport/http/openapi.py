@@ -35,6 +35,27 @@ _OTHER_SUCCESSES: dict[tuple[str, str], tuple[int, ...]] = {
     ("PUT", "/rooms/{room_id}/jobs"): (200,),
     ("POST", "/rooms/{room_id}/tasks/{full_name:path}"): (200,),
 }
+_IDEMPOTENCY_KEY = {
+    "name": "Idempotency-Key",
+    "in": "header",
+    "required": False,
+    "description": "1 to 255 visible ASCII characters; repeating it repeats the answer.",
+    "schema": {"type": "string", "minLength": 1, "maxLength": 255},
+}
+# Request headers the handlers read.
+_HEADER_PARAMETERS: dict[tuple[str, str], tuple[dict[str, Any], ...]] = {
+    ("POST", "/rooms/{room_id}/tasks/{full_name:path}"): (_IDEMPOTENCY_KEY,),
+    ("POST", "/tasks/claim"): (_IDEMPOTENCY_KEY,),
+    ("GET", "/tasks/{task_id}"): (
+        {
+            "name": "Prefer",
+            "in": "header",
+            "required": False,
+            "description": "wait=N: answer when the task ends, or after N seconds.",
+            "schema": {"type": "string"},
+        },
+    ),
+}
 # Bodies read with ``ApiRequest.optional_body`` (an empty body is allowed).
 _OPTIONAL_BODIES = frozenset({("PATCH", "/workers/{worker_id}")})
 
@@ -88,6 +109,7 @@ def build_openapi(endpoints: Iterable[Endpoint], prefix: str) -> dict[str, Any]:
         parameters = [_path_parameter(name) for name in path_parameters(ep.path)]
         if ep.query is not None:
             parameters.extend(_query_parameters(components, ref(ep.query, "validation")))
+        parameters.extend(copy.deepcopy(_HEADER_PARAMETERS.get((ep.method, ep.path), ())))
         if parameters:
             operation["parameters"] = parameters
         if ep.body is not None:
