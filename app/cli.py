@@ -1,4 +1,5 @@
-"""``taskhub``: serve, migrate, users, tokens (and, with the worker SDK, worker)."""
+"""``taskhub``: serve, migrate, users, tokens (create, revoke), and, with the worker SDK,
+worker."""
 
 from __future__ import annotations
 
@@ -123,6 +124,23 @@ def cmd_tokens_create(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_tokens_revoke(settings: Settings, args: argparse.Namespace) -> int:
+    """Revoke one token (``-``: read it from stdin, out of the shell's history) or, with
+    ``--user``, all of a user's. HTTP requests and sockets carrying it are refused within
+    ``TASKHUB_AUTH_CACHE_SECONDS``."""
+    _ready_schema(settings)
+    if args.user is not None:
+        count = _run_with_db(settings, lambda db: users.revoke_tokens_of(db, args.user))
+        print(f"Revoked {count} token{'' if count == 1 else 's'} of {args.user!r}.")
+        return 0
+    token = sys.stdin.readline().strip() if args.token == "-" else args.token
+    if not _run_with_db(settings, lambda db: users.revoke_token(db, token)):
+        print("taskhub: no such token", file=sys.stderr)
+        return 1
+    print("Revoked the token.")
+    return 0
+
+
 def _positive_int(value: str) -> int:
     number = int(value)
     if number < 1:
@@ -160,6 +178,11 @@ def build_parser() -> argparse.ArgumentParser:
     token_create = tokens_sub.add_parser("create", help="issue another token for a user")
     token_create.add_argument("name")
     token_create.set_defaults(func=cmd_tokens_create)
+    token_revoke = tokens_sub.add_parser("revoke", help="revoke a token, or all of a user's")
+    which = token_revoke.add_mutually_exclusive_group(required=True)
+    which.add_argument("token", nargs="?", help="the token, or - to read it from stdin")
+    which.add_argument("--user", metavar="NAME", help="revoke every token of this user")
+    token_revoke.set_defaults(func=cmd_tokens_revoke)
 
     worker = commands.add_parser("worker", help="serve Extension classes as a worker")
     add_worker_arguments(worker)

@@ -81,10 +81,16 @@ class TaskhubApp(socketio.ASGIApp):
     connection."""
 
     def __init__(
-        self, sio: socketio.AsyncServer, hub: Hub, *, drain_on_signals: bool = False
+        self,
+        sio: socketio.AsyncServer,
+        hub: Hub,
+        sockets: SocketHandlers,
+        *,
+        drain_on_signals: bool = False,
     ) -> None:
         self.sio = sio
         self.hub = hub
+        self.sockets = sockets
         self.web = create_web_app(hub, self._running)
         super().__init__(sio, other_asgi_app=self.web)
         self._api = ApiRoutes(ENDPOINTS, API_PREFIX, hub)
@@ -112,6 +118,7 @@ class TaskhubApp(socketio.ASGIApp):
     async def _running(self) -> AsyncIterator[None]:
         try:
             await self.hub.start()
+            self.sockets.start()
             if self._stop_signals is not None:
                 self._stop_signals.install()
             yield
@@ -119,6 +126,7 @@ class TaskhubApp(socketio.ASGIApp):
             if self._stop_signals is not None:
                 self._stop_signals.uninstall()
             await self.begin_shutdown()
+            await self.sockets.stop()
             await self.hub.close()
             metrics.process_exiting()
 
@@ -165,9 +173,9 @@ def create_app(settings: Settings | None = None, *, drain_on_signals: bool = Fal
         else None
     )
     sio = socketio.AsyncServer(async_mode="asgi", client_manager=manager)
-    SocketHandlers(sio, hub)
+    sockets = SocketHandlers(sio, hub)
     hub.publisher.add_sink(SocketSink(sio))
-    return TaskhubApp(sio, hub, drain_on_signals=drain_on_signals)
+    return TaskhubApp(sio, hub, sockets, drain_on_signals=drain_on_signals)
 
 
 def create_web_app(hub: Hub, running: Callable[[], AbstractAsyncContextManager[None]]) -> Starlette:

@@ -83,9 +83,15 @@ def cli_env(database_url: str, **settings: str) -> dict[str, str]:
 
 
 async def taskhub(
-    database_url: str, cwd: Path, *args: str, time_limit: float = COMMAND_TIMEOUT, **settings: str
+    database_url: str,
+    cwd: Path,
+    *args: str,
+    time_limit: float = COMMAND_TIMEOUT,
+    stdin: str | None = None,
+    **settings: str,
 ) -> Result:
-    """Run ``taskhub ARGS…`` to completion (failing the test if it outlives ``time_limit``)."""
+    """Run ``taskhub ARGS…`` to completion (failing the test if it outlives ``time_limit``),
+    with ``stdin`` as its input (none: an empty input)."""
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
@@ -93,12 +99,14 @@ async def taskhub(
         *args,
         cwd=cwd,
         env=cli_env(database_url, **settings),
-        stdin=asyncio.subprocess.DEVNULL,
+        stdin=asyncio.subprocess.DEVNULL if stdin is None else asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
     )
     try:
-        stdout, stderr = await asyncio.wait_for(process.communicate(), time_limit)
+        stdout, stderr = await asyncio.wait_for(
+            process.communicate(None if stdin is None else stdin.encode()), time_limit
+        )
     except TimeoutError:
         process.kill()
         await process.wait()
@@ -279,6 +287,40 @@ async def test_tokens_create_issues_another_working_token(
         for token in (first, second):
             response = await ApiClient(http, token).get("/workers")
             assert response.status_code == 200, response.text
+
+
+async def test_tokens_revoke_refuses_the_token_from_then_on(
+    migrated_url: str, tmp_path: Path
+) -> None:
+    """``tokens revoke TOKEN`` (or ``-``, read from stdin) ends one token; ``--user NAME``
+    all of a user's; other users' tokens keep working."""
+    first = printed_token(await taskhub(migrated_url, tmp_path, "users", "create", "alice"))
+    second = printed_token(await taskhub(migrated_url, tmp_path, "tokens", "create", "alice"))
+    third = printed_token(await taskhub(migrated_url, tmp_path, "tokens", "create", "alice"))
+    bob = printed_token(await taskhub(migrated_url, tmp_path, "users", "create", "bob"))
+
+    revoked = await taskhub(migrated_url, tmp_path, "tokens", "revoke", first)
+    assert revoked.returncode == 0, revoked
+    from_stdin = await taskhub(migrated_url, tmp_path, "tokens", "revoke", "-", stdin=second + "\n")
+    assert from_stdin.returncode == 0, from_stdin
+    again = await taskhub(migrated_url, tmp_path, "tokens", "revoke", first)
+    assert_clean_failure(again, "no such token")
+
+    async with in_process_hub(migrated_url) as http:
+        for token in (first, second):
+            assert_problem(await ApiClient(http, token).get("/workers"), 401, "unauthorized")
+        for token in (third, bob):
+            assert (await ApiClient(http, token).get("/workers")).status_code == 200
+
+    everything = await taskhub(migrated_url, tmp_path, "tokens", "revoke", "--user", "alice")
+    assert everything.returncode == 0, everything
+    assert "Revoked 1 token of 'alice'" in everything.stdout
+    assert_clean_failure(
+        await taskhub(migrated_url, tmp_path, "tokens", "revoke", "--user", "nobody"), "nobody"
+    )
+    async with in_process_hub(migrated_url) as http:
+        assert_problem(await ApiClient(http, third).get("/workers"), 401, "unauthorized")
+        assert (await ApiClient(http, bob).get("/workers")).status_code == 200
 
 
 async def test_users_create_refuses_a_taken_name(migrated_url: str, tmp_path: Path) -> None:

@@ -122,6 +122,19 @@ def create_user(database_url: str, name: str, *, superuser: bool = False) -> str
     return run_async(create())
 
 
+def revoke_token(database_url: str, token: str) -> None:
+    """Delete ``token`` straight in the database (as ``taskhub tokens revoke`` does)."""
+
+    async def revoke() -> None:
+        db = Database(Settings(database_url=database_url))
+        try:
+            assert await users.revoke_token(db, token)
+        finally:
+            await db.dispose()
+
+    run_async(revoke())
+
+
 @contextmanager
 def provisioned_database(backend: Backend, directory: Path) -> Iterator[str]:
     """A fresh, ready-to-serve database URL for ``backend``; PostgreSQL ones are dropped after."""
@@ -189,6 +202,9 @@ class HubServer:
     def create_user(self, name: str, *, superuser: bool = False) -> str:
         """A new user of this server's database; returns the user's token."""
         return create_user(self.database_url, name, superuser=superuser)
+
+    def revoke_token(self, token: str) -> None:
+        revoke_token(self.database_url, token)
 
     def output(self) -> str:
         """Everything the server has written to stdout and stderr so far."""

@@ -6,6 +6,7 @@ the socket's user owns; ``room_join`` acknowledges ``{"room_id"}`` or a problem 
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 from typing import Any
@@ -18,6 +19,10 @@ from tests.support.api import ApiClient
 from tests.support.names import unique
 from tests.support.server import HubServer
 from tests.support.sockets import SocketProbe, assert_problem_ack
+
+# Sockets' tokens are re-checked as often as HTTP re-reads them.
+AUTH_CACHE_SECONDS = 1.0
+SERVER_ENV = {"TASKHUB_AUTH_CACHE_SECONDS": str(AUTH_CACHE_SECONDS)}
 
 
 @pytest.fixture
@@ -63,6 +68,27 @@ async def test_connect_without_a_valid_token_is_refused(
         await accepted.connect(shared_server.base_url, alice_token)
         assert accepted.client.connected
         await accepted.room_join(lab)
+
+
+async def test_a_socket_whose_token_is_revoked_is_disconnected(
+    shared_server: HubServer, alice_token: str, bob_token: str, lab: str
+) -> None:
+    """Revoking a token ends the sockets that connected with it (within the auth cache's
+    lifetime), not only its later HTTP requests; other users' sockets stay."""
+    async with SocketProbe("alice") as alice, SocketProbe("bob") as bob:
+        for probe, token in ((alice, alice_token), (bob, bob_token)):
+            await probe.connect(shared_server.base_url, token)
+            await probe.room_join(lab)
+        gone = asyncio.Event()
+        alice.client.on("disconnect", lambda *_reason: gone.set())
+        shared_server.revoke_token(alice_token)
+        try:
+            await asyncio.wait_for(gone.wait(), 2 * AUTH_CACHE_SECONDS + 3)
+        except TimeoutError:
+            pytest.fail("the revoked token's socket is still connected")
+        assert bob.client.connected
+        await bob.room_join(unique("lab"))  # and still served
+    await refuse(shared_server.base_url, {"token": alice_token})
 
 
 async def test_connect_with_a_token_that_is_not_a_string_is_refused(

@@ -5,9 +5,11 @@ from __future__ import annotations
 import hashlib
 import secrets
 import time
+from collections.abc import Collection
+from typing import Any
 from uuid import UUID
 
-from sqlalchemy import func, insert, select, update
+from sqlalchemy import Select, delete, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -93,6 +95,38 @@ async def _insert_token(conn: AsyncConnection, user_id: UUID, token: str) -> Non
     )
 
 
+async def revoke_token(db: Database, token: str) -> bool:
+    """Delete the token; False if no such token exists."""
+    async with db.write() as conn:
+        deleted = await conn.execute(
+            delete(token_table).where(token_table.c.token_hash == hash_token(token))
+        )
+    return bool(deleted.rowcount)
+
+
+async def revoke_tokens_of(db: Database, name: str) -> int:
+    """Delete every token of the user called ``name``; how many there were."""
+    async with db.write() as conn:
+        user_id = await conn.scalar(select(user_table.c.id).where(user_table.c.name == name))
+        if user_id is None:
+            raise NotFound(f"No user named {name!r}.")
+        deleted = await conn.execute(delete(token_table).where(token_table.c.user_id == user_id))
+    return int(deleted.rowcount)
+
+
+def _principals_of(digests: Collection[str]) -> Select[Any]:
+    return (
+        select(
+            token_table.c.token_hash,
+            user_table.c.id,
+            user_table.c.name,
+            user_table.c.is_superuser,
+        )
+        .join(token_table, token_table.c.user_id == user_table.c.id)
+        .where(token_table.c.token_hash.in_(digests))
+    )
+
+
 class Authenticator:
     """Resolves bearer tokens to principals, with a short in-process cache so that the hot
     path does not pay a query per request (a revoked token stops working within
@@ -109,20 +143,26 @@ class Authenticator:
         hit = self._cache.get(digest)
         if hit is not None and hit[1] > now:
             return hit[0]
+        return (await self.current([digest])).get(digest)
+
+    async def current(self, digests: Collection[str]) -> dict[str, Principal]:
+        """Whom each of these token digests authenticates now, read in one query (a digest
+        missing from the answer is a revoked or unknown token); refreshes the cache."""
+        if not digests:
+            return {}
         async with self._db.read() as conn:
-            row = (
-                await conn.execute(
-                    select(user_table.c.id, user_table.c.name, user_table.c.is_superuser)
-                    .join(token_table, token_table.c.user_id == user_table.c.id)
-                    .where(token_table.c.token_hash == digest)
-                )
-            ).first()
-        if row is None:
-            self._cache.pop(digest, None)
-            return None
-        principal = Principal(id=row.id, name=row.name, is_superuser=row.is_superuser)
-        if self._ttl > 0:
-            if len(self._cache) > 10_000:
-                self._cache.clear()
-            self._cache[digest] = (principal, now + self._ttl)
-        return principal
+            rows = (await conn.execute(_principals_of(digests))).all()
+        found = {
+            row.token_hash: Principal(id=row.id, name=row.name, is_superuser=row.is_superuser)
+            for row in rows
+        }
+        expires = time.monotonic() + self._ttl
+        for digest in digests:
+            principal = found.get(digest)
+            if principal is None:
+                self._cache.pop(digest, None)
+            elif self._ttl > 0:
+                if len(self._cache) > 10_000:
+                    self._cache.clear()
+                self._cache[digest] = (principal, expires)
+        return found

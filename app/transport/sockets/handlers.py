@@ -3,6 +3,8 @@ enter or leave rooms. Errors come back in the acknowledgement as problem objects
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import functools
 import logging
 from collections.abc import Awaitable, Callable
@@ -15,6 +17,7 @@ import socketio
 from app.domain.errors import DomainError, Unauthorized, ValidationFailed
 from app.domain.naming import JobName, validate_room_id
 from app.domain.records import Principal
+from app.domain.services.users import hash_token
 from app.domain.services.workers import check_serves, heartbeat
 from app.observability import metrics
 from app.observability.request_id import bound, socket_request_id
@@ -29,6 +32,7 @@ Ack = Callable[[str, Any], Awaitable[dict[str, Any]]]
 @dataclass
 class SocketSession:
     principal: Principal
+    token_digest: str
     workers: set[UUID] = field(default_factory=set)
 
 
@@ -82,6 +86,7 @@ class SocketHandlers:
         self.sio = sio
         self.hub = hub
         self.sessions: dict[str, SocketSession] = {}
+        self._recheck: asyncio.Task[None] | None = None
         sio.on("connect", self.connect)
         sio.on("disconnect", self.disconnect)
         for name in ("join_job_room", "leave_job_room", "room_join", "room_leave"):
@@ -97,12 +102,50 @@ class SocketHandlers:
         if not isinstance(token, str) or not token:
             token = bearer_token(environ.get("HTTP_AUTHORIZATION"))
         principal = await self.hub.auth.authenticate(token) if token else None
-        if principal is None:
+        if principal is None or token is None:
             refusal = Unauthorized("A valid token is required: connect with auth={'token': ...}.")
             # The client's connect_error gets {"message": detail, "data": problem}.
             raise socketio.exceptions.ConnectionRefusedError(refusal.detail, _problem(refusal))
-        self.sessions[sid] = SocketSession(principal)
+        self.sessions[sid] = SocketSession(principal, hash_token(token))
         metrics.socket_connected()
+
+    async def recheck_tokens(self) -> list[str]:
+        """Disconnect the sockets whose token has been revoked since they connected (and
+        take up a changed superuser flag); the sids it disconnected."""
+        sessions = dict(self.sessions)
+        current = await self.hub.auth.current({s.token_digest for s in sessions.values()})
+        revoked = []
+        for sid, session in sessions.items():
+            principal = current.get(session.token_digest)
+            if principal is None:
+                revoked.append(sid)
+            else:
+                session.principal = principal
+        for sid in revoked:
+            with bound(socket_request_id(sid)):
+                log.info("socket disconnected: its token was revoked")
+            await self.sio.disconnect(sid)
+        return revoked
+
+    def start(self) -> None:
+        """Re-check the connected sockets' tokens as often as HTTP re-reads them (the
+        authentication cache's lifetime; at least 1 s apart)."""
+        interval = max(self.hub.settings.auth_cache_seconds, 1.0)
+        self._recheck = asyncio.create_task(self._recheck_every(interval), name="socket-tokens")
+
+    async def stop(self) -> None:
+        if self._recheck is not None:
+            self._recheck.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._recheck
+
+    async def _recheck_every(self, interval: float) -> None:
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await self.recheck_tokens()
+            except Exception:
+                log.exception("re-checking socket tokens failed; trying again later")
 
     async def disconnect(self, sid: str, *_reason: Any) -> None:
         session = self.sessions.pop(sid, None)
