@@ -106,3 +106,21 @@ async def test_a_room_id_may_hold_a_slash_sent_as_percent_2f(alice, starlette_re
     listed = (await alice.get("/rooms/lab%2F7/tasks")).json()["items"]
     assert [task["id"] for task in listed] == [submitted.json()["id"]]
     assert starlette_requests == []
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        ("PUT", "/rooms//jobs"),
+        ("GET", "/rooms//jobs"),
+        ("GET", "/rooms//jobs/lab:modifiers:Rotate"),
+        ("GET", "/rooms//jobs/lab:modifiers:Rotate/tasks"),
+        ("GET", "/rooms//workers"),
+        ("POST", "/rooms//tasks/lab:modifiers:Rotate"),
+        ("GET", "/rooms//tasks"),
+    ],
+)
+async def test_an_empty_room_id_is_an_invalid_room_not_an_unknown_route(alice, method, path):
+    body = {"category": "modifiers", "name": "Rotate", "schema": {}} if method == "PUT" else {}
+    response = await alice.request(method, path, json=body if method != "GET" else None)
+    assert_problem(response, 400, "invalid-room-id")

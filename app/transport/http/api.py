@@ -10,6 +10,7 @@ from uuid import UUID
 
 import orjson
 from pydantic import BaseModel, ValidationError
+from starlette.convertors import Convertor, register_url_convertor
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -23,6 +24,22 @@ JSON_MEDIA_TYPE = "application/json"
 # Deeper JSON is refused: what is stored is sent back in answers and events, and encoders
 # (pydantic's among them) give up on deep nesting; no real payload comes near this.
 MAX_JSON_DEPTH = 64
+
+
+class RoomIdConvertor(Convertor[str]):
+    """``{room_id:room}``: one path segment, the empty one included, so that an empty room
+    id gets the naming rules' 400 ``invalid-room-id`` rather than a 404 for the route."""
+
+    regex = "[^/]*"
+
+    def convert(self, value: str) -> str:
+        return value
+
+    def to_string(self, value: str) -> str:
+        return value
+
+
+register_url_convertor("room", RoomIdConvertor())
 
 
 def json_response(

@@ -22,7 +22,7 @@ api = Api()
 
 @api.route(
     "PUT",
-    "/rooms/{room_id}/jobs",
+    "/rooms/{room_id:room}/jobs",
     status=201,
     body=JobRegisterIn,
     response=JobOut,
@@ -50,7 +50,11 @@ async def register_job(req: ApiRequest) -> Response:
 
 
 @api.route(
-    "GET", "/rooms/{room_id}/jobs", query=PageQuery, response=PageOut[JobSummaryOut], errors=(400,)
+    "GET",
+    "/rooms/{room_id:room}/jobs",
+    query=PageQuery,
+    response=PageOut[JobSummaryOut],
+    errors=(400,),
 )
 async def list_jobs(req: ApiRequest) -> Response:
     """The room's live jobs plus @global and @internal ones."""
@@ -59,7 +63,7 @@ async def list_jobs(req: ApiRequest) -> Response:
     return json_response(page_of(JobSummaryOut, result))
 
 
-@api.route("GET", "/rooms/{room_id}/jobs/{full_name:path}", response=JobOut, errors=(400, 404))
+@api.route("GET", "/rooms/{room_id:room}/jobs/{full_name:path}", response=JobOut, errors=(400, 404))
 async def get_job(req: ApiRequest) -> Response:
     """One job, by full name, as seen from the room."""
     record = await service.get_job(req.hub.db, req.path("room_id"), req.path("full_name"))
@@ -68,7 +72,7 @@ async def get_job(req: ApiRequest) -> Response:
 
 @api.route(
     "GET",
-    "/rooms/{room_id}/workers",
+    "/rooms/{room_id:room}/workers",
     query=PageQuery,
     response=PageOut[WorkerSummaryOut],
     errors=(400,),

@@ -32,8 +32,8 @@ _UUID_PARAMS = frozenset({"task_id", "worker_id"})
 # one only): PUT of an identical registration is 200, not 201; a submit replayed with the
 # same Idempotency-Key is 200, not 202.
 _OTHER_SUCCESSES: dict[tuple[str, str], tuple[int, ...]] = {
-    ("PUT", "/rooms/{room_id}/jobs"): (200,),
-    ("POST", "/rooms/{room_id}/tasks/{full_name:path}"): (200,),
+    ("PUT", "/rooms/{room_id:room}/jobs"): (200,),
+    ("POST", "/rooms/{room_id:room}/tasks/{full_name:path}"): (200,),
 }
 _IDEMPOTENCY_KEY = {
     "name": "Idempotency-Key",
@@ -44,7 +44,7 @@ _IDEMPOTENCY_KEY = {
 }
 # Request headers the handlers read.
 _HEADER_PARAMETERS: dict[tuple[str, str], tuple[dict[str, Any], ...]] = {
-    ("POST", "/rooms/{room_id}/tasks/{full_name:path}"): (_IDEMPOTENCY_KEY,),
+    ("POST", "/rooms/{room_id:room}/tasks/{full_name:path}"): (_IDEMPOTENCY_KEY,),
     ("POST", "/tasks/claim"): (_IDEMPOTENCY_KEY,),
     ("GET", "/tasks/{task_id}"): (
         {

@@ -36,7 +36,7 @@ SAFETY_RECHECK_SECONDS = 5.0
 
 @api.route(
     "POST",
-    "/rooms/{room_id}/tasks/{full_name:path}",
+    "/rooms/{room_id:room}/tasks/{full_name:path}",
     status=202,
     body=TaskSubmitIn,
     response=TaskOut,
@@ -187,7 +187,7 @@ async def update_task(req: ApiRequest) -> Response:
 
 @api.route(
     "GET",
-    "/rooms/{room_id}/tasks",
+    "/rooms/{room_id:room}/tasks",
     query=TaskPageQuery,
     response=PageOut[TaskOut],
     errors=(400, 422),
@@ -203,7 +203,7 @@ async def list_room_tasks(req: ApiRequest) -> Response:
 
 @api.route(
     "GET",
-    "/rooms/{room_id}/jobs/{full_name:path}/tasks",
+    "/rooms/{room_id:room}/jobs/{full_name:path}/tasks",
     query=TaskPageQuery,
     response=PageOut[TaskOut],
     errors=(400, 404, 422),
