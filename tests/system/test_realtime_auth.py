@@ -174,6 +174,18 @@ async def test_room_join_acknowledges_valid_rooms_and_refuses_invalid_ones(
             assert await probe.call("room_join", {"room_id": valid}) == {"room_id": valid}
 
 
+async def test_an_event_sent_with_several_arguments_is_answered_422(
+    shared_server: HubServer, alice_token: str, lab: str
+) -> None:
+    """Every client event gets an acknowledgement, also one with extra arguments."""
+    async with SocketProbe("alice") as probe:
+        await probe.connect(shared_server.base_url, alice_token)
+        for event in ("room_join", "room_leave", "join_job_room", "leave_job_room"):
+            ack = await probe.call(event, ({"room_id": lab}, "extra"))
+            assert_problem_ack(ack, 422, "validation-error")
+        assert await probe.call("room_join", {"room_id": lab}) == {"room_id": lab}
+
+
 async def test_leaving_rooms_stops_their_events(
     shared_server: HubServer, http: httpx.AsyncClient, alice_token: str, lab: str, job: str
 ) -> None:

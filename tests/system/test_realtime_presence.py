@@ -178,3 +178,23 @@ async def test_a_refused_join_does_not_tie_the_worker_to_that_socket(scene: Scen
     await bob.disconnect()
     await asyncio.sleep(BEYOND_GRACE)
     await scene.assert_worker_kept()
+
+
+async def test_a_socket_that_drops_while_its_join_is_checked_leaves_nothing_behind(
+    scene: Scene,
+) -> None:
+    """A flapping connection: sockets that send ``join_job_room`` and drop at once (before
+    the hub has checked the join) must not stay attached to the worker, or the grace period
+    of its real socket would never start."""
+    for attempt in range(3):
+        flapping = await scene.connect(f"flapping-{attempt}", scene.alice_token)
+        join = {"job_name": scene.doomed, "worker_id": scene.worker_id}
+        await flapping.client.emit("join_job_room", join)
+        await asyncio.sleep(0.001)  # sent, and still being checked when the socket drops
+        await flapping.client.eio.disconnect(abort=True)
+    browser = await browser_in(scene, scene.room)
+    worker = await scene.connect_worker("worker", scene.doomed)
+    await worker.disconnect()
+    failed = await browser.wait_status(scene.task_id, "failed", within=BEYOND_GRACE + 2)
+    assert failed.data["error"] == "Worker disconnected"
+    assert scene.worker_id not in await scene.worker_ids()

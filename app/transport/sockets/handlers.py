@@ -65,9 +65,16 @@ def _acknowledged(handler: Ack) -> Ack:
     the connection's request id."""
 
     @functools.wraps(handler)
-    async def answer(sid: str, data: Any = None) -> dict[str, Any]:
+    async def answer(sid: str, data: Any = None, *extra: Any) -> dict[str, Any]:
         with bound(socket_request_id(sid)):
             try:
+                if extra:
+                    return _problem(
+                        ValidationFailed(
+                            "Send one object as the event's data.",
+                            errors=[{"loc": ["data"], "msg": "expected one argument"}],
+                        )
+                    )
                 return await handler(sid, data)
             except Exception:
                 log.exception("socket event %s failed", handler.__name__)
@@ -170,6 +177,9 @@ class SocketHandlers:
             await check_serves(self.hub.db, worker_id, job)
         except DomainError as exc:
             return _problem(exc)
+        if sid not in self.sessions:  # gone while the checks ran: attach nothing (nobody
+            # would detach it) and answer no one
+            return problem_body(409, "socket-disconnected", "Conflict", "The socket is gone.")
         session.workers.add(worker_id)
         self.hub.presence.attach(worker_id, sid)
         await self.sio.enter_room(sid, f"jobs:{job_name}")
