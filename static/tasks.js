@@ -21,12 +21,16 @@ export function taskFromEvent(event) {
   return { ...rest, job_name: name };
 }
 
-/** Is a REST snapshot at least as far along as what we know? (Events arrive in order, but
- * a response may come after the events of later changes, e.g. the submit's 202.) */
-function notOlder(snapshot, known) {
+/** Is a state of a task (a REST snapshot or an event) at least as recent as what we know?
+ * A response may come after the events of later changes (e.g. the submit's 202), and events
+ * of one task may come from several processes (replicas, the taskiq worker) out of order.
+ * The hub counts each task's writes in `version`; without it (an older hub), attempts and
+ * the order of statuses decide. */
+function notOlder(state, known) {
   if (!known) return true;
-  const attempts = (snapshot.attempt ?? 0) - (known.attempt ?? 0);
-  return attempts !== 0 ? attempts > 0 : RANK[snapshot.status] >= RANK[known.status];
+  if (state.version != null && known.version != null) return state.version >= known.version;
+  const attempts = (state.attempt ?? 0) - (known.attempt ?? 0);
+  return attempts !== 0 ? attempts > 0 : RANK[state.status] >= RANK[known.status];
 }
 
 function newestFirst(a, b) {
@@ -73,6 +77,9 @@ export class TaskList {
   applyEvent(event) {
     const task = taskFromEvent(event);
     const known = this.tasks.get(task.id);
+    if (known?.version != null && task.version != null && task.version < known.version) {
+      return false; // a late event: the list already shows a later state
+    }
     this.#store({ ...known, ...task }, known);
     this.render();
     return !known;

@@ -42,6 +42,7 @@ class TaskRecord:
     priority: int = 0
     max_attempts: int = 1
     run_at: datetime | None = None
+    version: int = 1
 
 
 @dataclass(slots=True)

@@ -30,7 +30,14 @@ from sqlalchemy.sql import Executable
 
 from app.domain.naming import INTERNAL_ROOM
 from app.domain.states import TaskStatus
-from app.persistence.models import is_pending, job_table, link_table, task_table, worker_table
+from app.persistence.models import (
+    is_pending,
+    job_table,
+    link_table,
+    next_version,
+    task_table,
+    worker_table,
+)
 from app.persistence.prepared import hot
 
 if TYPE_CHECKING:
@@ -63,7 +70,7 @@ def insert_task_of_live_job(dialect: str, position: Any = None) -> Executable:
     evaluated on the statement's snapshot, which does not hold the new task yet."""
     task = task_table
     columns = ["id", "job_id", "room_id", "status", "payload", "created_at", "submitted_by"]
-    columns += ["attempt", "idempotency_key", "priority", "max_attempts", "run_at"]
+    columns += ["attempt", "idempotency_key", "priority", "max_attempts", "run_at", "version"]
     rows = select(
         bindparam("b_id", type_=task.c.id.type),
         job_table.c.id,
@@ -79,6 +86,7 @@ def insert_task_of_live_job(dialect: str, position: Any = None) -> Executable:
             bindparam("b_max_attempts", type_=task.c.max_attempts.type), job_table.c.max_attempts
         ),
         bindparam("b_run_at", type_=task.c.run_at.type),
+        literal(1, type_=task.c.version.type),
     ).where(
         job_table.c.id == bindparam("b_job_id"),
         job_table.c.updated_at == bindparam("b_job_version", type_=job_table.c.updated_at.type),
@@ -212,6 +220,7 @@ def claim_statement(dialect: str, *, check_owner: bool, limit: int) -> Executabl
             result=None,
             progress=None,
             progress_message=None,
+            **next_version(),
         )
         .returning(*task.c)
     )

@@ -13,6 +13,7 @@ from sqlalchemy import (
     ColumnElement,
     ForeignKey,
     Index,
+    Integer,
     MetaData,
     String,
     Text,
@@ -192,6 +193,13 @@ class Task(TaskhubModel, table=True):
     priority: int = Field(default=0, sa_column_kwargs={"server_default": text("0")})
     max_attempts: int = Field(default=1, sa_column_kwargs={"server_default": text("1")})
     run_at: datetime | None = Field(default=None, sa_type=UTCDateTime)
+    # 1 at submit, one more on every write (``next_version``): events carry it, so a client
+    # can tell an event that arrives late from the state it already has.
+    # (the column's default is the database's alone, so inserts written for an older schema
+    # still run: the migrations test writes rows at every revision)
+    version: int = Field(
+        default=1, sa_column=Column(Integer, nullable=False, server_default=text("1"))
+    )
 
 
 class TaskQueueBucket(TaskhubModel, table=True):
@@ -214,6 +222,11 @@ job_table = Job.__table__
 link_table = WorkerJobLink.__table__
 task_table = Task.__table__
 queue_bucket_table = TaskQueueBucket.__table__
+
+
+def next_version() -> dict[str, ColumnElement[int]]:
+    """The ``version`` of a task write: every ``UPDATE task`` sets it."""
+    return {"version": task_table.c.version + 1}
 
 
 def is_pending() -> ColumnElement[bool]:

@@ -270,6 +270,21 @@ async def test_internal_task_runs_on_the_taskiq_worker_process_and_completes_wit
         await alice.register(room=room, name="Sentinel", schema={})  # a later room event
         end = (await socket.wait_for("jobs_invalidate", after=sentinel)).index
         assert [event for event, _ in socket.between(0, end)].count("task_available") == 0
+        # The events come from two processes (the hub, the taskiq worker): "pending" goes
+        # out before the task is enqueued, and versions order the rest whatever the order
+        # of their arrival.
+        changes = [
+            data
+            for event, data in socket.between(0, end)
+            if event == "task_status_event" and data["id"] == submitted["id"]
+        ]
+        assert changes[0]["status"] == "pending"
+        in_order = sorted(changes, key=lambda data: data["version"])
+        assert [data["status"] for data in in_order] in (
+            ["pending", "claimed", "running", "completed"],
+            ["pending", "running", "completed"],  # the executor started before the mark
+        )
+        assert len({data["version"] for data in changes}) == len(changes)
         await until_drained(production)  # acknowledged after execution
 
 

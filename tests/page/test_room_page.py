@@ -359,3 +359,41 @@ def test_jobs_and_workers_come_and_go_live(
     expect(job_button(page, "Ping")).to_have_count(0)
     expect(workers).to_have_count(1)
     pages.assert_no_console_errors()
+
+
+# The page's task store, run in the browser: events of one task may arrive out of order
+# (they come from several processes: replicas, the taskiq worker); `version` orders them.
+LATE_EVENTS = """async () => {
+  const { TaskList } = await import("/static/tasks.js");
+  const list = new TaskList(document.createElement("ul"), document.createElement("p"), {});
+  const event = (status, version) => ({
+    id: "0192e8a0-0000-7000-8000-000000000001", name: "lab:analysis:Brew", room_id: "lab",
+    status, version, created_at: "2026-11-22T08:00:00+00:00", started_at: null,
+    completed_at: null, queue_position: null, worker_id: null, error: null, attempt: 1,
+    progress: null, progress_message: null, result: null, priority: 0, max_attempts: 1,
+    run_at: null,
+  });
+  const seen = [];
+  for (const [status, version] of [["pending", 1], ["running", 3], ["completed", 4],
+                                   ["claimed", 2], ["pending", 1]]) {
+    list.applyEvent(event(status, version));
+    seen.push(list.statusOf(event().id));
+  }
+  const { name, ...snapshot } = event("running", 3);
+  list.addSnapshots([{ ...snapshot, job_name: name, payload: {} }]);
+  seen.push(list.statusOf(event().id));
+  return seen;
+}"""
+
+
+def test_a_late_event_does_not_take_a_task_back_to_an_earlier_state(pages: Pages) -> None:
+    page = pages.open("/")
+    assert page.evaluate(LATE_EVENTS) == [
+        "pending",
+        "running",
+        "completed",
+        "completed",  # claimed (version 2) came after completed (version 4)
+        "completed",
+        "completed",  # a REST answer older than the events
+    ]
+    pages.assert_no_console_errors()

@@ -34,7 +34,16 @@ TASK_STATUS_KEYS = frozenset(
 # Taskhub's optional additions (PROTOCOL.md); ``result`` because SPEC.md has results "reach
 # the room live".
 TASK_STATUS_EXTRAS = frozenset(
-    {"progress", "progress_message", "attempt", "result", "priority", "max_attempts", "run_at"}
+    {
+        "progress",
+        "progress_message",
+        "attempt",
+        "result",
+        "priority",
+        "max_attempts",
+        "run_at",
+        "version",
+    }
 )
 PROBLEM_KEYS = frozenset({"type", "title", "status", "detail"})
 

@@ -171,6 +171,20 @@ async def test_an_invalid_claim_key_is_422_and_claims_nothing(alice, job):
     assert (await alice.get("/rooms/room1/tasks?status=pending")).json()["total"] == 1
 
 
+async def test_every_change_of_a_task_counts_up_its_version(alice, job):
+    submitted = await alice.submit(JOB)
+    claimed = await alice.claim(job["worker_id"])
+    token = {"claim_token": claimed["claim_token"]}
+    running = (await alice.transition(claimed["id"], "running", **token)).json()
+    progress = await alice.patch(f"/tasks/{claimed['id']}", json={"progress": 0.5, **token})
+    refused = await alice.transition(claimed["id"], "claimed", **token)
+    assert refused.status_code == 409
+    done = (await alice.transition(claimed["id"], "completed", **token)).json()
+    versions = [submitted, claimed, running, progress.json(), done]
+    assert [task["version"] for task in versions] == [1, 2, 3, 4, 5]
+    assert (await alice.task(claimed["id"]))["version"] == 5  # the refused PATCH wrote nothing
+
+
 async def test_full_lifecycle_sets_timestamps(alice, job):
     task = await alice.submit(JOB)
     await alice.claim(job["worker_id"])

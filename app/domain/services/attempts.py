@@ -19,7 +19,7 @@ from app.domain.retries import RetryPolicy
 from app.domain.services.jobs import JobNames
 from app.domain.services.task_rows import queue_position, task_record
 from app.domain.states import TaskStatus, previous_status
-from app.persistence.models import is_active, task_table
+from app.persistence.models import is_active, next_version, task_table
 
 task = task_table
 _ACTIVE = is_active()
@@ -71,6 +71,7 @@ async def end_abandoned_attempts(
                     claim_token=None,
                     lease_expires_at=None,
                     error=error,
+                    **next_version(),
                 )
                 .returning(*task.c)
             )
@@ -80,7 +81,7 @@ async def end_abandoned_attempts(
     failed = await conn.execute(
         update(task)
         .where(_ACTIVE, *where, task.c.attempt >= task.c.max_attempts)
-        .values(status=TaskStatus.FAILED.value, error=error, completed_at=now)
+        .values(status=TaskStatus.FAILED.value, error=error, completed_at=now, **next_version())
         .returning(*task.c)
     )
     ended.extend((row, row.worker_id) for row in failed.all())

@@ -18,7 +18,7 @@ from app.domain.services.task_rows import task_record
 from app.domain.states import TaskStatus
 from app.persistence.database import Database
 from app.persistence.dialects import insert_ignoring_duplicates
-from app.persistence.models import is_pending, job_table, task_table
+from app.persistence.models import is_pending, job_table, next_version, task_table
 from app.persistence.types import new_id, utcnow
 
 task = task_table
@@ -46,7 +46,7 @@ async def _write(
         row = (
             await conn.execute(
                 update(task).where(task.c.id == task_id, task.c.status == previous.value, *guard)
-                .values(**values)
+                .values(**values, **next_version())
                 .returning(*task.c)
             )
         ).first()  # fmt: skip

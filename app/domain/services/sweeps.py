@@ -17,7 +17,7 @@ from app.domain.services.task_rows import task_record
 from app.domain.services.workers import remove_silent_worker
 from app.domain.states import TERMINAL_STATUSES, TaskStatus, previous_status
 from app.persistence.database import Database
-from app.persistence.models import is_active, task_table, worker_table
+from app.persistence.models import is_active, next_version, task_table, worker_table
 from app.persistence.types import utcnow
 
 BATCH = 500
@@ -83,7 +83,10 @@ async def fail_stuck_internal_tasks(db: Database, cutoff: datetime) -> EventBatc
                     func.coalesce(task.c.started_at, task.c.run_at, task.c.created_at) < cutoff,
                 )
                 .values(
-                    status=TaskStatus.FAILED.value, error=INTERNAL_TIMEOUT, completed_at=utcnow()
+                    status=TaskStatus.FAILED.value,
+                    error=INTERNAL_TIMEOUT,
+                    completed_at=utcnow(),
+                    **next_version(),
                 )
                 .returning(*task.c)
             )

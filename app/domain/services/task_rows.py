@@ -143,6 +143,7 @@ def task_record(row: Any, job_name: str, queue_position: int | None = None) -> T
         priority=row.priority,
         max_attempts=row.max_attempts,
         run_at=row.run_at,
+        version=row.version,
     )
 
 

@@ -59,7 +59,7 @@ from app.domain.states import (
 )
 from app.persistence.database import Database
 from app.persistence.dialects import claim_statement, insert_task_of_live_job
-from app.persistence.models import link_table, task_table, worker_table
+from app.persistence.models import link_table, next_version, task_table, worker_table
 from app.persistence.prepared import hot
 from app.persistence.types import new_id, utcnow
 
@@ -468,7 +468,7 @@ def _update_statement(
             guard.append(or_(owns_worker, task.c.submitted_by == bindparam("b_user_id")))
         else:
             guard.append(owns_worker)
-    values = {column: bindparam(f"v_{column}") for column in columns}
+    values = {column: bindparam(f"v_{column}") for column in columns} | next_version()
     # Whether a worker still serves the job: a served job is no orphan, so a terminal
     # transition needs no soft-delete statement after this one.
     # The task's column spelled out with its table: SQLite's RETURNING leaves column names

@@ -170,6 +170,8 @@ class TaskOut(BaseModel):
     result: Any
     progress: float | None
     progress_message: str | None
+    # Counts the task's writes: of two states of one task, the higher version is the later.
+    version: int
 
     @classmethod
     def of(cls, record: TaskRecord) -> TaskOut:
@@ -197,6 +199,7 @@ def _task_fields(record: TaskRecord) -> dict[str, Any]:
         "result": record.result,
         "progress": record.progress,
         "progress_message": record.progress_message,
+        "version": record.version,
     }
 
 

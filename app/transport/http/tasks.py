@@ -57,11 +57,12 @@ async def submit_task(req: ApiRequest) -> Response:
         options=body.options(utcnow()),
         known_jobs=req.hub.known_jobs,
     )
-    if created and record.run_at is None and record.job_name.startswith(f"{INTERNAL_ROOM}:"):
-        # (a delayed one is dispatched when it comes due: ``DueTaskAnnouncer``)
-        record, dispatched = await req.hub.internal.dispatch(record)
-        events.extend(dispatched)
     await req.hub.publisher.publish(events)
+    if created and record.run_at is None and record.job_name.startswith(f"{INTERNAL_ROOM}:"):
+        # Enqueued only once "pending" is out: the executor's events can only come after.
+        # (A delayed one is dispatched when it comes due: ``DueTaskAnnouncer``.)
+        record, dispatched = await req.hub.internal.dispatch(record)
+        await req.hub.publisher.publish(dispatched)
     return json_response(
         TaskOut.of(record),
         202 if created else 200,  # 200: a replay of the same Idempotency-Key
