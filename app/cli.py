@@ -74,6 +74,10 @@ def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
         print(f"taskhub: {problem}", file=sys.stderr)
         return 2
     _ready_schema(settings)
+    if settings.redis_url:
+        problem = _redis_problem(settings.redis_url)
+        if problem is not None:
+            return _refuse(f"cannot reach Redis at {_safe_url(settings.redis_url)}: {problem}")
     new_token = _run_with_db(settings, _bootstrap_admin(settings))
     print(f"Taskhub listening on http://{settings.host}:{settings.port}/", flush=True)
     print(f"  database: {_safe_url(settings.database_url)}", flush=True)
@@ -82,6 +86,18 @@ def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
     if new_token:
         print(f"  admin token (shown once): {new_token}", flush=True)
     return serving.serve(settings)
+
+
+def _redis_problem(url: str) -> str | None:
+    """Why Redis at ``url`` does not answer a PING, or None when it does."""
+    import redis
+
+    try:
+        with redis.Redis.from_url(url, socket_timeout=3, socket_connect_timeout=3) as client:
+            client.ping()
+    except (redis.RedisError, OSError, ValueError) as exc:
+        return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return None
 
 
 def _safe_url(url: str) -> str:

@@ -22,6 +22,7 @@ from starlette.staticfiles import StaticFiles
 from app.observability import metrics
 from app.observability.request_id import Receive, RequestIdMiddleware, Scope, Send
 from app.observability.scrape import metrics_endpoint
+from app.realtime.redis_clients import socket_manager
 from app.realtime.socket_sink import SocketSink
 from app.runtime import Hub
 from app.settings import Settings
@@ -167,11 +168,7 @@ def create_app(settings: Settings | None = None, *, drain_on_signals: bool = Fal
     once (``taskhub serve``) rather than when the server gets to the lifespan shutdown."""
     settings = settings or Settings()
     hub = Hub.create(settings)
-    manager = (
-        socketio.AsyncRedisManager(settings.redis_url, channel=settings.redis_key("socketio"))
-        if settings.redis_url
-        else None
-    )
+    manager = socket_manager(settings) if settings.redis_url else None
     sio = socketio.AsyncServer(async_mode="asgi", client_manager=manager)
     sockets = SocketHandlers(sio, hub)
     hub.publisher.add_sink(SocketSink(sio))

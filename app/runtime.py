@@ -19,6 +19,7 @@ from app.domain.services.workers import remove_silent_worker
 from app.persistence.database import Database
 from app.persistence.migrations import check_schema_current
 from app.realtime.due_announcer import DueTaskAnnouncer
+from app.realtime.outbox import SHUTDOWN_SEND_SECONDS
 from app.realtime.presence import WorkerPresence
 from app.realtime.publisher import Publisher
 from app.realtime.waiters import TaskWaiters
@@ -112,9 +113,10 @@ class Hub:
         await self.due_announcer.stop()
         self.waiters.release_all()
         await self.presence.close()
+        await self.publisher.drain(SHUTDOWN_SEND_SECONDS)
         await self.broker.shutdown()
         if self.wake_bus is not None:
-            await self.wake_bus.close()
+            await self.wake_bus.close(SHUTDOWN_SEND_SECONDS)
         await self.db.dispose()
 
     async def _remove_disconnected_worker(self, worker_id: UUID, since: datetime) -> None:

@@ -6,14 +6,15 @@ python-socketio's Redis manager (write-only) and wake long-polls through the wak
 
 from __future__ import annotations
 
-import socketio
 from taskiq import TaskiqEvents, TaskiqState
 
 from app.dispatch.broker import make_broker
 from app.dispatch.executor import InternalRuntime
 from app.dispatch.registry import BUILT_IN_MODULES, InternalRegistry
 from app.persistence.database import Database
+from app.realtime.outbox import SHUTDOWN_SEND_SECONDS
 from app.realtime.publisher import Publisher
+from app.realtime.redis_clients import socket_manager
 from app.realtime.socket_sink import SocketSink
 from app.realtime.waiters import TaskWaiters
 from app.realtime.wake_bus import RedisWakeBus
@@ -25,7 +26,7 @@ broker = make_broker(settings)
 
 @broker.on_event(TaskiqEvents.WORKER_STARTUP)
 async def start_runtime(state: TaskiqState) -> None:
-    db = Database(settings)
+    db = Database(settings, pre_ping=True)
     bus = (
         RedisWakeBus(settings.redis_url, settings.redis_key("task-ended"), TaskWaiters())
         if settings.redis_url
@@ -33,9 +34,7 @@ async def start_runtime(state: TaskiqState) -> None:
     )
     publisher = Publisher(TaskWaiters(), bus)
     if settings.redis_url:
-        manager = socketio.AsyncRedisManager(
-            settings.redis_url, channel=settings.redis_key("socketio"), write_only=True
-        )
+        manager = socket_manager(settings, write_only=True)
         publisher.add_sink(SocketSink(manager))
     registry = InternalRegistry.from_modules([*BUILT_IN_MODULES, *settings.internal_job_modules])
     state.taskhub = InternalRuntime(db=db, publisher=publisher, registry=registry)
@@ -44,6 +43,7 @@ async def start_runtime(state: TaskiqState) -> None:
 
 @broker.on_event(TaskiqEvents.WORKER_SHUTDOWN)
 async def stop_runtime(state: TaskiqState) -> None:
+    await state.taskhub.publisher.drain(SHUTDOWN_SEND_SECONDS)
     if state.taskhub_bus is not None:
-        await state.taskhub_bus.close()
+        await state.taskhub_bus.close(SHUTDOWN_SEND_SECONDS)
     await state.taskhub.db.dispose()

@@ -369,6 +369,15 @@ async def test_an_invalid_setting_is_named_not_a_traceback(tmp_path: Path) -> No
     assert result.returncode == 2
 
 
+async def test_serve_with_redis_unreachable_is_one_line_not_a_traceback(tmp_path: Path) -> None:
+    url = f"sqlite+aiosqlite:///{tmp_path / 'taskhub.db'}"
+    nobody = f"redis://{HOST}:{free_port()}/0"
+    result = await taskhub(url, tmp_path, "serve", "--port", str(free_port()), redis_url=nobody)
+    assert_clean_failure(result, "cannot reach Redis at", nobody)
+    assert result.returncode == 2
+    assert "listening" not in result.stdout
+
+
 async def test_stop_signals_repeated_by_a_supervisor_still_end_with_status_0(
     tmp_path: Path,
 ) -> None:

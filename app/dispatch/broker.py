@@ -8,16 +8,25 @@ execution, so a killed worker does not lose them), executed by
 
 from __future__ import annotations
 
+import asyncio
+import logging
+from collections.abc import AsyncGenerator
 from typing import Any
 from uuid import UUID
 
-from taskiq import AsyncBroker, Context, InMemoryBroker, TaskiqDepends
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+from taskiq import AckableMessage, AsyncBroker, Context, InMemoryBroker, TaskiqDepends
 from taskiq_redis import RedisStreamBroker
 
 from app.dispatch.executor import InternalRuntime, execute
+from app.realtime.redis_clients import LISTEN_RETRY_SECONDS, redis_options
 from app.settings import Settings
 
 TASK_NAME = "taskhub.run_internal"
+AUTOCLAIM_LOCK_SECONDS = 30.0
+log = logging.getLogger(__name__)
 
 
 async def run_internal(task_id: str, attempt: int, context: Context = TaskiqDepends()) -> None:
@@ -26,15 +35,59 @@ async def run_internal(task_id: str, attempt: int, context: Context = TaskiqDepe
     await execute(runtime, UUID(task_id), attempt)
 
 
+class ResilientStreamBroker(RedisStreamBroker):  # type: ignore[misc]
+    """taskiq-redis's stream broker whose listener outlives Redis outages: taskiq-redis's
+    own ends on the first connection error, and with it the whole worker process, with the
+    internal tasks it was running (their runs lost, their messages already taken). This one
+    says so once, waits, and goes on reading. A Redis restarted without persistence has
+    lost the consumer group: it is declared again from the stream's start, so that the
+    messages hubs added since the restart are read too."""
+
+    async def listen(self) -> AsyncGenerator[AckableMessage, None]:
+        failing = False
+        while True:
+            try:
+                if failing:
+                    await self._declare_consumer_group(from_start=True)
+                    log.info("internal task queue: Redis is back")
+                    failing = False
+                async for message in super().listen():
+                    yield message
+            except (RedisConnectionError, RedisTimeoutError, OSError, ResponseError) as exc:
+                if isinstance(exc, ResponseError) and not str(exc).startswith("NOGROUP"):
+                    raise
+                if not failing:
+                    log.warning(
+                        "internal task queue: lost Redis (%s); retrying every %.0f s",
+                        exc,
+                        LISTEN_RETRY_SECONDS,
+                    )
+                failing = True
+                await asyncio.sleep(LISTEN_RETRY_SECONDS)
+
+    async def _declare_consumer_group(self, from_start: bool = False) -> None:
+        if not from_start:
+            return await super()._declare_consumer_group()
+        first, self.consumer_id = self.consumer_id, "0"
+        try:
+            return await super()._declare_consumer_group()
+        finally:
+            self.consumer_id = first
+
+
 def make_broker(settings: Settings) -> AsyncBroker:
     broker: Any
     if settings.redis_url:
-        broker = RedisStreamBroker(
+        broker = ResilientStreamBroker(
             settings.redis_url,
             queue_name=settings.redis_key("internal"),
             consumer_group_name=settings.redis_key("executors"),
             # A message taken by a worker that died unacknowledged is redelivered after this.
             idle_timeout=int(settings.internal_redelivery_seconds * 1000),
+            # The lock around taking such messages over: without a timeout, a worker killed
+            # while holding it would stop every redelivery for good.
+            unacknowledged_lock_timeout=AUTOCLAIM_LOCK_SECONDS,
+            **redis_options(),
         )
     else:
         broker = InMemoryBroker()

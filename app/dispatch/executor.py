@@ -1,19 +1,33 @@
 """Executing one ``@internal`` task: RUNNING, run the job, COMPLETED or FAILED — each step
-a guarded write, each followed by publishing its events."""
+a guarded write, each followed by publishing its events.
+
+A run has a token of its own (the task's claim token from its start on): its finish is
+guarded by it, and it tells a write of this run that committed although the connection was
+lost before its answer from one that did not. Writes that lose their connection are tried
+again for up to ``WRITE_RETRY_SECONDS`` (a database restart, a killed backend), so that a
+run's outcome is not lost to a moment's outage."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from uuid import UUID
+from uuid import UUID, uuid4
 
 from app.dispatch.definitions import InternalContext
 from app.dispatch.registry import InternalRegistry
+from app.domain.events import EventBatch, TaskStatusChanged
+from app.domain.records import TaskRecord
 from app.domain.services import internal_tasks
-from app.persistence.database import Database
+from app.domain.states import TaskStatus
+from app.persistence.database import Database, is_connection_lost
 from app.realtime.publisher import Publisher
 
 log = logging.getLogger(__name__)
+WRITE_RETRY_SECONDS = 60.0
+Write = Callable[[], Awaitable[tuple[TaskRecord | None, EventBatch]]]
 
 
 @dataclass
@@ -26,22 +40,71 @@ class InternalRuntime:
 
 
 async def execute(runtime: InternalRuntime, task_id: UUID, attempt: int) -> None:
-    record, events = await internal_tasks.start(runtime.db, task_id, attempt)
+    db, run = runtime.db, uuid4()
+    record, events = await retried_write(
+        db,
+        task_id,
+        run,
+        lambda: internal_tasks.start(db, task_id, attempt, run),
+        done=(TaskStatus.RUNNING,),
+        previous=TaskStatus.CLAIMED,
+    )
     if record is None:
         log.info("internal task %s attempt %s: not runnable any more; skipped", task_id, attempt)
         return
     await runtime.publisher.publish(events)
     definition = runtime.registry.get(record.job_name)
-    ctx = InternalContext(task_id=task_id, room_id=record.room_id, attempt=attempt, db=runtime.db)
+    ctx = InternalContext(task_id=task_id, room_id=record.room_id, attempt=attempt, db=db)
     try:
         if definition is None:
             raise LookupError(f"no executor for {record.job_name} in this process")
         result = await definition.model_validate(record.payload).execute(ctx)
     except Exception as exc:
         log.warning("internal task %s failed: %s", task_id, exc)
-        _, events = await internal_tasks.finish(
-            runtime.db, task_id, attempt, error=str(exc) or type(exc).__name__
-        )
+        error = str(exc) or type(exc).__name__
+
+        def finish() -> Awaitable[tuple[TaskRecord | None, EventBatch]]:
+            return internal_tasks.finish(db, task_id, attempt, run, error=error)
+
     else:
-        _, events = await internal_tasks.finish(runtime.db, task_id, attempt, result=result)
+
+        def finish() -> Awaitable[tuple[TaskRecord | None, EventBatch]]:
+            return internal_tasks.finish(db, task_id, attempt, run, result=result)
+
+    ended = (TaskStatus.COMPLETED, TaskStatus.FAILED)
+    _, events = await retried_write(
+        db, task_id, run, finish, done=ended, previous=TaskStatus.RUNNING
+    )
     await runtime.publisher.publish(events)
+
+
+async def retried_write(
+    db: Database,
+    task_id: UUID,
+    run: UUID,
+    write: Write,
+    *,
+    done: tuple[TaskStatus, ...],
+    previous: TaskStatus,
+) -> tuple[TaskRecord | None, EventBatch]:
+    """``write()``, tried again while the database connection is lost. After a lost
+    answer the write may have committed: if the task shows it (one of the ``done``
+    statuses under this run's token), that is the outcome, announced as from ``previous``."""
+    deadline = time.monotonic() + WRITE_RETRY_SECONDS
+    delay, uncertain = 0.25, False
+    while True:
+        try:
+            record, events = await write()
+            if record is None and uncertain:
+                record = await internal_tasks.written_by(db, task_id, run, done)
+                if record is not None:
+                    events = EventBatch()
+                    events.add(TaskStatusChanged(record, previous))
+            return record, events
+        except Exception as exc:
+            if not is_connection_lost(exc) or time.monotonic() > deadline:
+                raise
+            log.warning("internal task %s: database connection lost (%s); retrying", task_id, exc)
+            uncertain = True
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 5.0)

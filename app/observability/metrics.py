@@ -52,6 +52,12 @@ CONNECTED_SOCKETS = Gauge(
     "Authenticated Socket.IO connections right now.",
     multiprocess_mode="livesum",
 )
+OUTBOX_DROPPED = Counter(
+    "taskhub_realtime_dropped",
+    "Real-time messages (Socket.IO events, wake-ups) dropped because too many were waiting "
+    "for Redis.",
+    ["outbox"],
+)
 SWEEPER_RUNS = Counter(
     "taskhub_sweeper_runs",
     "Sweeper cycles this process ran (it held the cluster-wide sweeper lease).",
@@ -165,3 +171,7 @@ def socket_connected() -> None:
 
 def socket_disconnected() -> None:
     CONNECTED_SOCKETS.dec()
+
+
+def outbox_dropped(name: str) -> None:
+    OUTBOX_DROPPED.labels(name).inc()

@@ -18,8 +18,10 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
+import asyncpg
 from sqlalchemy import event
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from app.persistence import sqlite_driver
@@ -76,6 +78,24 @@ def _sqlite_engine(url: str, settings: Settings, *, writer: bool) -> AsyncEngine
             connection.exec_driver_sql(begin_sql)
 
     return engine
+
+
+def is_connection_lost(exc: BaseException) -> bool:
+    """Whether ``exc`` says the database connection was lost or could not be made, so that
+    the same statement may succeed on a fresh one (not that the statement was wrong)."""
+    if isinstance(exc, DBAPIError):
+        return bool(exc.connection_invalidated) or isinstance(
+            exc, (OperationalError, InterfaceError)
+        )
+    return isinstance(
+        exc,
+        (
+            OSError,
+            asyncpg.exceptions.InterfaceError,
+            asyncpg.exceptions.ConnectionDoesNotExistError,
+            asyncpg.PostgresConnectionError,
+        ),
+    )
 
 
 class SharedOrExclusive:
@@ -164,7 +184,9 @@ class Database:
     """Hands out short transactions; nothing holds a connection across an ``await`` on
     anything but the database itself."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, *, pre_ping: bool = False) -> None:
+        """``pre_ping``: test a pooled PostgreSQL connection before each use (a process with
+        rare, important writes, like the taskiq worker, rather than a busy server)."""
         self.settings = settings
         self.url = settings.database_url
         self.dialect = make_url(self.url).get_backend_name()
@@ -188,7 +210,7 @@ class Database:
                 # load costs more than waiting for a pooled connection.
                 max_overflow=0,
                 pool_timeout=60,
-                pool_pre_ping=False,
+                pool_pre_ping=pre_ping,
                 json_serializer=dump_json,
                 json_deserializer=load_json,
             )

@@ -1,11 +1,12 @@
-"""Publishing a committed unit of work's events: wake long-polls (here, and on other
-replicas through the wake bus), then hand the batch to the sinks (Socket.IO)."""
+"""Publishing a committed unit of work's events: wake long-polls (here at once, on other
+replicas through the wake bus), then hand the batch to the sinks (Socket.IO). What goes
+through Redis is sent in the background (``app/realtime/outbox.py``)."""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from app.domain.events import Event, EventBatch, TaskStatusChanged
 from app.observability import metrics
@@ -17,6 +18,13 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 Sink = Callable[[list[Event]], Awaitable[None]]
+
+
+@runtime_checkable
+class Drains(Protocol):
+    """A sink that sends in the background (``Outbox``), drained at shutdown."""
+
+    async def drain(self, within: float) -> None: ...
 
 
 class Publisher:
@@ -43,12 +51,15 @@ class Publisher:
         for task_id in ended:
             self.waiters.notify(task_id)
         if ended and self._bus is not None:
-            try:
-                await self._bus.publish(ended)
-            except Exception:
-                log.exception("could not publish wake-ups to other replicas")
+            self._bus.announce(ended)
         for sink in self._sinks:
             try:
                 await sink(batch)
             except Exception:
                 log.exception("event sink %r failed", sink)
+
+    async def drain(self, within: float) -> None:
+        """Send what the sinks still hold (at shutdown)."""
+        for sink in self._sinks:
+            if isinstance(sink, Drains):
+                await sink.drain(within)

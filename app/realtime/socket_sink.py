@@ -8,8 +8,10 @@ from typing import Any, Protocol
 import socketio
 
 from app.domain.events import Event
+from app.realtime.outbox import Outbox
 
 NAMESPACE = "/"
+Emit = tuple[str, dict[str, Any], str]  # event name, payload, room
 
 
 class Emitter(Protocol):
@@ -26,11 +28,28 @@ class SocketSink:
             manager if type(manager) is socketio.AsyncManager else None
         )
 
+        # Through Redis (several replicas, or the taskiq worker's write-only manager), events
+        # go out in the background, in order: a slow Redis never holds up an answer.
+        self._outbox: Outbox[list[Emit]] | None = (
+            None if self._local is not None else Outbox("socket-events", self._emit_all)
+        )
+
     async def __call__(self, batch: list[Event]) -> None:
+        if self._outbox is not None:
+            # Payloads are built now, from the state the change committed.
+            self._outbox.put([(e.name, e.payload(), e.room) for e in batch])
+            return
         for event in batch:
-            if self._local is not None and not self._has_listeners(event.room):
-                continue
-            await self._emitter.emit(event.name, event.payload(), room=event.room)
+            if self._has_listeners(event.room):
+                await self._emitter.emit(event.name, event.payload(), room=event.room)
+
+    async def _emit_all(self, emits: list[Emit]) -> None:
+        for name, payload, room in emits:
+            await self._emitter.emit(name, payload, room=room)
+
+    async def drain(self, within: float) -> None:
+        if self._outbox is not None:
+            await self._outbox.drain(within)
 
     def _has_listeners(self, room: str) -> bool:
         assert self._local is not None

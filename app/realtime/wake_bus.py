@@ -16,6 +16,8 @@ from uuid import UUID
 
 import redis.asyncio as redis
 
+from app.realtime.outbox import Outbox
+from app.realtime.redis_clients import redis_options
 from app.realtime.waiters import TaskWaiters
 
 log = logging.getLogger(__name__)
@@ -23,11 +25,12 @@ log = logging.getLogger(__name__)
 
 class RedisWakeBus:
     def __init__(self, url: str, channel: str, waiters: TaskWaiters) -> None:
-        self._redis = redis.Redis.from_url(url)
+        self._redis = redis.Redis.from_url(url, **redis_options())
         self._channel = channel
         self._waiters = waiters
         self._listener: asyncio.Task[None] | None = None
         self._subscribed = asyncio.Event()
+        self._outbox: Outbox[str] = Outbox("wake-ups", self._send)
 
     async def start(self) -> None:
         self._listener = asyncio.create_task(self._listen(), name="taskhub-wake-bus")
@@ -37,17 +40,25 @@ class RedisWakeBus:
         """Raise unless Redis answers (readiness)."""
         await self._redis.ping()
 
-    async def publish(self, task_ids: Iterable[UUID]) -> None:
-        ids = [str(task_id) for task_id in task_ids]
+    def announce(self, task_ids: Iterable[UUID]) -> None:
+        """Tell the other replicas these tasks ended (sent in the background, in order)."""
+        ids = ",".join(str(task_id) for task_id in task_ids)
         if ids:
-            await self._redis.publish(self._channel, ",".join(ids))
+            self._outbox.put(ids)
+
+    async def _send(self, ids: str) -> None:
+        await self._redis.publish(self._channel, ids)
 
     async def _listen(self) -> None:
+        lost = False
         while True:
             try:
                 async with self._redis.pubsub() as pubsub:
                     await pubsub.subscribe(self._channel)
                     self._subscribed.set()
+                    if lost:
+                        log.info("wake bus reconnected")
+                        lost = False
                     async for message in pubsub.listen():
                         if message.get("type") != "message":
                             continue
@@ -56,12 +67,16 @@ class RedisWakeBus:
                                 self._waiters.notify(UUID(raw))
             except asyncio.CancelledError:
                 raise
-            except Exception:
-                # Waiters still have their slow safety re-check; reconnect and go on.
-                log.warning("wake bus connection lost; reconnecting", exc_info=True)
+            except Exception as exc:
+                # Waiters still have their slow safety re-check; reconnect and go on. One
+                # warning per outage, not one per attempt.
+                if not lost:
+                    log.warning("wake bus connection lost (%s); reconnecting", exc)
+                lost = True
                 await asyncio.sleep(1)
 
-    async def close(self) -> None:
+    async def close(self, drain_timeout: float = 5.0) -> None:
+        await self._outbox.drain(drain_timeout)
         if self._listener is not None:
             self._listener.cancel()
             with contextlib.suppress(asyncio.CancelledError):

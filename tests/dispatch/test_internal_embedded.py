@@ -1,10 +1,13 @@
 """``@internal`` jobs on the embedded default: the in-memory broker runs them in-process."""
 
 from datetime import datetime, timedelta
-from uuid import UUID
+from uuid import UUID, uuid4
 
 from sqlalchemy import update
 
+from app.dispatch.executor import retried_write
+from app.domain.services import internal_tasks
+from app.domain.states import TaskStatus
 from app.persistence.models import task_table
 from app.persistence.types import utcnow
 from app.sweeper import UNDISPATCHED_GRACE
@@ -113,3 +116,37 @@ async def test_the_sweeper_dispatches_an_internal_task_its_submit_never_did(app,
     done = await wait_done(bob, left["id"])
     assert done["status"] == "completed", done
     assert (await app.hub.sweeper.run_once()).internal_dispatched == 0
+
+
+async def test_a_write_whose_answer_was_lost_counts_once_the_task_shows_it(app, bob):
+    """The executor's write lost its connection after it had committed: written again, it
+    matches nothing; the task itself (running, under this run's token) says the first went
+    through, and that is announced (as from ``claimed``). Another run's token would not."""
+    task = await bob.submit(SUMMARY, payload={}, delay_seconds=3600)  # pending, not sent
+    db, task_id, run = app.hub.db, UUID(task["id"]), uuid4()
+    calls = []
+
+    async def start():
+        calls.append(1)
+        written = await internal_tasks.start(db, task_id, 1, run)
+        if len(calls) == 1:
+            raise ConnectionResetError("the connection went before the answer came")
+        return written
+
+    record, events = await retried_write(
+        db, task_id, run, start, done=(TaskStatus.RUNNING,), previous=TaskStatus.CLAIMED
+    )
+    assert len(calls) == 2
+    assert record is not None and record.status == TaskStatus.RUNNING
+    assert [(e.task.id, e.previous) for e in events] == [(task_id, TaskStatus.CLAIMED)]
+
+    other = uuid4()
+    record, events = await retried_write(
+        db,
+        task_id,
+        other,
+        lambda: internal_tasks.start(db, task_id, 1, other),
+        done=(TaskStatus.RUNNING,),
+        previous=TaskStatus.CLAIMED,
+    )
+    assert record is None and not len(events)  # already started, by another run

@@ -406,6 +406,37 @@ async def test_taskiq_worker_killed_mid_task_fails_it_with_internal_worker_timeo
     assert not marker.exists()
 
 
+async def test_a_lost_database_connection_does_not_lose_an_internal_tasks_outcome(
+    tmp_path: Path, room: str
+) -> None:
+    """Every database session but the test's is terminated while the job runs (a database
+    restart, an operator's ``pg_terminate_backend``): the taskiq worker still writes the
+    outcome (a pooled connection is tested before use; a write that lost its connection is
+    tried again) instead of leaving the task running until the internal timeout."""
+    with deployment(tmp_path) as hub:
+        async with api(hub.server, hub.alice) as alice:
+            task = await alice.submit(SLEEP, room=room, payload={"seconds": 2})
+            await reaches(alice, task["id"], "running")
+            dsn = make_url(hub.server.database_url).set(drivername="postgresql")
+            observer = await asyncpg.connect(dsn.render_as_string(False))
+            try:
+                await observer.fetch(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                    "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                )
+            finally:
+                await observer.close()
+            deadline = time.monotonic() + 20
+            while True:  # the hub's own pooled sessions went too: it may answer 500 once
+                response = await alice.get(f"/tasks/{task['id']}")
+                if response.status_code == 200 and response.json()["status"] != "running":
+                    break
+                assert time.monotonic() < deadline, (response.text, hub.logs())
+                await asyncio.sleep(0.1)
+    done = response.json()
+    assert (done["status"], done["result"]) == ("completed", {"slept": 2}), hub.logs()
+
+
 async def test_internal_task_cancelled_while_running_stays_cancelled(
     production: Deployment, room: str, tmp_path: Path
 ) -> None:

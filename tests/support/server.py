@@ -454,8 +454,9 @@ class RedisServer:
         return f"redis://{HOST}:{self.port}/0"
 
     def start(self) -> RedisServer:
+        """Start on a free port (or, started before, on the same port again: a restart)."""
         self.directory.mkdir(parents=True, exist_ok=True)
-        self.port = free_port()
+        self.port = self.port or free_port()
         log = (self.directory / f"redis-{self.port}.log").open("ab")
         with log:
             self.process = subprocess.Popen(
@@ -487,12 +488,27 @@ class RedisServer:
     def stop(self, timeout: float = 10.0) -> None:
         """SIGTERM, then SIGKILL; afterwards nothing listens on ``port``."""
         if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGCONT)  # a paused server could not stop
             self.process.terminate()
             try:
                 self.process.wait(timeout)
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait(10)
+
+    def restart(self) -> None:
+        """Stop and start again on the same port, empty (no persistence)."""
+        self.stop()
+        self.start()
+
+    def pause(self) -> None:
+        """SIGSTOP: connections stay open, nothing is answered (a stalled Redis)."""
+        assert self.process is not None
+        self.process.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        assert self.process is not None
+        self.process.send_signal(signal.SIGCONT)
 
     def __enter__(self) -> RedisServer:
         return self.start()

@@ -113,28 +113,53 @@ async def mark_dispatch_failed(db: Database, task_id: UUID) -> tuple[TaskRecord 
     )
 
 
-async def start(db: Database, task_id: UUID, attempt: int) -> tuple[TaskRecord | None, EventBatch]:
+async def start(
+    db: Database, task_id: UUID, attempt: int, run: UUID
+) -> tuple[TaskRecord | None, EventBatch]:
     """→ RUNNING, only from CLAIMED (or, when the executor beat the dispatcher's mark,
-    PENDING) of this very attempt."""
+    PENDING) of this very attempt; the task's claim token becomes ``run``, the executor's
+    own, which its ``finish`` must carry."""
     return await _write(
         db,
         task_id,
         (TaskStatus.CLAIMED, TaskStatus.PENDING),
         [task.c.attempt == attempt],
-        {"status": TaskStatus.RUNNING.value, "started_at": utcnow()},
+        {"status": TaskStatus.RUNNING.value, "started_at": utcnow(), "claim_token": run},
     )
 
 
 async def finish(
-    db: Database, task_id: UUID, attempt: int, *, result: Any = None, error: str | None = None
+    db: Database,
+    task_id: UUID,
+    attempt: int,
+    run: UUID,
+    *,
+    result: Any = None,
+    error: str | None = None,
 ) -> tuple[TaskRecord | None, EventBatch]:
-    """RUNNING → COMPLETED (with ``result``) or FAILED (with ``error``)."""
+    """RUNNING → COMPLETED (with ``result``) or FAILED (with ``error``), for the run that
+    started it."""
     values: dict[str, Any] = {"completed_at": utcnow()}
     if error is None:
         values.update(status=TaskStatus.COMPLETED.value, result=result)
     else:
         values.update(status=TaskStatus.FAILED.value, error=error)
-    return await _write(db, task_id, (TaskStatus.RUNNING,), [task.c.attempt == attempt], values)
+    guard = [task.c.attempt == attempt, task.c.claim_token == run]
+    return await _write(db, task_id, (TaskStatus.RUNNING,), guard, values)
+
+
+async def written_by(
+    db: Database, task_id: UUID, run: UUID, statuses: tuple[TaskStatus, ...]
+) -> TaskRecord | None:
+    """The task if it is in one of ``statuses`` under ``run``'s token: a write of that run
+    that committed although its answer was lost with the connection."""
+    async with db.read() as conn:
+        row = (
+            await conn.execute(select(task).where(task.c.id == task_id, task.c.claim_token == run))
+        ).first()
+        if row is None or TaskStatus(row.status) not in statuses:
+            return None
+        return task_record(row, await JobNames.one(conn, row.job_id))
 
 
 async def ensure_internal_jobs(db: Database, schemas: dict[str, dict[str, Any]]) -> EventBatch:

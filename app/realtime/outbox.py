@@ -1,0 +1,79 @@
+"""Sending to Redis without holding up the request that caused it.
+
+A committed change is answered at once; its Socket.IO events and cross-replica wake-ups go
+through an ``Outbox``: one background task per kind sends them in the order they were put,
+so a slow or stalled Redis delays real-time hints (which clients treat as hints: the SDK
+also polls, long-polls re-check, the page re-reads) but never a REST answer. A bounded
+backlog: past ``limit`` waiting items the newest are dropped and counted."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Generic, TypeVar
+
+from app.observability import metrics
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+DEFAULT_LIMIT = 10_000
+# At shutdown, how long what is still waiting for Redis may take to go out.
+SHUTDOWN_SEND_SECONDS = 5.0
+
+
+class Outbox(Generic[T]):
+    def __init__(self, name: str, send: Callable[[T], Awaitable[None]], limit: int = DEFAULT_LIMIT):
+        self.name = name
+        self._send = send
+        self._queue: asyncio.Queue[T] = asyncio.Queue(limit)
+        self._sender: asyncio.Task[None] | None = None
+        self._dropping = False
+
+    def put(self, item: T) -> None:
+        """Queue ``item``; the sender starts with the first one (on the running loop)."""
+        if self._sender is None or self._sender.done():
+            self._sender = asyncio.create_task(self._run(), name=f"outbox-{self.name}")
+        try:
+            self._queue.put_nowait(item)
+        except asyncio.QueueFull:
+            metrics.outbox_dropped(self.name)
+            if not self._dropping:
+                log.warning(
+                    "%s: %d items wait to be sent; dropping new ones",
+                    self.name,
+                    self._queue.qsize(),
+                )
+            self._dropping = True
+
+    @property
+    def waiting(self) -> int:
+        return self._queue.qsize()
+
+    async def _run(self) -> None:
+        while True:
+            item = await self._queue.get()
+            try:
+                await self._send(item)
+            except Exception:
+                log.exception("%s: sending failed; going on with the next", self.name)
+            finally:
+                self._queue.task_done()
+            if self._dropping and self._queue.qsize() == 0:
+                self._dropping = False
+                log.info("%s: caught up", self.name)
+
+    async def drain(self, within: float) -> None:
+        """Send what is waiting (for up to ``within`` seconds), then stop the sender."""
+        if self._sender is None:
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._queue.join(), within)
+        if self._queue.qsize():
+            log.warning("%s: %d items not sent at shutdown", self.name, self._queue.qsize())
+        self._sender.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._sender
+        self._sender = None

@@ -1,0 +1,85 @@
+"""The outbox: what goes through Redis is sent in the background, in order, and never holds
+up the caller; a backlog past its limit drops the newest and counts them; at shutdown what
+waits is sent (for a while)."""
+
+from __future__ import annotations
+
+import asyncio
+
+from app.observability import metrics
+from app.realtime.outbox import Outbox
+
+
+class Gate:
+    """A sender that records what it sent and can be held shut (a stalled Redis)."""
+
+    def __init__(self) -> None:
+        self.open = asyncio.Event()
+        self.open.set()
+        self.sent: list[int] = []
+
+    async def send(self, item: int) -> None:
+        await self.open.wait()
+        if item < 0:
+            raise ConnectionError("Redis went away")
+        self.sent.append(item)
+
+
+async def test_items_go_out_in_the_order_they_were_put() -> None:
+    gate = Gate()
+    outbox = Outbox("test", gate.send)
+    for item in range(50):
+        outbox.put(item)
+    await outbox.drain(within=5)
+    assert gate.sent == list(range(50))
+
+
+async def test_a_stalled_sender_does_not_hold_up_the_caller_and_catches_up_later() -> None:
+    gate = Gate()
+    gate.open.clear()
+    outbox = Outbox("test", gate.send)
+    for item in range(3):
+        outbox.put(item)  # returns at once although nothing can be sent
+    await asyncio.sleep(0.05)
+    assert gate.sent == [] and outbox.waiting >= 2
+    gate.open.set()
+    await outbox.drain(within=5)
+    assert gate.sent == [0, 1, 2]
+
+
+async def test_a_failed_send_is_logged_and_the_next_items_still_go(caplog) -> None:
+    gate = Gate()
+    outbox = Outbox("test", gate.send)
+    for item in (1, -1, 2):
+        outbox.put(item)
+    await outbox.drain(within=5)
+    assert gate.sent == [1, 2]
+    assert "sending failed" in caplog.text
+
+
+async def test_past_its_limit_the_newest_items_are_dropped_and_counted() -> None:
+    gate = Gate()
+    gate.open.clear()
+    outbox = Outbox("test-limit", gate.send, limit=3)
+    before = metrics.OUTBOX_DROPPED.labels("test-limit")._value.get()
+    outbox.put(0)
+    await asyncio.sleep(0.01)  # the sender took 0 and waits on the gate with it
+    for item in range(1, 7):
+        outbox.put(item)
+    assert metrics.OUTBOX_DROPPED.labels("test-limit")._value.get() - before == 3
+    gate.open.set()
+    await outbox.drain(within=5)
+    assert gate.sent == [0, 1, 2, 3]
+
+
+async def test_drain_gives_up_after_its_time_and_stops_the_sender() -> None:
+    gate = Gate()
+    gate.open.clear()
+    outbox = Outbox("test", gate.send)
+    outbox.put(1)
+    await outbox.drain(within=0.1)
+    assert gate.sent == [] and outbox.waiting == 0  # the one it held is given up
+    outbox.put(2)  # a later put starts a new sender
+    gate.open.set()
+    await outbox.drain(within=5)
+    assert gate.sent == [2]
