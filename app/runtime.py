@@ -20,7 +20,7 @@ from app.persistence.database import Database
 from app.persistence.migrations import check_schema_current
 from app.realtime.due_announcer import DueTaskAnnouncer
 from app.realtime.outbox import SHUTDOWN_SEND_SECONDS
-from app.realtime.presence import WorkerPresence
+from app.realtime.presence import SharedSockets, WorkerPresence
 from app.realtime.publisher import Publisher
 from app.realtime.waiters import TaskWaiters
 from app.realtime.wake_bus import RedisWakeBus
@@ -44,8 +44,15 @@ class Hub:
     due_announcer: DueTaskAnnouncer = field(init=False)
 
     def __post_init__(self) -> None:
+        shared = (
+            SharedSockets(self.settings.redis_url, self.settings.redis_key("worker-sockets"))
+            if self.settings.redis_url
+            else None
+        )
         self.presence = WorkerPresence(
-            self.settings.socket_disconnect_grace_seconds, self._remove_disconnected_worker
+            self.settings.socket_disconnect_grace_seconds,
+            self._remove_disconnected_worker,
+            shared,
         )
         self.sweeper = Sweeper(
             self.settings, self.db, self.publisher, dispatch=self.internal.dispatch_undispatched

@@ -214,6 +214,30 @@ async def test_worker_that_moves_to_the_other_replica_within_the_grace_is_kept(
     assert worker_id not in {item["id"] for item in workers.json()["items"]}
 
 
+async def test_worker_that_joined_the_other_replica_before_its_old_socket_ended_is_kept(
+    cluster: Cluster, https: tuple[httpx.AsyncClient, httpx.AsyncClient], room: str
+) -> None:
+    """The worker's new socket joins on B while A still holds its old one (A notices the
+    old one's end only later, as with a dead connection found by its ping timeout): A's
+    grace period must not remove a worker that is connected to B."""
+    on_a = ApiClient(https[0], cluster.alice_token)
+    job = f"{room}:modifiers:R"
+    worker_id = (await on_a.register(room=room, name="R", schema={}))["worker_id"]
+    task = await on_a.submit(job, room=room)
+    assert (await on_a.claim(worker_id) or {}).get("id") == task["id"]
+    async with SocketProbe("old-on-a") as old, SocketProbe("new-on-b") as new:
+        await old.connect(cluster.a.base_url, cluster.alice_token)
+        await old.join_job_room(job, worker_id)
+        await new.connect(cluster.b.base_url, cluster.alice_token)
+        await new.join_job_room(job, worker_id)
+        await old.disconnect()
+        await asyncio.sleep(2.5 * GRACE)
+        kept = await on_a.task(task["id"])
+        assert (kept["status"], kept["worker_id"]) == ("claimed", worker_id)
+        workers = await on_a.get("/workers", params={"limit": 500})
+        assert worker_id in {item["id"] for item in workers.json()["items"]}
+
+
 @dataclass
 class ClaimLedger:
     """What the claimers saw, shared by all of them (one event loop, so no locks)."""

@@ -162,7 +162,7 @@ class SocketHandlers:
         with bound(socket_request_id(sid)):
             log.debug("socket disconnected")
             if session.workers:
-                self.hub.presence.detach(sid, session.workers)
+                await self.hub.presence.detach(sid, session.workers)
 
     async def join_job_room(self, sid: str, data: Any) -> dict[str, Any]:
         """Enter ``jobs:{job_name}`` for a worker the socket's user owns, registered for
@@ -181,7 +181,10 @@ class SocketHandlers:
             # would detach it) and answer no one
             return problem_body(409, "socket-disconnected", "Conflict", "The socket is gone.")
         session.workers.add(worker_id)
-        self.hub.presence.attach(worker_id, sid)
+        await self.hub.presence.attach(worker_id, sid)
+        if sid not in self.sessions:  # gone while it was being shared: take it out again
+            await self.hub.presence.detach(sid, {worker_id})
+            return problem_body(409, "socket-disconnected", "Conflict", "The socket is gone.")
         await self.sio.enter_room(sid, f"jobs:{job_name}")
         await self.sio.enter_room(sid, f"worker:{worker_id}")  # task_cancelled for this worker
         return {"job_name": job_name, "worker_id": str(worker_id)}
