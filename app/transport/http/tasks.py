@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import re
 
 from starlette.responses import Response
+from starlette.types import Receive
 
 from app.domain.errors import ValidationFailed
 from app.domain.naming import INTERNAL_ROOM
@@ -119,30 +119,52 @@ async def get_task(req: ApiRequest) -> Response:
         if is_terminal(record.status):
             return json_response(TaskOut.of(record))
         with metrics.long_poll() as outcome:
-            record = await _wait_for_end(req, record, wake, wait)
-            outcome.value = _wait_outcome(record, released=req.hub.waiters.closed)
-    return json_response(TaskOut.of(record), headers={"Preference-Applied": f"wait={wait}"})
+            ended = await _wait_for_end(req, record, wake, wait)
+            outcome.value = _wait_outcome(ended, released=req.hub.waiters.closed)
+    if ended is None:  # the client hung up: whatever is sent goes nowhere
+        return Response(status_code=499)
+    return json_response(TaskOut.of(ended), headers={"Preference-Applied": f"wait={wait}"})
 
 
 async def _wait_for_end(
     req: ApiRequest, record: TaskRecord, wake: asyncio.Event, wait: float
-) -> TaskRecord:
+) -> TaskRecord | None:
     """Wait holding no database connection; re-read when woken or, rarely, as a fallback.
-    A graceful shutdown ends the wait with the task's current state."""
+    A graceful shutdown ends the wait with the task's current state; a client that hung up
+    ends it at once (None: nobody is there to answer)."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + wait
-    while not is_terminal(record.status) and not req.hub.waiters.closed:
-        remaining = deadline - loop.time()
-        if remaining <= 0:
-            break
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(wake.wait(), min(remaining, SAFETY_RECHECK_SECONDS))
-        wake.clear()
-        record = await service.get_task(req.hub.db, record.id)
-    return record
+    gone = asyncio.ensure_future(_hung_up(req.request.receive))
+    try:
+        while not is_terminal(record.status) and not req.hub.waiters.closed:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                break
+            woken = asyncio.ensure_future(wake.wait())
+            await asyncio.wait(
+                {woken, gone},
+                timeout=min(remaining, SAFETY_RECHECK_SECONDS),
+                return_when=asyncio.FIRST_COMPLETED,
+            )
+            woken.cancel()
+            if gone.done():
+                return None
+            wake.clear()
+            record = await service.get_task(req.hub.db, record.id)
+        return record
+    finally:
+        gone.cancel()
 
 
-def _wait_outcome(record: TaskRecord, *, released: bool) -> str:
+async def _hung_up(receive: Receive) -> None:
+    """Returns once the client has disconnected (a GET has no body to read meanwhile)."""
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+def _wait_outcome(record: TaskRecord | None, *, released: bool) -> str:
+    if record is None:
+        return "abandoned"
     if is_terminal(record.status):
         return "woken"
     return "shutdown" if released else "timeout"

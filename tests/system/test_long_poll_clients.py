@@ -1,0 +1,59 @@
+"""Long-polls against a real server process (SQLite and PostgreSQL): a client that hangs
+up ends its wait at once. Waits whose clients have gone would otherwise stay until their
+deadline, re-reading the task every few seconds for nobody."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import httpx
+
+from tests.support.api import ApiClient
+from tests.support.metrics import Samples
+from tests.support.names import unique
+from tests.support.server import HubServer
+
+SERVER_ENV = {"TASKHUB_LONG_POLL_MAX_WAIT_SECONDS": "60"}
+WAITERS = "taskhub_long_poll_waiters"
+
+
+async def waiting(http: httpx.AsyncClient) -> float:
+    return Samples((await http.get("/metrics")).text).count(WAITERS)
+
+
+async def test_a_long_poll_whose_client_hung_up_stops_waiting(
+    shared_server: HubServer, http: httpx.AsyncClient
+) -> None:
+    token = shared_server.create_user(unique("alice"))
+    alice = ApiClient(http, token)
+    room = unique("lab")
+    await alice.register(room=room, name="R", schema={})
+    task = await alice.submit(f"{room}:modifiers:R", room=room)
+    before = await waiting(http)
+
+    async with httpx.AsyncClient(base_url=shared_server.base_url, trust_env=False) as caller:
+        polls = [
+            asyncio.create_task(
+                caller.get(
+                    f"/v1/joblib/tasks/{task['id']}",
+                    headers={"Authorization": f"Bearer {token}", "Prefer": "wait=60"},
+                )
+            )
+            for _ in range(20)
+        ]
+        deadline = time.monotonic() + 10
+        while await waiting(http) < before + 20:
+            assert time.monotonic() < deadline, "the long-polls did not start waiting"
+            await asyncio.sleep(0.05)
+        for poll in polls:
+            poll.cancel()  # the client gives up: its connections close
+        await asyncio.gather(*polls, return_exceptions=True)
+
+    deadline = time.monotonic() + 10  # far less than the 60 s they asked to wait
+    while await waiting(http) > before:
+        assert time.monotonic() < deadline, "the abandoned long-polls are still waiting"
+        await asyncio.sleep(0.05)
+    samples = Samples((await http.get("/metrics")).text)
+    assert samples.count("taskhub_long_poll_seconds_count", {"outcome": "abandoned"}) >= 20
+    assert (await alice.task(task["id"]))["status"] == "pending"
