@@ -8,7 +8,7 @@ from typing import Any
 
 import orjson
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
 from app.domain.errors import DomainError
@@ -75,6 +75,13 @@ async def http_error_handler(request: Request, exc: Exception) -> Response:
     return problem_response(exc.status_code, slug, title, str(detail), headers=exc.headers)
 
 
+async def client_gone_handler(request: Request, _exc: Exception) -> Response:
+    """The client hung up while its request body was read: nobody is there to answer, and
+    nothing went wrong here (not an internal error to log)."""
+    log.debug("client disconnected during %s %s", request.method, request.url.path)
+    return Response(status_code=499)
+
+
 async def unexpected_error_handler(request: Request, exc: Exception) -> Response:
     log.error("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
     return problem_response(
@@ -85,5 +92,6 @@ async def unexpected_error_handler(request: Request, exc: Exception) -> Response
 EXCEPTION_HANDLERS = {
     DomainError: domain_error_handler,
     HTTPException: http_error_handler,
+    ClientDisconnect: client_gone_handler,
     Exception: unexpected_error_handler,
 }

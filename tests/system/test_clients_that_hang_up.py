@@ -1,10 +1,15 @@
-"""Long-polls against a real server process (SQLite and PostgreSQL): a client that hangs
-up ends its wait at once. Waits whose clients have gone would otherwise stay until their
-deadline, re-reading the task every few seconds for nobody."""
+"""Clients that hang up, against a real server process (SQLite and PostgreSQL).
+
+- A long-poll whose client hung up ends its wait at once. Waits whose clients have gone
+  would otherwise stay until their deadline, re-reading the task every few seconds for
+  nobody.
+- A client that hangs up in the middle of its request body is no internal error: nothing
+  is logged as one, and nothing was written."""
 
 from __future__ import annotations
 
 import asyncio
+import socket
 import time
 
 import httpx
@@ -57,3 +62,26 @@ async def test_a_long_poll_whose_client_hung_up_stops_waiting(
     samples = Samples((await http.get("/metrics")).text)
     assert samples.count("taskhub_long_poll_seconds_count", {"outcome": "abandoned"}) >= 20
     assert (await alice.task(task["id"]))["status"] == "pending"
+
+
+async def test_a_client_that_hangs_up_mid_body_is_no_internal_error(
+    shared_server: HubServer, http: httpx.AsyncClient
+) -> None:
+    token = shared_server.create_user(unique("alice"))
+    alice = ApiClient(http, token)
+    room = unique("lab")
+    await alice.register(room=room, name="R", schema={})
+    host, port = shared_server.base_url.removeprefix("http://").split(":")
+    request = (
+        f"POST /v1/joblib/rooms/{room}/tasks/{room}:modifiers:R HTTP/1.1\r\n"
+        f"Host: {host}\r\nAuthorization: Bearer {token}\r\n"
+        "Content-Type: application/json\r\nContent-Length: 100\r\n\r\n"
+        '{"pay'
+    ).encode()
+    for _ in range(5):
+        with socket.create_connection((host, int(port))) as hanging_up:
+            hanging_up.sendall(request)
+    await asyncio.sleep(0.5)  # let the server read what came and notice the hang-ups
+    assert (await alice.get(f"/rooms/{room}/tasks")).json()["total"] == 0
+    assert "unhandled error" not in shared_server.output()
+    assert "ClientDisconnect" not in shared_server.output()
