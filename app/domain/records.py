@@ -73,6 +73,12 @@ class JobRecord:
 T = TypeVar("T")
 
 
+def beyond(total: int, limit: int, offset: int) -> bool:
+    """Whether a page of ``limit`` from ``offset`` holds nothing of ``total`` items (then its
+    rows need not be read: an offset far past the end would still cost a scan)."""
+    return limit == 0 or offset >= total
+
+
 @dataclass(slots=True)
 class Page(Generic[T]):
     items: list[T]

@@ -534,3 +534,15 @@ async def test_malformed_idempotency_key_is_422(alice, job, key):
     problem = assert_problem(response, 422, "validation-error")
     assert problem["errors"][0]["loc"] == ["header", "Idempotency-Key"]
     assert (await alice.get("/rooms/room1/tasks")).json()["total"] == 0
+
+
+@pytest.mark.parametrize(
+    "path", ["/rooms/room1/tasks", "/rooms/room1/jobs", "/workers", "/rooms/room1/workers"]
+)
+async def test_a_page_past_the_end_or_of_no_items_still_counts_them_all(alice, job, path):
+    await alice.submit(JOB)
+    full = (await alice.get(path)).json()
+    assert full["total"] >= 1 and full["items"]
+    for query in ("limit=500&offset=999999999", f"offset={full['total']}", "limit=0"):
+        page = (await alice.get(f"{path}?{query}")).json()
+        assert (page["items"], page["total"]) == ([], full["total"]), query

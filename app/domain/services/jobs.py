@@ -22,7 +22,7 @@ from app.domain.naming import (
     visible_job_rooms,
 )
 from app.domain.payloads import check_schema
-from app.domain.records import JobRecord, Page, Principal
+from app.domain.records import JobRecord, Page, Principal, beyond
 from app.domain.services.ownership import owned_worker
 from app.domain.states import TaskStatus
 from app.persistence.database import Database
@@ -223,16 +223,20 @@ async def list_jobs(db: Database, room_id: str, limit: int, offset: int) -> Page
     validate_room_id(room_id)
     where = _visible_jobs(room_id)
     async with db.read() as conn:
-        total = await conn.scalar(select(func.count()).select_from(job).where(where))
+        total = int(await conn.scalar(select(func.count()).select_from(job).where(where)) or 0)
         rows = (
-            await conn.execute(
-                select(job)
-                .where(where)
-                .order_by(job.c.created_at.desc(), job.c.id.desc())
-                .limit(limit)
-                .offset(offset)
-            )
-        ).all()
+            []
+            if beyond(total, limit, offset)
+            else (
+                await conn.execute(
+                    select(job)
+                    .where(where)
+                    .order_by(job.c.created_at.desc(), job.c.id.desc())
+                    .limit(limit)
+                    .offset(offset)
+                )
+            ).all()
+        )
         links: dict[UUID, list[UUID]] = {row.id: [] for row in rows}
         if rows:
             for link in await conn.execute(
@@ -242,7 +246,7 @@ async def list_jobs(db: Database, room_id: str, limit: int, offset: int) -> Page
             ):
                 links[link.job_id].append(link.worker_id)
     items = [_record(row, links[row.id]) for row in rows]
-    return Page(items=items, total=int(total or 0), limit=limit, offset=offset)
+    return Page(items=items, total=total, limit=limit, offset=offset)
 
 
 async def get_job(db: Database, room_id: str, full_name: str) -> JobRecord:

@@ -30,7 +30,7 @@ from app.domain.events import (
 )
 from app.domain.naming import INTERNAL_ROOM, validate_room_id
 from app.domain.payloads import validate_payload
-from app.domain.records import Page, Principal, TaskRecord
+from app.domain.records import Page, Principal, TaskRecord, beyond
 from app.domain.retries import DEFAULT_RETRY_POLICY, RetryPolicy, may_retry
 from app.domain.services.jobs import (
     JobNames,
@@ -581,16 +581,20 @@ async def _page(
 ) -> Page[TaskRecord]:
     if status is not None:
         where = [*where, task.c.status == status.value]
-    total = await conn.scalar(select(func.count()).select_from(task).where(*where))
-    rows = await conn.execute(
-        SELECT_TASKS.where(*where)
-        .order_by(task.c.created_at.desc(), task.c.id.desc())
-        .limit(limit)
-        .offset(offset)
-    )
+    total = int(await conn.scalar(select(func.count()).select_from(task).where(*where)) or 0)
+    if not beyond(total, limit, offset):
+        rows = await conn.execute(
+            SELECT_TASKS.where(*where)
+            .order_by(task.c.created_at.desc(), task.c.id.desc())
+            .limit(limit)
+            .offset(offset)
+        )
+        items = await with_positions(conn, rows.all())
+    else:
+        items = []
     return Page(
-        items=await with_positions(conn, rows.all()),
-        total=int(total or 0),
+        items=items,
+        total=total,
         limit=limit,
         offset=offset,
     )

@@ -13,7 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from app.domain.errors import Forbidden, WorkerNotFound
 from app.domain.events import EventBatch, JobsInvalidate
 from app.domain.naming import JobName, validate_room_id, visible_job_rooms
-from app.domain.records import Page, Principal, WorkerRecord
+from app.domain.records import Page, Principal, WorkerRecord, beyond
 from app.domain.retries import DEFAULT_RETRY_POLICY, RetryPolicy
 from app.domain.services.attempts import end_abandoned_attempts, ended_attempt_events
 from app.domain.services.jobs import soft_delete_if_orphaned
@@ -207,12 +207,16 @@ def _summary_query(where: Any) -> Select[Any]:
 
 async def _page(db: Database, where: Any, limit: int, offset: int) -> Page[WorkerRecord]:
     async with db.read() as conn:
-        total = await conn.scalar(select(func.count()).select_from(worker).where(where))
-        rows = await conn.execute(
-            _summary_query(where)
-            .order_by(worker.c.created_at.desc(), worker.c.id.desc())
-            .limit(limit)
-            .offset(offset)
+        total = int(await conn.scalar(select(func.count()).select_from(worker).where(where)) or 0)
+        rows = (
+            []
+            if beyond(total, limit, offset)
+            else await conn.execute(
+                _summary_query(where)
+                .order_by(worker.c.created_at.desc(), worker.c.id.desc())
+                .limit(limit)
+                .offset(offset)
+            )
         )
         items = [
             WorkerRecord(
@@ -223,7 +227,7 @@ async def _page(db: Database, where: Any, limit: int, offset: int) -> Page[Worke
             )
             for row in rows
         ]
-    return Page(items=items, total=int(total or 0), limit=limit, offset=offset)
+    return Page(items=items, total=total, limit=limit, offset=offset)
 
 
 async def list_workers(db: Database, limit: int, offset: int) -> Page[WorkerRecord]:
