@@ -35,8 +35,10 @@ job = job_table
 
 class JobNames:
     """``job_id -> full name``. Names of a job id never change, so this cache never goes
-    stale; it spares the hot paths (claim, update) a join."""
+    stale; it spares the hot paths (claim, update) a join. Bounded like ``KnownJobs``:
+    past ``LIMIT`` names (jobs come and go) it starts afresh."""
 
+    LIMIT = 10_000
     _names: dict[UUID, str] = {}
 
     @classmethod
@@ -48,8 +50,12 @@ class JobNames:
                     job.c.id.in_(missing)
                 )
             )
-            for row in rows:
-                cls._names[row.id] = f"{row.room_id}:{row.category}:{row.name}"
+            found = {row.id: f"{row.room_id}:{row.category}:{row.name}" for row in rows}
+            names = {job_id: cls._names.get(job_id) or found[job_id] for job_id in job_ids}
+            if len(cls._names) + len(found) > cls.LIMIT:
+                cls._names.clear()
+            cls._names.update(found)
+            return names
         return {job_id: cls._names[job_id] for job_id in job_ids}
 
     @classmethod
