@@ -2,6 +2,7 @@
 
 from datetime import datetime
 
+from app.domain.services import jobs as job_service
 from tests.support.api import assert_problem
 
 JOB = "room1:modifiers:Rotate"
@@ -81,3 +82,17 @@ async def test_heartbeat_reports_the_workers_recently_cancelled_tasks(alice, bob
     beat = (await alice.patch(f"/workers/{job['worker_id']}")).json()
     assert beat["cancelled_tasks"] == [cancelled["id"]]
     assert (await alice.task(kept["id"]))["status"] == "claimed"
+
+
+async def test_deleting_a_worker_of_many_jobs_soft_deletes_each_orphan(alice, monkeypatch):
+    """Its jobs are soft-deleted a chunk of ids per statement (here 2): every orphan goes,
+    a job with a pending task or another worker stays."""
+    monkeypatch.setattr(job_service, "ORPHAN_CHUNK", 2)
+    worker_id = (await alice.register(name="J0"))["worker_id"]
+    for i in range(1, 6):
+        await alice.register(name=f"J{i}", worker_id=worker_id)
+    await alice.submit("room1:modifiers:J1")  # pending: J1 stays
+    await alice.register(name="J2")  # another worker of its own: J2 stays
+    assert (await alice.delete(f"/workers/{worker_id}")).status_code == 204
+    live = {job["full_name"] for job in await alice.room_jobs()}
+    assert live == {"room1:modifiers:J1", "room1:modifiers:J2"}

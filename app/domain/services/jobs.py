@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
@@ -311,10 +312,9 @@ async def soft_delete_if_orphaned(conn: AsyncConnection, job_id: UUID) -> str | 
     return result.scalar()
 
 
-_SOFT_DELETE_ORPHAN = (
-    update(job)
-    .where(
-        job.c.id == bindparam("job_id"),
+def _orphaned() -> list[Any]:
+    """A live job that is no ``@internal`` one, with no worker and no pending task."""
+    return [
         job.c.deleted.is_(False),
         job.c.room_id != INTERNAL_ROOM,
         ~exists().where(link_table.c.job_id == job.c.id),
@@ -322,7 +322,32 @@ _SOFT_DELETE_ORPHAN = (
             task_table.c.job_id == job.c.id,
             task_table.c.status == TaskStatus.PENDING.value,
         ),
-    )
+    ]
+
+
+_SOFT_DELETE_ORPHAN = (
+    update(job)
+    .where(job.c.id == bindparam("job_id"), *_orphaned())
     .values(deleted=True, updated_at=bindparam("now"))
     .returning(job.c.room_id)
 )
+# Ids per statement of ``soft_delete_orphans`` (within every engine's parameter limit).
+ORPHAN_CHUNK = 1000
+
+
+async def soft_delete_orphans(conn: AsyncConnection, job_ids: Iterable[UUID]) -> set[str]:
+    """``soft_delete_if_orphaned`` for many jobs (a worker of thousands of jobs leaving):
+    one statement per ``ORPHAN_CHUNK`` ids, not one per job. The rooms of the jobs that
+    went."""
+    ids, rooms = sorted(set(job_ids)), set()
+    now = utcnow()
+    for start in range(0, len(ids), ORPHAN_CHUNK):
+        chunk = ids[start : start + ORPHAN_CHUNK]
+        result = await conn.execute(
+            update(job)
+            .where(job.c.id.in_(chunk), *_orphaned())
+            .values(deleted=True, updated_at=now)
+            .returning(job.c.room_id)
+        )
+        rooms.update(result.scalars())
+    return rooms

@@ -16,7 +16,7 @@ from app.domain.naming import JobName, validate_room_id, visible_job_rooms
 from app.domain.records import Page, Principal, WorkerRecord, beyond
 from app.domain.retries import DEFAULT_RETRY_POLICY, RetryPolicy
 from app.domain.services.attempts import end_abandoned_attempts, ended_attempt_events
-from app.domain.services.jobs import soft_delete_if_orphaned
+from app.domain.services.jobs import soft_delete_orphans
 from app.domain.services.ownership import owned_worker
 from app.domain.states import TaskStatus
 from app.persistence.database import Database
@@ -190,8 +190,9 @@ async def remove_worker(
     await conn.execute(delete(worker).where(worker.c.id == worker_id))
     for job_row in job_rows:
         events.add(JobsInvalidate(job_row.room_id))
-    for job_id in {row.id for row in job_rows} | {attempt.record.job_id for attempt in ended}:
-        await soft_delete_if_orphaned(conn, job_id)
+    await soft_delete_orphans(
+        conn, {row.id for row in job_rows} | {attempt.record.job_id for attempt in ended}
+    )
     return events
 
 
