@@ -83,6 +83,36 @@ async def test_a_silent_worker_is_cleaned_up_like_a_delete(alice, db, sweeper, p
     assert ("jobs_invalidate", "room:room1") in names
 
 
+async def test_every_idle_silent_worker_goes_in_one_cycle_however_many(
+    alice, bob, db, sweeper, published, monkeypatch
+):
+    """Silent workers without claimed or running tasks are removed in batches (here of 5),
+    all in the same cycle: one user's thousands of abandoned workers do not keep another
+    user's dead worker (here one running a task) waiting for later cycles."""
+    monkeypatch.setattr(sweeps, "IDLE_BATCH", 5)
+    monkeypatch.setattr(sweeps, "BATCH", 1)
+    abandoned = [(await alice.post("/workers")).json()["id"] for _ in range(12)]
+    for worker_id in abandoned:
+        await age_worker(db, worker_id, 600)  # longer silent than bob's
+    served = await alice.register(room="lab", worker_id=abandoned[0])  # a job of one of them
+    busy = await bob.register(room="room2")
+    task = await bob.submit("room2:modifiers:Rotate", room="room2")
+    await bob.claim(busy["worker_id"])
+    await bob.transition(task["id"], "running")
+    await age_worker(db, busy["worker_id"], 120)
+    alive = (await alice.post("/workers")).json()["id"]
+
+    report = await sweeper.run_once()
+
+    assert report.workers_removed == 13
+    left = {item["id"] for item in (await alice.get("/workers")).json()["items"]}
+    assert left == {alive}
+    assert (await bob.task(task["id"]))["error"] == "Worker disconnected"
+    assert await alice.room_jobs("lab") == []  # its job, orphaned, went with it
+    assert served["full_name"] == "lab:modifiers:Rotate"
+    assert ("jobs_invalidate", "room:lab") in [(e.name, e.room) for e in published]
+
+
 async def test_an_orphan_without_pending_tasks_is_soft_deleted_at_once(alice, db, sweeper):
     job = await alice.register()
     await age_worker(db, job["worker_id"], 120)

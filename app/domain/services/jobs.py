@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 from uuid import UUID
 
 from sqlalchemy import and_, bindparam, exists, func, insert, select, update
@@ -32,6 +32,7 @@ from app.persistence.models import job_table, link_table, task_table, worker_tab
 from app.persistence.types import new_id, utcnow
 
 job = job_table
+T = TypeVar("T")
 
 
 class JobNames:
@@ -331,18 +332,24 @@ _SOFT_DELETE_ORPHAN = (
     .values(deleted=True, updated_at=bindparam("now"))
     .returning(job.c.room_id)
 )
-# Ids per statement of ``soft_delete_orphans`` (within every engine's parameter limit).
+# Ids per statement where a statement takes a list of them (within every engine's
+# parameter limit).
 ORPHAN_CHUNK = 1000
+
+
+def chunked(ids: list[T]) -> Iterator[list[T]]:
+    """``ids`` in lists of at most ``ORPHAN_CHUNK``."""
+    for start in range(0, len(ids), ORPHAN_CHUNK):
+        yield ids[start : start + ORPHAN_CHUNK]
 
 
 async def soft_delete_orphans(conn: AsyncConnection, job_ids: Iterable[UUID]) -> set[str]:
     """``soft_delete_if_orphaned`` for many jobs (a worker of thousands of jobs leaving):
     one statement per ``ORPHAN_CHUNK`` ids, not one per job. The rooms of the jobs that
     went."""
-    ids, rooms = sorted(set(job_ids)), set()
+    rooms: set[str] = set()
     now = utcnow()
-    for start in range(0, len(ids), ORPHAN_CHUNK):
-        chunk = ids[start : start + ORPHAN_CHUNK]
+    for chunk in chunked(sorted(set(job_ids))):
         result = await conn.execute(
             update(job)
             .where(job.c.id.in_(chunk), *_orphaned())

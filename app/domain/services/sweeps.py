@@ -6,21 +6,29 @@ from __future__ import annotations
 from datetime import datetime
 from uuid import UUID
 
-from sqlalchemy import delete, func, select, update
+from sqlalchemy import delete, exists, func, select, update
 
-from app.domain.events import EventBatch, TaskStatusChanged
+from app.domain.events import EventBatch, JobsInvalidate, TaskStatusChanged
 from app.domain.retries import DEFAULT_RETRY_POLICY, RetryPolicy
 from app.domain.services.attempts import end_abandoned_attempts, ended_attempt_events
 from app.domain.services.internal_tasks import INTERNAL_TIMEOUT, internal_job_ids
-from app.domain.services.jobs import JobNames
+from app.domain.services.jobs import JobNames, chunked, soft_delete_orphans
 from app.domain.services.task_rows import task_record
 from app.domain.services.workers import remove_silent_worker
 from app.domain.states import TERMINAL_STATUSES, TaskStatus, previous_status
 from app.persistence.database import Database
-from app.persistence.models import is_active, next_version, task_table, worker_table
+from app.persistence.models import (
+    is_active,
+    job_table,
+    link_table,
+    next_version,
+    task_table,
+    worker_table,
+)
 from app.persistence.types import utcnow
 
 BATCH = 500
+IDLE_BATCH = 5000
 LEASE_EXPIRED = "Lease expired"
 
 
@@ -39,15 +47,62 @@ async def stale_workers(db: Database, cutoff: datetime, limit: int = BATCH) -> l
 async def sweep_stale_workers(
     db: Database, cutoff: datetime, policy: RetryPolicy = DEFAULT_RETRY_POLICY
 ) -> tuple[int, EventBatch]:
-    """Clean up silent workers exactly as ``DELETE /workers/{id}`` does, each in its own
-    transaction guarded by ``last_heartbeat < cutoff``; returns how many went."""
-    events, removed = EventBatch(), 0
+    """Clean up silent workers exactly as ``DELETE /workers/{id}`` does; returns how many
+    went. Those holding no claimed or running task (most of them: workers created and
+    never used, or idle when they died) go together, ``IDLE_BATCH`` per transaction, all
+    of them in every cycle, so that however many one user leaves behind, another user's
+    dead worker is not kept waiting behind them. The others, each in its own transaction
+    guarded by ``last_heartbeat < cutoff``, longest silent first, ``BATCH`` per cycle."""
+    removed, events = 0, EventBatch()
+    while True:
+        count, idle = await remove_idle_silent_workers(db, cutoff)
+        removed += count
+        events.extend(idle)
+        if count < IDLE_BATCH:
+            break
     for worker_id in await stale_workers(db, cutoff):
         outcome = await remove_silent_worker(db, worker_id, cutoff, policy=policy)
         if outcome is not None:
             removed += 1
             events.extend(outcome)
     return removed, events
+
+
+async def remove_idle_silent_workers(
+    db: Database, cutoff: datetime, limit: int = IDLE_BATCH
+) -> tuple[int, EventBatch]:
+    """Up to ``limit`` workers silent since before ``cutoff`` and holding no claimed or
+    running task, removed in one transaction: their links go, their jobs left orphaned are
+    soft-deleted. The workers are row-locked (PostgreSQL; SQLite has one writer), so a
+    heartbeat landing meanwhile waits and finds its worker gone, as after a delete."""
+    busy = exists().where(task_table.c.worker_id == worker_table.c.id, is_active())
+    silent = (
+        select(worker_table.c.id)
+        .where(worker_table.c.last_heartbeat < cutoff, ~busy)
+        .order_by(worker_table.c.last_heartbeat, worker_table.c.id)
+        .limit(limit)
+    )
+    async with db.write() as conn:
+        if not db.is_sqlite:
+            silent = silent.with_for_update(of=worker_table)
+        ids = list(await conn.scalars(silent))
+        rooms: set[str] = set()
+        jobs: set[UUID] = set()
+        for chunk in chunked(ids):
+            for row in await conn.execute(
+                select(job_table.c.id, job_table.c.room_id)
+                .join(link_table, link_table.c.job_id == job_table.c.id)
+                .where(link_table.c.worker_id.in_(chunk))
+            ):
+                jobs.add(row.id)
+                rooms.add(row.room_id)
+            await conn.execute(delete(link_table).where(link_table.c.worker_id.in_(chunk)))
+            await conn.execute(delete(worker_table).where(worker_table.c.id.in_(chunk)))
+        await soft_delete_orphans(conn, jobs)
+    events = EventBatch()
+    for room in sorted(rooms):
+        events.add(JobsInvalidate(room))
+    return len(ids), events
 
 
 async def end_expired_leases(
