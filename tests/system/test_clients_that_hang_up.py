@@ -11,8 +11,10 @@ from __future__ import annotations
 import asyncio
 import socket
 import time
+from dataclasses import dataclass
 
 import httpx
+import pytest
 
 from tests.support.api import ApiClient
 from tests.support.metrics import Samples
@@ -27,13 +29,27 @@ async def waiting(http: httpx.AsyncClient) -> float:
     return Samples((await http.get("/metrics")).text).count(WAITERS)
 
 
-async def test_a_long_poll_whose_client_hung_up_stops_waiting(
-    shared_server: HubServer, http: httpx.AsyncClient
-) -> None:
+@dataclass
+class Lab:
+    """A user of the shared server with a job ``R`` in a room of the test's own."""
+
+    token: str
+    alice: ApiClient
+    room: str
+
+
+@pytest.fixture
+async def lab(shared_server: HubServer, http: httpx.AsyncClient) -> Lab:
     token = shared_server.create_user(unique("alice"))
-    alice = ApiClient(http, token)
-    room = unique("lab")
+    alice, room = ApiClient(http, token), unique("lab")
     await alice.register(room=room, name="R", schema={})
+    return Lab(token, alice, room)
+
+
+async def test_a_long_poll_whose_client_hung_up_stops_waiting(
+    shared_server: HubServer, http: httpx.AsyncClient, lab: Lab
+) -> None:
+    token, alice, room = lab.token, lab.alice, lab.room
     task = await alice.submit(f"{room}:modifiers:R", room=room)
     before = await waiting(http)
 
@@ -65,12 +81,9 @@ async def test_a_long_poll_whose_client_hung_up_stops_waiting(
 
 
 async def test_a_client_that_hangs_up_mid_body_is_no_internal_error(
-    shared_server: HubServer, http: httpx.AsyncClient
+    shared_server: HubServer, lab: Lab
 ) -> None:
-    token = shared_server.create_user(unique("alice"))
-    alice = ApiClient(http, token)
-    room = unique("lab")
-    await alice.register(room=room, name="R", schema={})
+    token, alice, room = lab.token, lab.alice, lab.room
     host, port = shared_server.base_url.removeprefix("http://").split(":")
     request = (
         f"POST /v1/joblib/rooms/{room}/tasks/{room}:modifiers:R HTTP/1.1\r\n"
