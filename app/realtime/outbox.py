@@ -53,12 +53,19 @@ class Outbox(Generic[T]):
         return self._queue.qsize()
 
     async def _run(self) -> None:
+        failing = False
         while True:
             item = await self._queue.get()
             try:
                 await self._send(item)
-            except Exception:
-                log.exception("%s: sending failed; going on with the next", self.name)
+            except Exception as exc:
+                if not failing:  # once per outage, not once per item
+                    log.warning("%s: sending failed (%s); going on with the next", self.name, exc)
+                failing = True
+            else:
+                if failing:
+                    log.info("%s: sending works again", self.name)
+                failing = False
             finally:
                 self._queue.task_done()
             if self._dropping and self._queue.qsize() == 0:
