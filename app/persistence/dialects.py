@@ -143,7 +143,8 @@ def _claimable() -> list[Any]:
 def claim_statement(dialect: str, *, check_owner: bool, limit: int) -> Executable:
     """Claim up to ``limit`` of the first claimable tasks (due at ``:now``; highest priority,
     then oldest) of ``:worker_id``'s jobs, atomically, as a new attempt with
-    ``:claim_token``; with ``check_owner`` only if the worker belongs to ``:owner_id``.
+    ``:claim_token`` (and ``:claim_key``, the claim's Idempotency-Key or NULL); with
+    ``check_owner`` only if the worker belongs to ``:owner_id``.
     Built once per shape (``limit`` is part of the shape: a bound LIMIT would be
     re-rendered on every execution).
 
@@ -212,6 +213,7 @@ def claim_statement(dialect: str, *, check_owner: bool, limit: int) -> Executabl
             status=TaskStatus.CLAIMED.value,
             worker_id=bindparam("worker_id"),
             claim_token=bindparam("claim_token"),
+            claim_key=bindparam("claim_key", type_=task.c.claim_key.type),
             attempt=task.c.attempt + 1,
             lease_expires_at=bindparam("lease_until"),
             # A fresh attempt: nothing of the previous one (a retry) carries over.

@@ -200,6 +200,9 @@ class Task(TaskhubModel, table=True):
     version: int = Field(
         default=1, sa_column=Column(Integer, nullable=False, server_default=text("1"))
     )
+    # The Idempotency-Key of the claim that took the task (if it sent one): repeated while
+    # the task is still claimed, that claim is answered with the same tasks.
+    claim_key: str | None = Field(default=None, sa_type=String(255))
 
 
 class TaskQueueBucket(TaskhubModel, table=True):

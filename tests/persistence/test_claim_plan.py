@@ -83,7 +83,7 @@ async def test_the_claim_uses_the_claim_queue_index(db: Database, check_owner: b
     plan = await explain(
         db,
         statement,
-        {**ids, "claim_token": uuid4(), "lease_until": now, "now": now},
+        {**ids, "claim_token": uuid4(), "claim_key": None, "lease_until": now, "now": now},
     )
     assert "ix_task_claim_queue" in plan, plan
     assert "Seq Scan on task" not in plan, plan

@@ -1,8 +1,11 @@
 """Job registration and discovery (PUT/GET /rooms/{room}/jobs…)."""
 
 import asyncio
+from uuid import UUID
 
+import asyncpg
 import pytest
+from sqlalchemy.engine import make_url
 
 from tests.support.api import SCHEMA, assert_problem
 
@@ -191,3 +194,37 @@ async def test_a_schema_referring_elsewhere_is_refused_and_nothing_is_fetched(al
         await asyncio.sleep(0.1)
     assert fetched == []
     assert await alice.room_jobs() == []
+
+
+@pytest.mark.postgres_only
+async def test_registering_with_a_worker_being_removed_is_404_not_a_500(alice, database_url):
+    """Another transaction (the sweeper's) holds the worker's row to remove it: the
+    registration waits for it, then finds the worker gone (404), instead of failing on the
+    link's foreign key (500)."""
+    job = await alice.register(name="First")
+    dsn = make_url(database_url).set(drivername="postgresql").render_as_string(False)
+    remover = await asyncpg.connect(dsn)
+    try:
+        removal = remover.transaction()
+        await removal.start()
+        await remover.execute(
+            "SELECT 1 FROM worker WHERE id = $1 FOR UPDATE", UUID(job["worker_id"])
+        )
+        registering = asyncio.create_task(
+            alice.put(
+                "/rooms/room1/jobs",
+                json={
+                    "category": "modifiers",
+                    "name": "Second",
+                    "schema": SCHEMA,
+                    "worker_id": job["worker_id"],
+                },
+            )
+        )
+        await asyncio.sleep(0.3)  # it reaches the worker's row and waits
+        assert not registering.done()
+        await remover.execute("DELETE FROM worker WHERE id = $1", UUID(job["worker_id"]))
+        await removal.commit()
+        assert_problem(await registering, 404, "worker-not-found")
+    finally:
+        await remover.close()

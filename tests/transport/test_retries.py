@@ -180,3 +180,28 @@ async def test_the_retry_is_due_after_the_jittered_backoff(alice, job):
     run_at = datetime.fromisoformat(response.json()["run_at"])
     assert before + timedelta(seconds=BACKOFF * 0.8) <= run_at
     assert run_at <= after + timedelta(seconds=BACKOFF * 1.2)
+
+
+async def test_a_claim_key_repeated_after_its_task_was_retried_claims_with_a_new_token(alice, job):
+    """The key answers its tasks only while they are claimed: once the attempt failed with
+    ``retry``, the same key claims the next attempt afresh, with a token of its own, so
+    the first attempt's token stays stale (fencing holds)."""
+    task = await alice.submit(JOB, max_attempts=3)
+
+    async def keyed_claim() -> dict | None:
+        headers = {"Idempotency-Key": "same-key"}
+        response = await alice.post(
+            "/tasks/claim", json={"worker_id": job["worker_id"]}, headers=headers
+        )
+        assert response.status_code == 200, response.text
+        return response.json()["task"]
+
+    first = await keyed_claim()
+    token = {"claim_token": first["claim_token"]}
+    await alice.transition(task["id"], "running", **token)
+    await alice.transition(task["id"], "failed", retry=True, **token)
+    await asyncio.sleep(BACKOFF * 1.5)  # (the backoff's jitter is at most ±20 %)
+    again = await keyed_claim()
+    assert again is not None and (again["id"], again["attempt"]) == (task["id"], 2)
+    assert again["claim_token"] != first["claim_token"]
+    assert_problem(await alice.transition(task["id"], "running", **token), 409, "stale-claim")

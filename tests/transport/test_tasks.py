@@ -1,5 +1,6 @@
 """Task submission, claiming, transitions, authorisation and listing."""
 
+import asyncio
 from datetime import datetime
 
 import pytest
@@ -154,6 +155,20 @@ async def test_a_claim_key_replays_only_while_its_tasks_are_still_claimed(alice,
     later = await alice.submit(JOB)
     again = (await _keyed_claim(alice, job["worker_id"], "k")).json()["task"]
     assert again["id"] == later["id"] != started["id"]
+
+
+async def test_claims_sent_at_once_with_one_key_claim_once_and_answer_alike(alice, job):
+    """The SDK's case: a claim timed out at the client is repeated while the first is still
+    being answered. They take their turns: one claims, the others answer its tasks."""
+    for _ in range(3):
+        await alice.submit(JOB)
+    answers = await asyncio.gather(
+        *(_keyed_claim(alice, job["worker_id"], "once", max_tasks=2) for _ in range(6))
+    )
+    bodies = [answer.json() for answer in answers]
+    assert all(body == bodies[0] for body in bodies)
+    assert len(bodies[0]["tasks"]) == 2
+    assert (await alice.get("/rooms/room1/tasks?status=pending")).json()["total"] == 1
 
 
 async def test_a_claim_key_is_no_way_into_another_users_claims(alice, bob, job):

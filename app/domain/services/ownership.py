@@ -28,10 +28,18 @@ def check_worker(principal: Principal, worker_id: UUID, owner_id: UUID | None) -
 
 
 _WORKER = hot(select(worker_table).where(worker_table.c.id == bindparam("worker_id")))
+# Kept until the transaction ends (PostgreSQL): a removal of the worker waits for it, or,
+# under way, is waited for (then the worker is gone: 404).
+_WORKER_KEPT = _WORKER.with_for_update(key_share=True)
 
 
-async def owned_worker(conn: AsyncConnection, principal: Principal, worker_id: UUID) -> Any:
-    """The worker row, if it exists (404) and ``principal`` may act for it (403)."""
-    row = (await conn.execute(_WORKER, {"worker_id": worker_id})).first()
+async def owned_worker(
+    conn: AsyncConnection, principal: Principal, worker_id: UUID, *, keep: bool = False
+) -> Any:
+    """The worker row, if it exists (404) and ``principal`` may act for it (403); with
+    ``keep``, locked against removal until the caller's transaction ends (for a write that
+    refers to the worker, such as a job link)."""
+    statement = _WORKER_KEPT if keep else _WORKER
+    row = (await conn.execute(statement, {"worker_id": worker_id})).first()
     check_worker(principal, worker_id, None if row is None else row.user_id)
     return row

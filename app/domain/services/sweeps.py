@@ -72,9 +72,12 @@ async def remove_idle_silent_workers(
     db: Database, cutoff: datetime, limit: int = IDLE_BATCH
 ) -> tuple[int, EventBatch]:
     """Up to ``limit`` workers silent since before ``cutoff`` and holding no claimed or
-    running task, removed in one transaction: their links go, their jobs left orphaned are
-    soft-deleted. The workers are row-locked (PostgreSQL; SQLite has one writer), so a
-    heartbeat landing meanwhile waits and finds its worker gone, as after a delete."""
+    running task, removed in one transaction: their links go with them, their jobs left
+    orphaned are soft-deleted. The workers are row-locked (PostgreSQL; SQLite has one
+    writer), so a heartbeat, a registration or a keyed claim landing meanwhile waits and
+    finds its worker gone, as after a delete; "no claimed or running task" is checked again
+    by the delete itself. (A claim without a key takes no such lock: one that commits
+    between that check and this commit leaves its task to its lease, as after a delete.)"""
     busy = exists().where(task_table.c.worker_id == worker_table.c.id, is_active())
     silent = (
         select(worker_table.c.id)
@@ -86,23 +89,28 @@ async def remove_idle_silent_workers(
         if not db.is_sqlite:
             silent = silent.with_for_update(of=worker_table)
         ids = list(await conn.scalars(silent))
-        rooms: set[str] = set()
-        jobs: set[UUID] = set()
+        removed: set[UUID] = set()
+        jobs: dict[UUID, list[tuple[UUID, str]]] = {}
         for chunk in chunked(ids):
             for row in await conn.execute(
-                select(job_table.c.id, job_table.c.room_id)
-                .join(link_table, link_table.c.job_id == job_table.c.id)
+                select(link_table.c.worker_id, job_table.c.id, job_table.c.room_id)
+                .join(job_table, link_table.c.job_id == job_table.c.id)
                 .where(link_table.c.worker_id.in_(chunk))
             ):
-                jobs.add(row.id)
-                rooms.add(row.room_id)
-            await conn.execute(delete(link_table).where(link_table.c.worker_id.in_(chunk)))
-            await conn.execute(delete(worker_table).where(worker_table.c.id.in_(chunk)))
-        await soft_delete_orphans(conn, jobs)
+                jobs.setdefault(row.worker_id, []).append((row.id, row.room_id))
+            removed.update(  # (their links go with them: ON DELETE CASCADE)
+                await conn.scalars(
+                    delete(worker_table)
+                    .where(worker_table.c.id.in_(chunk), ~busy)
+                    .returning(worker_table.c.id)
+                )
+            )
+        served = [job for worker_id in removed for job in jobs.get(worker_id, ())]
+        await soft_delete_orphans(conn, {job_id for job_id, _room in served})
     events = EventBatch()
-    for room in sorted(rooms):
+    for room in sorted({room for _job_id, room in served}):
         events.add(JobsInvalidate(room))
-    return len(ids), events
+    return len(removed), events
 
 
 async def end_expired_leases(

@@ -7,9 +7,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Protocol
-from uuid import UUID, uuid4, uuid5
+from uuid import UUID, uuid4
 
-from sqlalchemy import and_, bindparam, exists, false, func, literal_column, or_, select, update
+from sqlalchemy import bindparam, exists, false, func, literal_column, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.domain.errors import (
@@ -252,86 +252,93 @@ async def claim_tasks(
     """Hand the worker up to ``max_tasks`` of the oldest pending tasks of its jobs, each
     with a fresh claim token, in one atomic statement (which also checks ownership).
 
-    With ``request_key`` (the claim's ``Idempotency-Key``) the claim token is derived from
-    the worker and the key, and the tasks this worker still holds under that token are
-    answered again instead of claiming more: a worker that repeats a claim whose answer it
-    never got (a connection reset after the commit) gets the same tasks, not the next ones
-    while the first wait for their lease to run out."""
-    events = EventBatch()
-    now = utcnow()
-    claim_token = uuid4() if request_key is None else keyed_claim_token(worker_id, request_key)
+    With ``request_key`` (the claim's ``Idempotency-Key``) the tasks keep the key, and the
+    tasks this worker still holds as claimed under it are answered again instead of
+    claiming more: a worker that repeats a claim whose answer it never got (a connection
+    reset after the commit) gets the same tasks, not the next ones while the first wait for
+    their lease to run out. Keyed claims of one worker take its row lock first, so one
+    repeated while the first is still running waits for it and then answers its tasks."""
+    if request_key is not None:
+        return await _keyed_claim(db, principal, worker_id, max_tasks, lease_seconds, request_key)
     async with db.autocommit() as conn:
-        if request_key is not None:
-            held = await _held_under(conn, principal, worker_id, claim_token)
-            if held:
-                names = await JobNames.resolve(conn, {row.job_id for row in held})
-                return _in_queue_order(task_record(row, names[row.job_id]) for row in held), events
-        statement = claim_statement(
-            db.dialect, check_owner=not principal.is_superuser, limit=max_tasks
-        )
-        params = {
-            "worker_id": worker_id,
-            "claim_token": claim_token,
-            "owner_id": principal.id,
-            "lease_until": now + timedelta(seconds=lease_seconds),
-            "now": now,
-        }
-        rows = (await conn.execute(statement, params)).all()
-        if db.is_sqlite:
-            if not rows:  # nothing claimed: is the worker unknown, or not the caller's?
-                await owned_worker(conn, principal, worker_id)
-        else:  # the claim's rows carry the worker's owner (one row of NULLs if none)
-            owner = rows[0].worker_owner
-            rows = [row for row in rows if row.id is not None]
-            if not rows:
-                check_worker(principal, worker_id, owner)
-        names = await JobNames.resolve(conn, {row.job_id for row in rows})
+        return await _claim(db, conn, principal, worker_id, max_tasks, lease_seconds, None)
+
+
+async def _claim(
+    db: Database,
+    conn: AsyncConnection,
+    principal: Principal,
+    worker_id: UUID,
+    max_tasks: int,
+    lease_seconds: float,
+    request_key: str | None,
+) -> tuple[list[TaskRecord], EventBatch]:
+    now = utcnow()
+    statement = claim_statement(db.dialect, check_owner=not principal.is_superuser, limit=max_tasks)
+    params = {
+        "worker_id": worker_id,
+        "claim_token": uuid4(),
+        "claim_key": request_key,
+        "owner_id": principal.id,
+        "lease_until": now + timedelta(seconds=lease_seconds),
+        "now": now,
+    }
+    rows = (await conn.execute(statement, params)).all()
+    if db.is_sqlite:
+        if not rows:  # nothing claimed: is the worker unknown, or not the caller's?
+            await owned_worker(conn, principal, worker_id)
+    else:  # the claim's rows carry the worker's owner (one row of NULLs if none)
+        owner = rows[0].worker_owner
+        rows = [row for row in rows if row.id is not None]
+        if not rows:
+            check_worker(principal, worker_id, owner)
+    names = await JobNames.resolve(conn, {row.job_id for row in rows})
     records = _in_queue_order(task_record(row, names[row.job_id]) for row in rows)
+    events = EventBatch()
     for record in records:
         events.add(TaskStatusChanged(record, TaskStatus.PENDING))
     return records, events
+
+
+async def _keyed_claim(
+    db: Database,
+    principal: Principal,
+    worker_id: UUID,
+    max_tasks: int,
+    lease_seconds: float,
+    request_key: str,
+) -> tuple[list[TaskRecord], EventBatch]:
+    """One transaction: the worker's row locked (SQLite: the one writer), then the tasks it
+    holds under the key — or, if none, a fresh claim that leaves the key on its tasks."""
+    async with db.write() as conn:
+        owner = await conn.scalar(_LOCK_WORKER, {"worker_id": worker_id})
+        check_worker(principal, worker_id, owner)
+        held = (
+            await conn.execute(_HELD_UNDER_KEY, {"worker_id": worker_id, "claim_key": request_key})
+        ).all()
+        if not held:
+            return await _claim(
+                db, conn, principal, worker_id, max_tasks, lease_seconds, request_key
+            )
+        names = await JobNames.resolve(conn, {row.job_id for row in held})
+    records = _in_queue_order(task_record(row, names[row.job_id]) for row in held)
+    return records[:max_tasks], EventBatch()
 
 
 def _in_queue_order(records: Iterable[TaskRecord]) -> list[TaskRecord]:
     return sorted(records, key=lambda r: (-r.priority, r.created_at, r.id))
 
 
-_CLAIM_KEYS = UUID("5f1d3c1e-7a52-4d0c-9a57-2b8f0f6e4c11")
-
-
-def keyed_claim_token(worker_id: UUID, request_key: str) -> UUID:
-    """The claim token of ``worker_id``'s claim with ``Idempotency-Key: request_key``. A
-    token only guards updates against stale claims (who may update is checked apart), so
-    one derived from the key serves as well as a random one."""
-    return uuid5(_CLAIM_KEYS, f"{worker_id}/{request_key}")
-
-
-_HELD_UNDER_TOKEN = hot(
-    select(worker_table.c.user_id.label("worker_owner"), *task.c)
-    .select_from(
-        worker_table.outerjoin(
-            task,
-            and_(
-                task.c.worker_id == worker_table.c.id,
-                task.c.status == literal_column(f"'{TaskStatus.CLAIMED.value}'"),
-                task.c.claim_token == bindparam("claim_token", type_=task.c.claim_token.type),
-            ),
-        )
-    )
+_LOCK_WORKER = (
+    select(worker_table.c.user_id)
     .where(worker_table.c.id == bindparam("worker_id", type_=worker_table.c.id.type))
+    .with_for_update()
 )
-
-
-async def _held_under(
-    conn: AsyncConnection, principal: Principal, worker_id: UUID, claim_token: UUID
-) -> list[Any]:
-    """The tasks ``worker_id`` holds as claimed under ``claim_token``, once the worker is
-    known (404) and the principal's to act for (403)."""
-    rows = (
-        await conn.execute(_HELD_UNDER_TOKEN, {"worker_id": worker_id, "claim_token": claim_token})
-    ).all()
-    check_worker(principal, worker_id, rows[0].worker_owner if rows else None)
-    return [row for row in rows if row.id is not None]
+_HELD_UNDER_KEY = select(task).where(
+    task.c.worker_id == bindparam("worker_id", type_=task.c.worker_id.type),
+    task.c.status == literal_column(f"'{TaskStatus.CLAIMED.value}'"),
+    task.c.claim_key == bindparam("claim_key", type_=task.c.claim_key.type),
+)
 
 
 async def update_task(
