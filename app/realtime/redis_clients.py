@@ -41,9 +41,14 @@ def redis_options() -> dict[str, Any]:
     return {
         "socket_timeout": COMMAND_TIMEOUT,
         "socket_connect_timeout": CONNECT_TIMEOUT,
-        # Only lost connections are retried: a command that timed out is not sent again.
-        "retry": Retry(ExponentialBackoff(cap=1.0, base=0.05), RETRIES),
-        "retry_on_error": [RedisConnectionError],
+        # Only lost connections are retried: a command that timed out is not sent again, so
+        # a stalled Redis costs one timeout (redis-py's default retries timeouts too: four
+        # of them, 12 s).
+        "retry": Retry(
+            ExponentialBackoff(cap=1.0, base=0.05),
+            RETRIES,
+            supported_errors=(RedisConnectionError,),
+        ),
         "health_check_interval": HEALTH_CHECK_SECONDS,
     }
 
