@@ -126,9 +126,11 @@ class Hub:
             await self.wake_bus.close(SHUTDOWN_SEND_SECONDS)
         await self.db.dispose()
 
-    async def _remove_disconnected_worker(self, worker_id: UUID, since: datetime) -> None:
+    async def _remove_disconnected_worker(self, worker_id: UUID, since: datetime) -> bool:
         events = await remove_silent_worker(
             self.db, worker_id, since, policy=self.settings.retry_policy
         )
-        if events is not None:
-            await self.publisher.publish(events)
+        if events is None:
+            return False
+        await self.publisher.publish(events)
+        return True

@@ -26,7 +26,8 @@ from app.persistence.types import utcnow
 from app.realtime.redis_clients import redis_options
 
 log = logging.getLogger(__name__)
-Cleanup = Callable[[UUID, datetime], Awaitable[None]]
+# Removes the worker unless it was heard of since; whether it did.
+Cleanup = Callable[[UUID, datetime], Awaitable[bool]]
 
 
 class SharedSockets:
@@ -54,6 +55,21 @@ class SharedSockets:
 
     async def count(self, worker_id: UUID) -> int:
         return int(await self._redis.scard(self._key(worker_id)))
+
+    async def forget(self, worker_id: UUID) -> None:
+        """The worker is gone: so is its set."""
+        await self._redis.delete(self._key(worker_id))
+
+    async def remove_all(self, sockets: dict[UUID, set[str]]) -> None:
+        """Take these sockets out of their workers' sets (one round trip): this replica is
+        stopping, and sockets it does not close itself (HTTP long-polling ones) would not
+        be taken out by a disconnect."""
+        if not sockets:
+            return
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for worker_id, sids in sockets.items():
+                pipe.srem(self._key(worker_id), *sids)
+            await pipe.execute()
 
     async def close(self) -> None:
         await self._redis.aclose()
@@ -107,7 +123,8 @@ class WorkerPresence:
                 return
             if self._shared is not None and await self._connected_elsewhere(worker_id):
                 return
-            await self._cleanup(worker_id, disconnected_at)
+            if await self._cleanup(worker_id, disconnected_at) and self._shared is not None:
+                await self._shared.forget(worker_id)
         except asyncio.CancelledError:
             raise
         except Exception:
@@ -128,6 +145,10 @@ class WorkerPresence:
 
     async def close(self) -> None:
         if self._shared is not None:
+            try:
+                await self._shared.remove_all(dict(self._sockets))
+            except Exception as exc:
+                log.warning("could not take this replica's sockets out of Redis (%s)", exc)
             await self._shared.close()
         for task in self._pending.values():
             task.cancel()

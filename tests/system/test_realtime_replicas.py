@@ -42,6 +42,7 @@ class Cluster:
     a: HubServer
     b: HubServer
     alice_token: str
+    namespace: str
 
 
 @pytest.fixture(scope="module")
@@ -57,7 +58,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     }
     try:
         with running_replicas("postgres", directory, 2, env=env) as (a, b):
-            yield Cluster(a, b, a.create_user("alice"))
+            yield Cluster(a, b, a.create_user("alice"), namespace)
     finally:
         with redis.Redis.from_url(REDIS_URL) as client:
             keys = list(client.scan_iter(f"{namespace}:*"))
@@ -212,6 +213,8 @@ async def test_worker_that_moves_to_the_other_replica_within_the_grace_is_kept(
         await browser.wait_for("jobs_invalidate", after=start)
     workers = await on_a.get("/workers", params={"limit": 500})
     assert worker_id not in {item["id"] for item in workers.json()["items"]}
+    with redis.Redis.from_url(REDIS_URL) as client:  # its shared sockets went with it
+        assert not client.exists(f"{cluster.namespace}:worker-sockets:{worker_id}")
 
 
 async def test_worker_that_joined_the_other_replica_before_its_old_socket_ended_is_kept(

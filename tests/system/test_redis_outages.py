@@ -22,6 +22,8 @@ from typing import Any
 
 import httpx
 import pytest
+import redis
+import socketio
 
 from tests.dispatch import slow_jobs
 from tests.support.api import ApiClient
@@ -162,3 +164,36 @@ async def test_cross_replica_events_resume_soon_after_a_long_redis_outage(
                         break
                     except AssertionError:
                         assert time.monotonic() - back < 5.0, "no event crossed over"
+
+
+async def test_a_replica_that_stops_takes_its_sockets_out_of_the_shared_sets(
+    tmp_path: Path,
+) -> None:
+    """A worker's socket on the HTTP long-polling transport, which a stopping replica does
+    not close itself (so no disconnect takes it out): the stop takes it out of the worker's
+    Redis set, or other replicas would think the worker still connected."""
+    room = f"lab-{uuid.uuid4().hex[:8]}"
+    with RedisServer(tmp_path / "redis") as redis_server:
+        env = hub_env(redis_server)
+        key_prefix = f"{env['TASKHUB_REDIS_NAMESPACE']}:worker-sockets:"
+        with running_hub("postgres", tmp_path, env=env) as server:
+            token = server.create_user("alice")
+            async with api(server, token) as alice:
+                job = await alice.register(room=room, name="R", schema={})
+            key = key_prefix + job["worker_id"]
+            polling = socketio.AsyncClient(reconnection=False)
+            await polling.connect(
+                server.base_url, auth={"token": token}, transports=["polling"], wait_timeout=10
+            )
+            ack = await polling.call(
+                "join_job_room",
+                {"job_name": f"{room}:modifiers:R", "worker_id": job["worker_id"]},
+                timeout=10,
+            )
+            assert ack["worker_id"] == job["worker_id"], ack
+            with redis.Redis.from_url(redis_server.url) as client:
+                assert client.scard(key) == 1
+            server.stop()
+            with redis.Redis.from_url(redis_server.url) as client:
+                assert client.scard(key) == 0
+            await polling.disconnect()
