@@ -4,7 +4,8 @@ A committed change is answered at once; its Socket.IO events and cross-replica w
 through an ``Outbox``: one background task per kind sends them in the order they were put,
 so a slow or stalled Redis delays real-time hints (which clients treat as hints: the SDK
 also polls, long-polls re-check, the page re-reads) but never a REST answer. A bounded
-backlog: past ``limit`` waiting items the newest are dropped and counted."""
+backlog: past ``limit`` waiting items, or ``max_bytes`` of them (as ``size`` tells: events
+carry results of up to a request body's size), the newest are dropped and counted."""
 
 from __future__ import annotations
 
@@ -20,15 +21,27 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 DEFAULT_LIMIT = 10_000
+DEFAULT_MAX_BYTES = 64 * 1024 * 1024
 # At shutdown, how long what is still waiting for Redis may take to go out.
 SHUTDOWN_SEND_SECONDS = 5.0
 
 
 class Outbox(Generic[T]):
-    def __init__(self, name: str, send: Callable[[T], Awaitable[None]], limit: int = DEFAULT_LIMIT):
+    def __init__(
+        self,
+        name: str,
+        send: Callable[[T], Awaitable[None]],
+        limit: int = DEFAULT_LIMIT,
+        *,
+        size: Callable[[T], int] | None = None,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+    ) -> None:
         self.name = name
         self._send = send
-        self._queue: asyncio.Queue[T] = asyncio.Queue(limit)
+        self._queue: asyncio.Queue[tuple[T, int]] = asyncio.Queue(limit)
+        self._size = size
+        self._max_bytes = max_bytes
+        self._bytes = 0
         self._sender: asyncio.Task[None] | None = None
         self._dropping = False
 
@@ -36,17 +49,23 @@ class Outbox(Generic[T]):
         """Queue ``item``; the sender starts with the first one (on the running loop)."""
         if self._sender is None or self._sender.done():
             self._sender = asyncio.create_task(self._run(), name=f"outbox-{self.name}")
+        size = 0 if self._size is None else self._size(item)
         try:
-            self._queue.put_nowait(item)
+            if self._bytes + size > self._max_bytes and self._queue.qsize():
+                raise asyncio.QueueFull
+            self._queue.put_nowait((item, size))
         except asyncio.QueueFull:
             metrics.outbox_dropped(self.name)
             if not self._dropping:
                 log.warning(
-                    "%s: %d items wait to be sent; dropping new ones",
+                    "%s: %d items (%d bytes) wait to be sent; dropping new ones",
                     self.name,
                     self._queue.qsize(),
+                    self._bytes,
                 )
             self._dropping = True
+        else:
+            self._bytes += size
 
     @property
     def waiting(self) -> int:
@@ -55,7 +74,7 @@ class Outbox(Generic[T]):
     async def _run(self) -> None:
         failing = False
         while True:
-            item = await self._queue.get()
+            item, size = await self._queue.get()
             try:
                 await self._send(item)
             except Exception as exc:
@@ -67,6 +86,7 @@ class Outbox(Generic[T]):
                     log.info("%s: sending works again", self.name)
                 failing = False
             finally:
+                self._bytes -= size
                 self._queue.task_done()
             if self._dropping and self._queue.qsize() == 0:
                 self._dropping = False

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
+import orjson
 import socketio
 
 from app.domain.events import Event
@@ -31,7 +32,9 @@ class SocketSink:
         # Through Redis (several replicas, or the taskiq worker's write-only manager), events
         # go out in the background, in order: a slow Redis never holds up an answer.
         self._outbox: Outbox[list[Emit]] | None = (
-            None if self._local is not None else Outbox("socket-events", self._emit_all)
+            None
+            if self._local is not None
+            else Outbox("socket-events", self._emit_all, size=_encoded_size)
         )
 
     async def __call__(self, batch: list[Event]) -> None:
@@ -54,3 +57,8 @@ class SocketSink:
     def _has_listeners(self, room: str) -> bool:
         assert self._local is not None
         return next(iter(self._local.get_participants(NAMESPACE, room)), None) is not None
+
+
+def _encoded_size(emits: list[Emit]) -> int:
+    """What a batch of events weighs in the outbox: their payloads as JSON."""
+    return sum(len(orjson.dumps(payload)) for _name, payload, _room in emits)

@@ -30,7 +30,7 @@ class RedisWakeBus:
         self._waiters = waiters
         self._listener: asyncio.Task[None] | None = None
         self._subscribed = asyncio.Event()
-        self._outbox: Outbox[str] = Outbox("wake-ups", self._send)
+        self._outbox: Outbox[str] = Outbox("wake-ups", self._send, size=len)
 
     async def start(self) -> None:
         self._listener = asyncio.create_task(self._listen(), name="taskhub-wake-bus")

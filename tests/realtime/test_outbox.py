@@ -88,3 +88,23 @@ async def test_drain_gives_up_after_its_time_and_stops_the_sender() -> None:
     gate.open.set()
     await outbox.drain(within=5)
     assert gate.sent == [2]
+
+
+async def test_past_its_bytes_the_newest_items_are_dropped_and_counted() -> None:
+    """Events carry results as big as a request body: the backlog is bounded in bytes too,
+    the one being sent included (an item bigger than the bound still goes when nothing
+    else waits)."""
+    gate = Gate()
+    gate.open.clear()
+    outbox = Outbox("test-bytes", gate.send, size=lambda item: item, max_bytes=100)
+    before = metrics.OUTBOX_DROPPED.labels("test-bytes")._value.get()
+    outbox.put(10)  # taken by the sender, which waits on the gate with it
+    await asyncio.sleep(0.01)
+    for item in (60, 30, 20, 1):  # 10 + 60 + 30 fill the 100 bytes
+        outbox.put(item)
+    assert metrics.OUTBOX_DROPPED.labels("test-bytes")._value.get() - before == 2
+    gate.open.set()
+    await outbox.drain(within=5)
+    outbox.put(500)
+    await outbox.drain(within=5)
+    assert gate.sent == [10, 60, 30, 500]
