@@ -1,6 +1,9 @@
 """A worker process around the unmodified zndraw-joblib 0.1.7 ``JobManager``.
 
-Run as ``python -m tests.system.joblib_worker BASE_URL TOKEN``. It never imports ``app``
+Run as ``python -m tests.system.joblib_worker BASE_URL TOKEN [--socket]``: with
+``--socket`` the manager gets a real Socket.IO client (zndraw-socketio's wrapper around
+python-socketio's, as ZnDraw gives it) and polls only every 30 s, so what it serves
+promptly it was woken for. It never imports ``app``
 (zndraw-joblib's SQLAlchemy models share ``SQLModel.metadata`` with Taskhub's, so the two
 cannot be imported into one process). The test drives it over stdin/stdout, one JSON
 object per line: ``{"op": ..., "args": {...}}`` in, ``{"ok": bool, "result"|"error": ...}``
@@ -17,7 +20,9 @@ from collections.abc import Callable
 from typing import Any, ClassVar
 
 import httpx
+import socketio
 from zndraw_joblib.client import Category, ClaimedTask, Extension, JobManager
+from zndraw_socketio.wrapper import SyncClientWrapper
 
 
 class Scale(Extension):
@@ -104,15 +109,27 @@ class Problems(logging.Handler):
         self.messages.append(record.getMessage())
 
 
-def main(base_url: str, token: str) -> int:
+def main(base_url: str, token: str, socket: bool = False) -> int:
     problems = Problems()
     logging.getLogger("zndraw_joblib").addHandler(problems)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr)
     api = RestApi(base_url, token)
     executions = Executions()
-    manager = JobManager(
-        api, None, execute=executions, heartbeat_interval=0.2, polling_interval=0.05
-    )
+    sio = None
+    if socket:
+        sio = socketio.Client()
+        sio.connect(base_url, auth={"token": token}, transports=["websocket"], wait_timeout=10)
+        manager = JobManager(
+            api,
+            SyncClientWrapper(sio),
+            execute=executions,
+            heartbeat_interval=1.0,
+            polling_interval=30.0,
+        )
+    else:
+        manager = JobManager(
+            api, None, execute=executions, heartbeat_interval=0.2, polling_interval=0.05
+        )
 
     def register(name: str, room: str | None = None) -> str:
         manager.register(EXTENSIONS[name], room=room)
@@ -152,9 +169,11 @@ def main(base_url: str, token: str) -> int:
                 break
     finally:
         manager.disconnect()
+        if sio is not None:
+            sio.disconnect()
         api.http.close()
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1], sys.argv[2]))
+    sys.exit(main(sys.argv[1], sys.argv[2], socket="--socket" in sys.argv[3:]))

@@ -32,7 +32,7 @@ TASKS = 20
 class JobManagerProcess:
     """Drives ``tests.system.joblib_worker`` over its stdin/stdout, one JSON line each way."""
 
-    def __init__(self, server: HubServer, log_path: Path) -> None:
+    def __init__(self, server: HubServer, log_path: Path, *, socket: bool = False) -> None:
         self.log_path = log_path
         self._log = log_path.open("wb")
         self.process = subprocess.Popen(
@@ -42,6 +42,7 @@ class JobManagerProcess:
                 "tests.system.joblib_worker",
                 server.base_url,
                 server.admin_token,
+                *(["--socket"] if socket else []),
             ],
             cwd=REPO_ROOT,
             stdin=subprocess.PIPE,
@@ -218,3 +219,26 @@ def test_sdk_importable_next_to_hub_models() -> None:
         check=False,
     )
     assert result.returncode == 0, result.stderr[-2000:]
+
+
+def test_job_manager_with_a_socket_is_woken_by_task_available(
+    hub_server: HubServer, client: httpx.Client, tmp_path: Path
+) -> None:
+    """With a real Socket.IO client (as ZnDraw runs it) the manager joins its job's room and
+    serves a task at once: it polls only every 30 s, so it was woken by ``task_available``."""
+    manager = JobManagerProcess(hub_server, tmp_path / "joblib_socket.log", socket=True)
+    try:
+        manager.call("register", name="Scale")
+        time.sleep(0.5)  # (the manager joins the job room from its socket's own thread)
+        started = time.monotonic()
+        response = client.post(
+            f"{PREFIX}/rooms/{ROOM}/tasks/{SCALE}", json={"payload": {"factor": 3.0}}
+        )
+        assert response.status_code == 202, response.text
+        task = wait_terminal(client, response.json()["id"], timeout=20)
+        served_in = time.monotonic() - started
+        assert task["status"] == "completed", (task, manager.output())
+        assert served_in < 15, f"served after {served_in:.1f}s: by polling, not a wake-up"
+        assert manager.call("problems") == []
+    finally:
+        assert manager.close() == 0, manager.output()
