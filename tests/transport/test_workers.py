@@ -1,9 +1,12 @@
 """Workers: creation, heartbeat, listing, deletion and who may do what."""
 
+import asyncio
 from datetime import datetime
 
+import pytest
+
 from app.domain.services import jobs as job_service
-from tests.support.api import assert_problem
+from tests.support.api import SCHEMA, assert_problem
 
 JOB = "room1:modifiers:Rotate"
 
@@ -96,3 +99,32 @@ async def test_deleting_a_worker_of_many_jobs_soft_deletes_each_orphan(alice, mo
     assert (await alice.delete(f"/workers/{worker_id}")).status_code == 204
     live = {job["full_name"] for job in await alice.room_jobs()}
     assert live == {"room1:modifiers:J1", "room1:modifiers:J2"}
+
+
+@pytest.mark.postgres_only
+async def test_removal_racing_registrations_and_keyed_claims_has_no_deadlock(alice, admin):
+    """A worker's removal takes its row first; registrations (which link jobs to it) and
+    keyed claims wait for it or it for them, never both: no deadlock (500), and no task is
+    left claimed by a worker that is gone."""
+    body = {"category": "modifiers", "name": "Rotate", "schema": SCHEMA}
+    for round_ in range(8):
+        worker_id = (await alice.register(name="Rotate"))["worker_id"]
+        await alice.submit("room1:modifiers:Rotate")
+        register = {**body, "worker_id": worker_id}
+        claim = alice.post(
+            "/tasks/claim",
+            json={"worker_id": worker_id},
+            headers={"Idempotency-Key": f"round-{round_}"},
+        )
+        *registered, claimed, deleted = await asyncio.gather(
+            alice.put("/rooms/room1/jobs", json=register),
+            alice.put("/rooms/room1/jobs", json=register),
+            claim,
+            alice.delete(f"/workers/{worker_id}"),
+        )
+        assert deleted.status_code == 204, deleted.text
+        for response in (*registered, claimed):
+            assert response.status_code in (200, 201, 404), response.text
+        held = (await admin.get("/rooms/room1/tasks?status=claimed&limit=500")).json()
+        assert worker_id not in {task["worker_id"] for task in held["items"]}, round_
+        assert (await alice.patch(f"/workers/{worker_id}")).status_code == 404

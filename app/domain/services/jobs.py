@@ -127,7 +127,7 @@ async def register_job(
                 )
             )
         else:
-            await owned_worker(conn, principal, worker_id, keep=True)
+            await owned_worker(conn, principal, worker_id, lock="keep")
 
         key = and_(job.c.room_id == room_id, job.c.category == category, job.c.name == name)
         row = (await conn.execute(select(job).where(key))).first()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 from uuid import UUID
 
 from sqlalchemy import bindparam, select
@@ -28,18 +28,30 @@ def check_worker(principal: Principal, worker_id: UUID, owner_id: UUID | None) -
 
 
 _WORKER = hot(select(worker_table).where(worker_table.c.id == bindparam("worker_id")))
-# Kept until the transaction ends (PostgreSQL): a removal of the worker waits for it, or,
-# under way, is waited for (then the worker is gone: 404).
-_WORKER_KEPT = _WORKER.with_for_update(key_share=True)
+# Row locks held until the transaction ends (PostgreSQL; SQLite has one writer). "keep":
+# the worker is not removed meanwhile (a removal under way is waited for, then the worker
+# is gone: 404). "remove": taken first by a removal, so that whatever refers to the worker
+# (a registration's link, a keyed claim) waits for it, or it for them, never both.
+WORKER_LOCKS = {
+    "keep": _WORKER.with_for_update(key_share=True),
+    "remove": _WORKER.with_for_update(),
+}
 
 
 async def owned_worker(
-    conn: AsyncConnection, principal: Principal, worker_id: UUID, *, keep: bool = False
+    conn: AsyncConnection,
+    principal: Principal | None,
+    worker_id: UUID,
+    *,
+    lock: Literal["keep", "remove"] | None = None,
 ) -> Any:
-    """The worker row, if it exists (404) and ``principal`` may act for it (403); with
-    ``keep``, locked against removal until the caller's transaction ends (for a write that
-    refers to the worker, such as a job link)."""
-    statement = _WORKER_KEPT if keep else _WORKER
+    """The worker row, if it exists (404) and ``principal`` may act for it (403; ``None``:
+    the system may), row-locked as ``lock`` says until the caller's transaction ends."""
+    statement = _WORKER if lock is None else WORKER_LOCKS[lock]
     row = (await conn.execute(statement, {"worker_id": worker_id})).first()
+    if principal is None:
+        if row is None:
+            raise WorkerNotFound(f"Worker {worker_id} not found.")
+        return row
     check_worker(principal, worker_id, None if row is None else row.user_id)
     return row

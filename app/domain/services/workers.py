@@ -137,12 +137,7 @@ async def delete_worker(
     links go, and jobs left without workers and pending tasks are soft-deleted.
     ``principal=None`` is the system (sweeper, disconnect)."""
     async with db.write() as conn:
-        if principal is None:
-            row = (await conn.execute(select(worker).where(worker.c.id == worker_id))).first()
-            if row is None:
-                raise WorkerNotFound(f"Worker {worker_id} not found.")
-        else:
-            await owned_worker(conn, principal, worker_id)
+        await owned_worker(conn, principal, worker_id, lock="remove")
         return await remove_worker(conn, worker_id, reason, policy)
 
 
