@@ -14,7 +14,9 @@ from app.settings import Settings
 from tests.support.api import assert_problem
 
 JOB = "room1:modifiers:Rotate"
-BACKOFF = 0.2
+# Long enough that the claim right after a failure comes before the retry is due, even on a
+# loaded machine (0.2 s was not, once in CI).
+BACKOFF = 0.6
 
 
 @pytest.fixture
