@@ -14,6 +14,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any
 from uuid import UUID, uuid4
 
 from app.dispatch.definitions import InternalContext
@@ -55,25 +56,21 @@ async def execute(runtime: InternalRuntime, task_id: UUID, attempt: int) -> None
     await runtime.publisher.publish(events)
     definition = runtime.registry.get(record.job_name)
     ctx = InternalContext(task_id=task_id, room_id=record.room_id, attempt=attempt, db=db)
+    outcome: dict[str, Any]
     try:
         if definition is None:
             raise LookupError(f"no executor for {record.job_name} in this process")
-        result = await definition.model_validate(record.payload).execute(ctx)
+        outcome = {"result": await definition.model_validate(record.payload).execute(ctx)}
     except Exception as exc:
         log.warning("internal task %s failed: %s", task_id, exc)
-        error = str(exc) or type(exc).__name__
-
-        def finish() -> Awaitable[tuple[TaskRecord | None, EventBatch]]:
-            return internal_tasks.finish(db, task_id, attempt, run, error=error)
-
-    else:
-
-        def finish() -> Awaitable[tuple[TaskRecord | None, EventBatch]]:
-            return internal_tasks.finish(db, task_id, attempt, run, result=result)
-
-    ended = (TaskStatus.COMPLETED, TaskStatus.FAILED)
+        outcome = {"error": str(exc) or type(exc).__name__}
     _, events = await retried_write(
-        db, task_id, run, finish, done=ended, previous=TaskStatus.RUNNING
+        db,
+        task_id,
+        run,
+        lambda: internal_tasks.finish(db, task_id, attempt, run, **outcome),
+        done=(TaskStatus.COMPLETED, TaskStatus.FAILED),
+        previous=TaskStatus.RUNNING,
     )
     await runtime.publisher.publish(events)
 

@@ -90,7 +90,7 @@ async def test_heartbeat_reports_the_workers_recently_cancelled_tasks(alice, bob
 async def test_deleting_a_worker_of_many_jobs_soft_deletes_each_orphan(alice, monkeypatch):
     """Its jobs are soft-deleted a chunk of ids per statement (here 2): every orphan goes,
     a job with a pending task or another worker stays."""
-    monkeypatch.setattr(job_service, "ORPHAN_CHUNK", 2)
+    monkeypatch.setattr(job_service, "IDS_PER_STATEMENT", 2)
     worker_id = (await alice.register(name="J0"))["worker_id"]
     for i in range(1, 6):
         await alice.register(name=f"J{i}", worker_id=worker_id)

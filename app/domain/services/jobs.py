@@ -334,18 +334,18 @@ _SOFT_DELETE_ORPHAN = (
 )
 # Ids per statement where a statement takes a list of them (within every engine's
 # parameter limit).
-ORPHAN_CHUNK = 1000
+IDS_PER_STATEMENT = 1000
 
 
 def chunked(ids: list[T]) -> Iterator[list[T]]:
-    """``ids`` in lists of at most ``ORPHAN_CHUNK``."""
-    for start in range(0, len(ids), ORPHAN_CHUNK):
-        yield ids[start : start + ORPHAN_CHUNK]
+    """``ids`` in lists of at most ``IDS_PER_STATEMENT``."""
+    for start in range(0, len(ids), IDS_PER_STATEMENT):
+        yield ids[start : start + IDS_PER_STATEMENT]
 
 
 async def soft_delete_orphans(conn: AsyncConnection, job_ids: Iterable[UUID]) -> set[str]:
     """``soft_delete_if_orphaned`` for many jobs (a worker of thousands of jobs leaving):
-    one statement per ``ORPHAN_CHUNK`` ids, not one per job. The rooms of the jobs that
+    one statement per ``IDS_PER_STATEMENT`` ids, not one per job. The rooms of the jobs that
     went."""
     rooms: set[str] = set()
     now = utcnow()

@@ -30,11 +30,11 @@ def check_worker(principal: Principal, worker_id: UUID, owner_id: UUID | None) -
 _WORKER = hot(select(worker_table).where(worker_table.c.id == bindparam("worker_id")))
 # Row locks held until the transaction ends (PostgreSQL; SQLite has one writer). "keep":
 # the worker is not removed meanwhile (a removal under way is waited for, then the worker
-# is gone: 404). "remove": taken first by a removal, so that whatever refers to the worker
-# (a registration's link, a keyed claim) waits for it, or it for them, never both.
+# is gone: 404). "exclusive": one at a time — a removal takes it first, and so do keyed
+# claims, so everything that refers to the worker waits for the others in one order.
 WORKER_LOCKS = {
     "keep": _WORKER.with_for_update(key_share=True),
-    "remove": _WORKER.with_for_update(),
+    "exclusive": _WORKER.with_for_update(),
 }
 
 
@@ -43,7 +43,7 @@ async def owned_worker(
     principal: Principal | None,
     worker_id: UUID,
     *,
-    lock: Literal["keep", "remove"] | None = None,
+    lock: Literal["keep", "exclusive"] | None = None,
 ) -> Any:
     """The worker row, if it exists (404) and ``principal`` may act for it (403; ``None``:
     the system may), row-locked as ``lock`` says until the caller's transaction ends."""

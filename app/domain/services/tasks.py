@@ -311,8 +311,7 @@ async def _keyed_claim(
     """One transaction: the worker's row locked (SQLite: the one writer), then the tasks it
     holds under the key — or, if none, a fresh claim that leaves the key on its tasks."""
     async with db.write() as conn:
-        owner = await conn.scalar(_LOCK_WORKER, {"worker_id": worker_id})
-        check_worker(principal, worker_id, owner)
+        await owned_worker(conn, principal, worker_id, lock="exclusive")
         held = (
             await conn.execute(_HELD_UNDER_KEY, {"worker_id": worker_id, "claim_key": request_key})
         ).all()
@@ -329,11 +328,6 @@ def _in_queue_order(records: Iterable[TaskRecord]) -> list[TaskRecord]:
     return sorted(records, key=lambda r: (-r.priority, r.created_at, r.id))
 
 
-_LOCK_WORKER = (
-    select(worker_table.c.user_id)
-    .where(worker_table.c.id == bindparam("worker_id", type_=worker_table.c.id.type))
-    .with_for_update()
-)
 _HELD_UNDER_KEY = select(task).where(
     task.c.worker_id == bindparam("worker_id", type_=task.c.worker_id.type),
     task.c.status == literal_column(f"'{TaskStatus.CLAIMED.value}'"),

@@ -137,7 +137,7 @@ async def delete_worker(
     links go, and jobs left without workers and pending tasks are soft-deleted.
     ``principal=None`` is the system (sweeper, disconnect)."""
     async with db.write() as conn:
-        await owned_worker(conn, principal, worker_id, lock="remove")
+        await owned_worker(conn, principal, worker_id, lock="exclusive")
         return await remove_worker(conn, worker_id, reason, policy)
 
 

@@ -36,6 +36,10 @@ class SocketSession:
     workers: set[UUID] = field(default_factory=set)
 
 
+# The answer to a join whose socket went while it was handled (nobody receives it).
+_SOCKET_GONE = problem_body(409, "socket-disconnected", "Conflict", "The socket is gone.")
+
+
 def _problem(exc: DomainError) -> dict[str, Any]:
     return problem_body(exc.status, exc.slug, exc.title, exc.detail, exc.errors)
 
@@ -179,12 +183,12 @@ class SocketHandlers:
             return _problem(exc)
         if sid not in self.sessions:  # gone while the checks ran: attach nothing (nobody
             # would detach it) and answer no one
-            return problem_body(409, "socket-disconnected", "Conflict", "The socket is gone.")
+            return _SOCKET_GONE
         session.workers.add(worker_id)
         await self.hub.presence.attach(worker_id, sid)
         if sid not in self.sessions:  # gone while it was being shared: take it out again
             await self.hub.presence.detach(sid, {worker_id})
-            return problem_body(409, "socket-disconnected", "Conflict", "The socket is gone.")
+            return _SOCKET_GONE
         await self.sio.enter_room(sid, f"jobs:{job_name}")
         await self.sio.enter_room(sid, f"worker:{worker_id}")  # task_cancelled for this worker
         return {"job_name": job_name, "worker_id": str(worker_id)}
