@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-import orjson
 import socketio
 
 from app.domain.events import Event
+from app.persistence.types import dump_json
 from app.realtime.outbox import Outbox
 
 NAMESPACE = "/"
@@ -60,5 +60,6 @@ class SocketSink:
 
 
 def _encoded_size(emits: list[Emit]) -> int:
-    """What a batch of events weighs in the outbox: their payloads as JSON."""
-    return sum(len(orjson.dumps(payload)) for _name, payload, _room in emits)
+    """What a batch of events weighs in the outbox: their payloads as JSON (a result may
+    hold integers beyond 64 bits, which orjson alone refuses)."""
+    return sum(len(dump_json(payload)) for _name, payload, _room in emits)

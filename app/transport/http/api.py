@@ -9,6 +9,7 @@ from typing import Any, TypeVar
 from uuid import UUID
 
 import orjson
+import pydantic_core
 from pydantic import BaseModel, ValidationError
 from starlette.convertors import Convertor, register_url_convertor
 from starlette.requests import Request
@@ -46,16 +47,28 @@ def json_response(
     content: BaseModel | dict[str, Any],
     status: int = 200,
     headers: dict[str, str] | None = None,
-    *,
-    exclude_unset: bool = False,
 ) -> Response:
-    """``exclude_unset``: leave out a model's fields that were not given (optional ones)."""
+    """A dict is written as pydantic writes a model (datetimes with ``Z``)."""
     body = (
-        content.model_dump_json(exclude_unset=exclude_unset).encode()
-        if isinstance(content, BaseModel)
-        else orjson.dumps(content)
+        content.model_dump_json().encode() if isinstance(content, BaseModel) else dump_body(content)
     )
     return Response(body, status_code=status, media_type=JSON_MEDIA_TYPE, headers=headers)
+
+
+def dump_body(content: Any) -> bytes:
+    """JSON as pydantic writes it: orjson, or pydantic for what orjson refuses (integers
+    beyond 64 bits, which a task's payload or result may hold)."""
+    try:
+        return orjson.dumps(content, default=_uuid_subclass, option=orjson.OPT_UTC_Z)
+    except orjson.JSONEncodeError:
+        return pydantic_core.to_json(content, inf_nan_mode="null")
+
+
+def _uuid_subclass(value: Any) -> str:
+    """orjson writes ``uuid.UUID`` itself, not a subclass (asyncpg reads UUIDs as one)."""
+    if isinstance(value, UUID):
+        return str(value)
+    raise TypeError
 
 
 def _errors(exc: ValidationError, where: str) -> list[dict[str, Any]]:

@@ -173,13 +173,11 @@ class TaskOut(BaseModel):
     # Counts the task's writes: of two states of one task, the higher version is the later.
     version: int
 
-    @classmethod
-    def of(cls, record: TaskRecord) -> TaskOut:
-        # A record is typed already (it was read from the database): nothing to validate.
-        return cls.model_construct(**_task_fields(record))
 
-
-def _task_fields(record: TaskRecord) -> dict[str, Any]:
+def task_body(record: TaskRecord) -> dict[str, Any]:
+    """A task as ``TaskOut`` writes it, as a dict for ``json_response``: the hot answers
+    skip building a model (a record is typed already: nothing to validate), which cost
+    about a tenth of a request's CPU. ``tests/transport`` keeps the two in step."""
     return {
         "id": record.id,
         "job_name": record.job_name,
@@ -206,9 +204,10 @@ def _task_fields(record: TaskRecord) -> dict[str, Any]:
 class ClaimedTaskOut(TaskOut):
     claim_token: UUID | None
 
-    @classmethod
-    def of(cls, record: TaskRecord) -> ClaimedTaskOut:
-        return cls.model_construct(**_task_fields(record), claim_token=record.claim_token)
+
+def claimed_task_body(record: TaskRecord) -> dict[str, Any]:
+    """A claimed task as ``ClaimedTaskOut`` writes it (see ``task_body``)."""
+    return task_body(record) | {"claim_token": record.claim_token}
 
 
 class TaskClaimIn(BaseModel):
@@ -274,6 +273,12 @@ class ProblemOut(BaseModel):
     status: int
     detail: str
     errors: list[dict[str, Any]] | None = None
+
+
+def task_page_body(page: Page[TaskRecord]) -> dict[str, Any]:
+    """A page of tasks as ``PageOut[TaskOut]`` writes it (see ``task_body``)."""
+    items = [task_body(record) for record in page.items]
+    return {"items": items, "total": page.total, "limit": page.limit, "offset": page.offset}
 
 
 def page_of(model: Any, page: Page[Any]) -> PageOut[Any]:

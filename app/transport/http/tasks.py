@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+from typing import Any
 
 from starlette.responses import Response
 from starlette.types import Receive
@@ -17,7 +18,6 @@ from app.observability import metrics
 from app.persistence.types import utcnow
 from app.transport.http.api import Api, ApiRequest, capped_int, json_response
 from app.transport.http.schemas import (
-    ClaimedTaskOut,
     PageOut,
     TaskClaimIn,
     TaskClaimOut,
@@ -25,7 +25,9 @@ from app.transport.http.schemas import (
     TaskPageQuery,
     TaskSubmitIn,
     TaskUpdateIn,
-    page_of,
+    claimed_task_body,
+    task_body,
+    task_page_body,
 )
 
 api = Api()
@@ -64,7 +66,7 @@ async def submit_task(req: ApiRequest) -> Response:
         record, dispatched = await req.hub.internal.dispatch(record)
         await req.hub.publisher.publish(dispatched)
     return json_response(
-        TaskOut.of(record),
+        task_body(record),
         202 if created else 200,  # 200: a replay of the same Idempotency-Key
         headers={"Location": f"/v1/joblib/tasks/{record.id}", "Retry-After": "1"},
     )
@@ -98,13 +100,11 @@ async def claim_task(req: ApiRequest) -> Response:
         )
         outcome.value = "claimed" if records else "empty"
     await req.hub.publisher.publish(events)
-    claimed = [ClaimedTaskOut.of(record) for record in records]
-    first = claimed[0] if claimed else None
-    if body.max_tasks is None:  # the batch list is an opt-in extension of the protocol
-        reply = TaskClaimOut.model_construct(task=first)
-    else:
-        reply = TaskClaimOut.model_construct(task=first, tasks=claimed)
-    return json_response(reply, exclude_unset=True)
+    claimed = [claimed_task_body(record) for record in records]
+    reply: dict[str, Any] = {"task": claimed[0] if claimed else None}
+    if body.max_tasks is not None:  # the batch list is an opt-in extension of the protocol
+        reply["tasks"] = claimed
+    return json_response(reply)
 
 
 @api.route("GET", "/tasks/{task_id}", response=TaskOut, errors=(404, 422))
@@ -113,17 +113,17 @@ async def get_task(req: ApiRequest) -> Response:
     task_id = req.uuid("task_id")
     wait = _requested_wait(req.header("prefer"), req.hub.settings.long_poll_max_wait_seconds)
     if wait <= 0:
-        return json_response(TaskOut.of(await service.get_task(req.hub.db, task_id)))
+        return json_response(task_body(await service.get_task(req.hub.db, task_id)))
     with req.hub.waiters.watch(task_id) as wake:
         record = await service.get_task(req.hub.db, task_id)
         if is_terminal(record.status):
-            return json_response(TaskOut.of(record))
+            return json_response(task_body(record))
         with metrics.long_poll() as outcome:
             ended = await _wait_for_end(req, record, wake, wait)
             outcome.value = _wait_outcome(ended, released=req.hub.waiters.closed)
     if ended is None:  # the client hung up: whatever is sent goes nowhere
         return Response(status_code=499)
-    return json_response(TaskOut.of(ended), headers={"Preference-Applied": f"wait={wait}"})
+    return json_response(task_body(ended), headers={"Preference-Applied": f"wait={wait}"})
 
 
 async def _wait_for_end(
@@ -205,7 +205,7 @@ async def update_task(req: ApiRequest) -> Response:
         retry_policy=req.hub.settings.retry_policy,
     )
     await req.hub.publisher.publish(events)
-    return json_response(TaskOut.of(record))
+    return json_response(task_body(record))
 
 
 @api.route(
@@ -221,7 +221,7 @@ async def list_room_tasks(req: ApiRequest) -> Response:
     page = await service.list_room_tasks(
         req.hub.db, req.path("room_id"), query.status, query.limit, query.offset
     )
-    return json_response(page_of(TaskOut, page))
+    return json_response(task_page_body(page))
 
 
 @api.route(
@@ -242,4 +242,4 @@ async def list_job_tasks(req: ApiRequest) -> Response:
         query.limit,
         query.offset,
     )
-    return json_response(page_of(TaskOut, page))
+    return json_response(task_page_body(page))

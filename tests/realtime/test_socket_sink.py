@@ -1,0 +1,34 @@
+"""The Socket.IO sink: with rooms on other replicas (a Redis manager), events go out through
+the outbox, whatever their payloads hold."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from app.domain.events import TaskStatusChanged
+from app.domain.states import TaskStatus
+from app.realtime.socket_sink import SocketSink
+from tests.support.records import a_task_record
+
+
+class SharedRooms:
+    """An emitter without the in-process manager (rooms shared through Redis, or the taskiq
+    worker's write-only one): it records what it was asked to send."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, dict[str, Any], str]] = []
+
+    async def emit(self, event: str, data: Any, *, room: str | None = None) -> None:
+        assert room is not None
+        self.sent.append((event, data, room))
+
+
+async def test_an_event_whose_result_holds_an_integer_beyond_64_bits_goes_out() -> None:
+    emitter = SharedRooms()
+    sink = SocketSink(emitter)
+    record = a_task_record(status=TaskStatus.COMPLETED, result={"big": 2**70})
+    await sink([TaskStatusChanged(record, TaskStatus.RUNNING)])
+    await sink.drain(within=5)
+    [(name, payload, room)] = emitter.sent
+    assert (name, room) == ("task_status_event", "room:room")
+    assert payload["result"] == {"big": 2**70}
