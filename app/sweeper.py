@@ -38,6 +38,7 @@ class SweepReport:
     ran: bool
     workers_removed: int = 0
     leases_expired: int = 0
+    orphaned_attempts_ended: int = 0
     tasks_failed: int = 0
     internal_dispatched: int = 0
     tasks_purged: int = 0
@@ -84,6 +85,9 @@ class Sweeper:
             self.db, worker_cutoff, policy
         )
         report.leases_expired, expired = await sweeps.end_expired_leases(self.db, now, policy)
+        report.orphaned_attempts_ended, orphaned = await sweeps.end_orphaned_attempts(
+            self.db, now, policy
+        )
         stuck = await sweeps.fail_stuck_internal_tasks(self.db, internal_cutoff)
         report.tasks_failed = len(stuck)
         dispatched = EventBatch()
@@ -94,16 +98,18 @@ class Sweeper:
             report.tasks_purged = await sweeps.purge_old_tasks(
                 self.db, now - retention, self.settings.retention_batch_size
             )
-        for events in (removed, expired, stuck, dispatched):
+        for events in (removed, expired, orphaned, stuck, dispatched):
             report.events.extend(events)
         await self.publisher.publish(report.events)
         metrics.record_sweep(report)
         if len(report.events) or report.tasks_purged:
             log.info(
-                "sweeper: %d workers removed, %d leases expired, %d internal tasks timed out, "
-                "%d missed internal tasks dispatched, %d old tasks purged",
+                "sweeper: %d workers removed, %d leases expired, %d tasks of removed workers "
+                "ended, %d internal tasks timed out, %d missed internal tasks dispatched, "
+                "%d old tasks purged",
                 report.workers_removed,
                 report.leases_expired,
+                report.orphaned_attempts_ended,
                 report.tasks_failed,
                 report.internal_dispatched,
                 report.tasks_purged,

@@ -6,7 +6,7 @@ from datetime import timedelta
 from uuid import UUID
 
 import pytest
-from sqlalchemy import update
+from sqlalchemy import delete, update
 
 from app.domain.services import sweeps
 from app.domain.services.workers import remove_silent_worker
@@ -335,6 +335,35 @@ async def test_an_expired_lease_fails_the_task_and_tells_its_worker(alice, db, s
     assert (await alice.get("/workers")).json()["total"] == 1  # the worker itself is alive
     told = [e.payload() for e in published if e.name == "task_cancelled"]
     assert told == [{"task_id": lost["id"], "job_name": JOB, "worker_id": job["worker_id"]}]
+
+
+async def test_tasks_claimed_by_a_worker_that_is_gone_end_as_its_removal_would(
+    alice, db, sweeper, published
+):
+    """What a claim committing while its worker is being removed leaves behind (the claim
+    takes no lock on the worker): tasks claimed by a worker row that no longer exists."""
+    gone, alive = await alice.register(), await alice.register()
+    last_try = await alice.submit(JOB)
+    retried = await alice.submit(JOB, max_attempts=2)
+    kept = await alice.submit(JOB)
+    await alice.post("/tasks/claim", json={"worker_id": gone["worker_id"], "max_tasks": 2})
+    await alice.claim(alive["worker_id"])
+    async with db.write() as conn:
+        await conn.execute(delete(worker_table).where(worker_table.c.id == UUID(gone["worker_id"])))
+    published.clear()
+    report = await sweeper.run_once()
+    assert report.orphaned_attempts_ended == 2
+    failed, back = await alice.task(last_try["id"]), await alice.task(retried["id"])
+    assert (failed["status"], failed["error"]) == ("failed", "Worker disconnected")
+    assert (back["status"], back["error"], back["worker_id"]) == (
+        "pending",
+        "Worker disconnected",
+        None,
+    )
+    assert (await alice.task(kept["id"]))["status"] == "claimed"  # its worker is alive
+    changed = {e.payload()["id"] for e in published if e.name == "task_status_event"}
+    assert changed == {last_try["id"], retried["id"]}
+    assert (await sweeper.run_once()).orphaned_attempts_ended == 0
 
 
 async def test_internal_tasks_have_no_lease(alice, db, sweeper):

@@ -14,7 +14,7 @@ from app.domain.services.attempts import end_abandoned_attempts, ended_attempt_e
 from app.domain.services.internal_tasks import INTERNAL_TIMEOUT, internal_job_ids
 from app.domain.services.jobs import JobNames, chunked, soft_delete_orphans
 from app.domain.services.task_rows import task_record
-from app.domain.services.workers import remove_silent_worker
+from app.domain.services.workers import WORKER_DISCONNECTED, remove_silent_worker
 from app.domain.states import TERMINAL_STATUSES, TaskStatus, previous_status
 from app.persistence.database import Database
 from app.persistence.models import (
@@ -128,6 +128,26 @@ async def end_expired_leases(
             policy=policy,
         )
     return len(ended), ended_attempt_events(ended, tell_worker=True)
+
+
+async def end_orphaned_attempts(
+    db: Database, now: datetime, policy: RetryPolicy = DEFAULT_RETRY_POLICY
+) -> tuple[int, EventBatch]:
+    """Claimed/running tasks whose worker is gone are retried (attempts left) or fail, as
+    that worker's removal would have done. A claim is one statement that takes no lock on
+    its worker (the hot path), so one that commits while the worker is being removed can
+    take a task after the removal released the worker's tasks; without this, such a task
+    would wait for its lease to run out."""
+    task = task_table
+    worker_gone = [
+        task.c.worker_id.is_not(None),
+        ~exists().where(worker_table.c.id == task.c.worker_id),
+    ]
+    async with db.write() as conn:
+        ended = await end_abandoned_attempts(
+            conn, worker_gone, error=WORKER_DISCONNECTED, now=now, policy=policy
+        )
+    return len(ended), ended_attempt_events(ended, tell_worker=False)
 
 
 async def fail_stuck_internal_tasks(db: Database, cutoff: datetime) -> EventBatch:
