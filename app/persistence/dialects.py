@@ -63,7 +63,8 @@ def insert_task_of_live_job(dialect: str, position: Any = None) -> Executable:
     :b_job_version AND NOT deleted ON CONFLICT DO NOTHING RETURNING max_attempts``: no row
     when the job was soft-deleted or changed since the caller read it, or when an equal
     ``(submitter, job, idempotency key)`` already exists (the unique index decides between
-    racing duplicates). ``:b_max_attempts`` NULL takes the job's.
+    racing duplicates). ``:b_max_attempts`` NULL takes the job's. On PostgreSQL the job row
+    is locked (``FOR KEY SHARE``, as the foreign key's check locks it anyway).
 
     With ``position`` (PostgreSQL): the insert becomes a data-modifying CTE and the row
     also carries ``position`` as ``queue_position`` — one round trip instead of two. It is
@@ -92,6 +93,10 @@ def insert_task_of_live_job(dialect: str, position: Any = None) -> Executable:
         job_table.c.updated_at == bindparam("b_job_version", type_=job_table.c.updated_at.type),
         job_table.c.deleted.is_(False),
     )
+    if dialect == "postgresql":
+        # Waits for a soft-delete under way (it locks the job row first) and then checks
+        # the job as that left it, instead of the snapshot the statement began with.
+        rows = rows.with_for_update(read=True, key_share=True, of=job_table)
     inserted = (
         _insert(dialect, task)
         .from_select(columns, rows)

@@ -228,3 +228,94 @@ async def test_registering_with_a_worker_being_removed_is_404_not_a_500(alice, d
         assert_problem(await registering, 404, "worker-not-found")
     finally:
         await remover.close()
+
+
+# A job is soft-deleted when its last worker leaves and no task of it is pending. On
+# PostgreSQL each statement sees only what committed before it began, so the soft-delete
+# locks the job row before it checks, and registrations and submits lock it too: whichever
+# comes second sees what the first did (found by an audit: each race below lost a job).
+SOLO = "room1:modifiers:Solo"
+
+
+async def soft_delete_under_way(db, job_id: str):
+    """A transaction that has locked the job and soft-deleted it, not yet committed (what
+    ``soft_delete_orphans`` does between its lock and its commit)."""
+    conn = await db.engine.connect()
+    transaction = await conn.begin()
+    await conn.exec_driver_sql("SELECT id FROM job WHERE id = $1 FOR UPDATE", (UUID(job_id),))
+    await conn.exec_driver_sql(
+        "UPDATE job SET deleted = true, updated_at = now() WHERE id = $1", (UUID(job_id),)
+    )
+    return conn, transaction
+
+
+@pytest.mark.postgres_only
+async def test_a_registration_under_way_keeps_the_job_its_last_worker_leaves(alice, monkeypatch):
+    from app.domain.services import jobs
+
+    leaving = (await alice.register(name="Solo"))["worker_id"]
+    joining = (await alice.post("/workers")).json()["id"]
+    linked, release = asyncio.Event(), asyncio.Event()
+    job_workers = jobs._job_workers
+
+    async def paused(conn, job_id):  # the registration's last step, inside its transaction
+        linked.set()
+        await release.wait()
+        return await job_workers(conn, job_id)
+
+    monkeypatch.setattr(jobs, "_job_workers", paused)
+    body = {"category": "modifiers", "name": "Solo", "schema": SCHEMA, "worker_id": joining}
+    registration = asyncio.create_task(alice.put("/rooms/room1/jobs", json=body))
+    await linked.wait()
+    removal = asyncio.create_task(alice.delete(f"/workers/{leaving}"))
+    await asyncio.sleep(0.3)  # the removal's soft-delete now waits for the registration
+    release.set()
+    assert (await registration).status_code == 200
+    assert (await removal).status_code == 204
+    job = await alice.get(f"/rooms/room1/jobs/{SOLO}")
+    assert job.status_code == 200, job.text
+    assert job.json()["workers"] == [joining]
+
+
+@pytest.mark.postgres_only
+async def test_a_registration_waits_for_a_soft_delete_under_way_and_revives_the_job(alice, db):
+    job = await alice.register(name="Solo")
+    conn, transaction = await soft_delete_under_way(db, job["id"])
+    body = {"category": "modifiers", "name": "Solo", "schema": SCHEMA}
+    registration = asyncio.create_task(alice.put("/rooms/room1/jobs", json=body))
+    await asyncio.sleep(0.3)
+    assert not registration.done()  # it waits for the soft-delete's lock
+    await transaction.commit()
+    await conn.close()
+    assert (await registration).status_code == 201  # revived
+    revived = await alice.get(f"/rooms/room1/jobs/{SOLO}")
+    assert revived.status_code == 200
+    assert (await registration).json()["worker_id"] in revived.json()["workers"]
+
+
+@pytest.mark.postgres_only
+async def test_a_submit_waits_for_a_soft_delete_under_way_and_adds_nothing(alice, db):
+    job = await alice.register(name="Solo")
+    await alice.submit(SOLO)  # the job is known to this process: no lookup on the next
+    await alice.post("/tasks/claim", json={"worker_id": job["worker_id"]})
+    conn, transaction = await soft_delete_under_way(db, job["id"])
+    submit = asyncio.create_task(alice.post(f"/rooms/room1/tasks/{SOLO}", json={"payload": {}}))
+    await asyncio.sleep(0.3)
+    assert not submit.done()
+    await transaction.commit()
+    await conn.close()
+    assert_problem(await submit, 404, "job-not-found")
+    pending = await alice.get("/rooms/room1/tasks?status=pending")
+    assert pending.json()["total"] == 0
+
+
+@pytest.mark.postgres_only
+async def test_the_last_two_workers_leaving_at_once_take_the_job_with_them(alice):
+    for round_ in range(6):
+        first = (await alice.register(name="Solo"))["worker_id"]
+        second = (await alice.register(name="Solo"))["worker_id"]
+        removed = await asyncio.gather(
+            alice.delete(f"/workers/{first}"), alice.delete(f"/workers/{second}")
+        )
+        assert [r.status_code for r in removed] == [204, 204]
+        assert (await alice.get(f"/rooms/room1/jobs/{SOLO}")).status_code == 404, round_

@@ -130,7 +130,10 @@ async def register_job(
             await owned_worker(conn, principal, worker_id, lock="keep")
 
         key = and_(job.c.room_id == room_id, job.c.category == category, job.c.name == name)
-        row = (await conn.execute(select(job).where(key))).first()
+        # Locked against a soft-delete under way (``soft_delete_orphans``): this waits for
+        # it and then sees the job deleted (and revives it), or it waits for this.
+        this_job = select(job).where(key).with_for_update(read=True, key_share=True)
+        row = (await conn.execute(this_job)).first()
         created = False
         if row is None:
             new_job_id = new_id()
@@ -152,7 +155,7 @@ async def register_job(
                     ),
                 )
             )
-            row = (await conn.execute(select(job).where(key))).one()
+            row = (await conn.execute(this_job)).one()
             created = row.id == new_job_id
         elif row.deleted:
             await conn.execute(
@@ -305,12 +308,9 @@ def _record(row: Any, workers: list[UUID]) -> JobRecord:
     )
 
 
-async def soft_delete_if_orphaned(conn: AsyncConnection, job_id: UUID) -> str | None:
-    """Soft-delete the job if it has no worker and no pending task; ``@internal`` jobs are
-    exempt. One guarded statement, so a registration or submit that lands concurrently is
-    never overridden. Returns the job's room when it was deleted."""
-    result = await conn.execute(_SOFT_DELETE_ORPHAN, {"job_id": job_id, "now": utcnow()})
-    return result.scalar()
+async def soft_delete_if_orphaned(db: Database, job_id: UUID) -> str | None:
+    """``soft_delete_orphans`` of one job: its room when it was deleted."""
+    return next(iter(await soft_delete_orphans(db, [job_id])), None)
 
 
 def _orphaned() -> list[Any]:
@@ -326,12 +326,6 @@ def _orphaned() -> list[Any]:
     ]
 
 
-_SOFT_DELETE_ORPHAN = (
-    update(job)
-    .where(job.c.id == bindparam("job_id"), *_orphaned())
-    .values(deleted=True, updated_at=bindparam("now"))
-    .returning(job.c.room_id)
-)
 # Ids per statement where a statement takes a list of them (within every engine's
 # parameter limit).
 IDS_PER_STATEMENT = 1000
@@ -343,18 +337,33 @@ def chunked(ids: list[T]) -> Iterator[list[T]]:
         yield ids[start : start + IDS_PER_STATEMENT]
 
 
-async def soft_delete_orphans(conn: AsyncConnection, job_ids: Iterable[UUID]) -> set[str]:
-    """``soft_delete_if_orphaned`` for many jobs (a worker of thousands of jobs leaving):
-    one statement per ``IDS_PER_STATEMENT`` ids, not one per job. The rooms of the jobs that
-    went."""
+async def soft_delete_orphans(db: Database, job_ids: Iterable[UUID]) -> set[str]:
+    """Soft-delete those of ``job_ids`` left with no worker and no pending task
+    (``@internal`` jobs are exempt); the rooms of the jobs that went. Run after the change
+    that may have orphaned them (a worker's removal, a task's end) has committed, in a
+    transaction of its own: each job row is locked first (in id order), then checked by a
+    statement of its own. On PostgreSQL a statement sees only what committed before it
+    began, so a check made before the lock was granted would miss a registration or a
+    submit committed meanwhile (and two removals at once would each see the other's link);
+    registrations and submits lock the job row too (``FOR KEY SHARE``), so whichever comes
+    second sees what the first did. One statement per ``IDS_PER_STATEMENT`` ids."""
+    ids = sorted(set(job_ids))
     rooms: set[str] = set()
-    now = utcnow()
-    for chunk in chunked(sorted(set(job_ids))):
-        result = await conn.execute(
-            update(job)
-            .where(job.c.id.in_(chunk), *_orphaned())
-            .values(deleted=True, updated_at=now)
-            .returning(job.c.room_id)
-        )
-        rooms.update(result.scalars())
+    if not ids:
+        return rooms
+    async with db.write() as conn:
+        for chunk in chunked(ids):
+            await conn.execute(
+                select(job.c.id)
+                .where(job.c.id.in_(chunk), job.c.deleted.is_(False))
+                .order_by(job.c.id)
+                .with_for_update()
+            )
+            result = await conn.execute(
+                update(job)
+                .where(job.c.id.in_(chunk), *_orphaned())
+                .values(deleted=True, updated_at=utcnow())
+                .returning(job.c.room_id)
+            )
+            rooms.update(result.scalars())
     return rooms

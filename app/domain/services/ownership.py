@@ -33,7 +33,7 @@ _WORKER = hot(select(worker_table).where(worker_table.c.id == bindparam("worker_
 # is gone: 404). "exclusive": one at a time — a removal takes it first, and so do keyed
 # claims, so everything that refers to the worker waits for the others in one order.
 WORKER_LOCKS = {
-    "keep": _WORKER.with_for_update(key_share=True),
+    "keep": _WORKER.with_for_update(read=True, key_share=True),  # FOR KEY SHARE
     "exclusive": _WORKER.with_for_update(),
 }
 

@@ -73,7 +73,7 @@ async def remove_idle_silent_workers(
 ) -> tuple[int, EventBatch]:
     """Up to ``limit`` workers silent since before ``cutoff`` and holding no claimed or
     running task, removed in one transaction: their links go with them, their jobs left
-    orphaned are soft-deleted. The workers are row-locked (PostgreSQL; SQLite has one
+    orphaned are soft-deleted (after it). The workers are row-locked (PostgreSQL; SQLite has one
     writer), so a heartbeat, a registration or a keyed claim landing meanwhile waits and
     finds its worker gone, as after a delete; "no claimed or running task" is checked again
     by the delete itself. (A claim without a key takes no such lock: one that commits
@@ -106,7 +106,7 @@ async def remove_idle_silent_workers(
                 )
             )
         served = [job for worker_id in removed for job in jobs.get(worker_id, ())]
-        await soft_delete_orphans(conn, {job_id for job_id, _room in served})
+    await soft_delete_orphans(db, {job_id for job_id, _room in served})
     events = EventBatch()
     for room in sorted({room for _job_id, room in served}):
         events.add(JobsInvalidate(room))

@@ -396,8 +396,10 @@ async def update_task(
         )
         if status == TaskStatus.CANCELLED and record.worker_id is not None:
             events.add(TaskCancelled(str(record.id), record.job_name, str(record.worker_id)))
-        if status is not None and is_terminal(record.status) and not updated.job_served:
-            await _soft_delete_job(conn, record.job_id, events)
+    if status is not None and is_terminal(record.status) and not updated.job_served:
+        room = await soft_delete_if_orphaned(db, record.job_id)
+        if room is not None:
+            events.add(JobsInvalidate(room))
     return record, events
 
 
@@ -538,12 +540,6 @@ def _authorise_update(principal: Principal, row: Any, target: TaskStatus | None)
     if row.worker_id is not None and row.worker_owner == principal.id:
         return
     raise Forbidden("Only the claiming worker's owner, the submitter (to cancel) or a superuser.")
-
-
-async def _soft_delete_job(conn: AsyncConnection, job_id: UUID, events: EventBatch) -> None:
-    room = await soft_delete_if_orphaned(conn, job_id)
-    if room is not None:
-        events.add(JobsInvalidate(room))
 
 
 async def get_task(db: Database, task_id: UUID) -> TaskRecord:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID
@@ -134,11 +135,13 @@ async def delete_worker(
     policy: RetryPolicy = DEFAULT_RETRY_POLICY,
 ) -> EventBatch:
     """Remove a worker: its claimed/running tasks are retried or fail with ``reason``, its
-    links go, and jobs left without workers and pending tasks are soft-deleted.
+    links go, and then jobs left without workers and pending tasks are soft-deleted.
     ``principal=None`` is the system (sweeper, disconnect)."""
     async with db.write() as conn:
         await owned_worker(conn, principal, worker_id, lock="exclusive")
-        return await remove_worker(conn, worker_id, reason, policy)
+        removal = await remove_worker(conn, worker_id, reason, policy)
+    await soft_delete_orphans(db, removal.jobs)
+    return removal.events
 
 
 async def remove_silent_worker(
@@ -162,14 +165,23 @@ async def remove_silent_worker(
         )
         if still_silent is None:
             return None
-        return await remove_worker(conn, worker_id, reason, policy)
+        removal = await remove_worker(conn, worker_id, reason, policy)
+    await soft_delete_orphans(db, removal.jobs)
+    return removal.events
+
+
+@dataclass
+class Removal:
+    events: EventBatch
+    # The jobs it may have left orphaned: for ``soft_delete_orphans`` once it has committed.
+    jobs: set[UUID]
 
 
 async def remove_worker(
     conn: AsyncConnection, worker_id: UUID, reason: str, policy: RetryPolicy = DEFAULT_RETRY_POLICY
-) -> EventBatch:
+) -> Removal:
     """The cleanup itself, inside the caller's transaction: the worker's claimed/running
-    tasks are retried (attempts left) or fail with ``reason``."""
+    tasks are retried (attempts left) or fail with ``reason``, its links go."""
     ended = await end_abandoned_attempts(
         conn, [task_table.c.worker_id == worker_id], error=reason, now=utcnow(), policy=policy
     )
@@ -185,10 +197,8 @@ async def remove_worker(
     await conn.execute(delete(worker).where(worker.c.id == worker_id))
     for job_row in job_rows:
         events.add(JobsInvalidate(job_row.room_id))
-    await soft_delete_orphans(
-        conn, {row.id for row in job_rows} | {attempt.record.job_id for attempt in ended}
-    )
-    return events
+    jobs = {row.id for row in job_rows} | {attempt.record.job_id for attempt in ended}
+    return Removal(events, jobs)
 
 
 def _summary_query(where: Any) -> Select[Any]:
