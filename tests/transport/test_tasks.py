@@ -383,6 +383,32 @@ async def test_progress_while_running_and_result_on_completion(alice, job):
     assert (await alice.task(task["id"]))["result"] == {"energy": -1.5, "atoms": [1, 2]}
 
 
+async def test_integers_beyond_64_bits_are_kept_exact_in_payloads_and_results(alice, job):
+    big, bigger = 2**70 + 1, -(10**30) - 7
+    response = await alice.post(f"/rooms/room1/tasks/{JOB}", json={"payload": {"angle": big}})
+    assert response.status_code == 202, response.text
+    task = response.json()
+    assert task["payload"] == {"angle": big}
+    claimed = await alice.claim(job["worker_id"])
+    assert claimed["payload"] == {"angle": big}
+    await alice.transition(task["id"], "running")
+    done = await alice.transition(task["id"], "completed", result={"n": [bigger, big]})
+    assert done.json()["result"] == {"n": [bigger, big]}
+    stored = await alice.task(task["id"])
+    assert (stored["payload"], stored["result"]) == ({"angle": big}, {"n": [bigger, big]})
+
+
+async def test_a_body_with_long_numbers_is_still_refused_with_nan_or_infinity(alice, job):
+    for constant in (b"NaN", b"Infinity", b"-Infinity"):
+        body = b'{"payload": {"angle": 123456789012345678901, "x": ' + constant + b"}}"
+        response = await alice.post(
+            f"/rooms/room1/tasks/{JOB}",
+            content=body,
+            headers={"Content-Type": "application/json"},
+        )
+        assert_problem(response, 422, "validation-error")
+
+
 async def test_progress_is_refused_unless_running(alice, job):
     task = await alice.submit(JOB)
     response = await alice.patch(f"/tasks/{task['id']}", json={"progress": 0.1})

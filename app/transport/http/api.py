@@ -3,6 +3,8 @@ body (with size limits), and a record of each endpoint's models for the OpenAPI 
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -163,8 +165,8 @@ class ApiRequest:
 
     def _parse(self, raw: bytes, model: type[M]) -> M:
         try:
-            data = orjson.loads(raw) if raw else None
-        except orjson.JSONDecodeError as exc:
+            data = read_json(raw) if raw else None
+        except (ValueError, RecursionError) as exc:
             raise ValidationFailed(
                 "Request body is not valid JSON.",
                 errors=[{"loc": ["body"], "msg": f"Invalid JSON: {exc}"}],
@@ -202,6 +204,25 @@ class ApiRequest:
                 raise PayloadTooLarge(f"Request bodies are limited to {limit} bytes.")
             chunks.append(chunk)
         return b"".join(chunks)
+
+
+# orjson reads an integer beyond 64 bits as a float (changing it): a body with a run of
+# 19 digits or more (rare) is read by the standard library, which keeps it exact (as the
+# engines' deserializer does, ``app/persistence/types.py``).
+_LONG_DIGIT_RUN = re.compile(rb"\d{19}")
+
+
+def read_json(raw: bytes) -> Any:
+    """A JSON body, integers exact; NaN and infinities (not JSON) refused either way
+    (``ValueError``; ``RecursionError`` for a document nested deeper than the standard
+    library can read)."""
+    if _LONG_DIGIT_RUN.search(raw) is None:
+        return orjson.loads(raw)
+    return json.loads(raw, parse_constant=_not_json)
+
+
+def _not_json(constant: str) -> Any:
+    raise ValueError(f"{constant} is not a JSON value")
 
 
 def refuse_declared_oversize(request: Request, limit: int) -> None:
