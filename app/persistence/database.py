@@ -98,6 +98,16 @@ def is_connection_lost(exc: BaseException) -> bool:
     )
 
 
+def is_deadlock(exc: BaseException) -> bool:
+    """Whether PostgreSQL aborted the transaction as one side of a deadlock: it changed
+    nothing, and the same work may succeed when run again."""
+    error = exc.orig if isinstance(exc, DBAPIError) else exc
+    return getattr(error, "sqlstate", None) == DEADLOCK_DETECTED
+
+
+DEADLOCK_DETECTED = "40P01"  # PostgreSQL's SQLSTATE (asyncpg's and SQLAlchemy's errors carry it)
+
+
 class SharedOrExclusive:
     """A gate with two kinds of holders: any number of shared ones at a time, or one
     exclusive one. A waiting exclusive holder goes before shared ones that come later; the

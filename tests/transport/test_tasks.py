@@ -2,6 +2,7 @@
 
 import asyncio
 from datetime import datetime
+from uuid import UUID
 
 import pytest
 
@@ -407,6 +408,28 @@ async def test_a_body_with_long_numbers_is_still_refused_with_nan_or_infinity(al
             headers={"Content-Type": "application/json"},
         )
         assert_problem(response, 422, "validation-error")
+
+
+@pytest.mark.postgres_only
+async def test_a_claim_aborted_as_one_side_of_a_deadlock_runs_again(alice, job, db):
+    """Another transaction holds the queue count of the claim's second task, then waits for
+    the one of its first, which the claim holds: PostgreSQL aborts the claim (it waited
+    first), and the claim runs again once the other is done, instead of answering 500."""
+    urgent = await alice.submit(JOB, priority=1)
+    later = await alice.submit(JOB)  # priority 0: the claim counts it down second
+    count_of = "UPDATE task_queue_bucket SET pending = pending WHERE job_id = $1 AND priority = $2"
+    conn = await db.engine.connect()
+    other = await conn.begin()
+    await conn.exec_driver_sql(count_of, (UUID(job["id"]), 0))
+    body = {"worker_id": job["worker_id"], "max_tasks": 2}
+    claim = asyncio.create_task(alice.post("/tasks/claim", json=body))
+    await asyncio.sleep(0.3)  # the claim holds the priority-1 count and waits for this one
+    await conn.exec_driver_sql(count_of, (UUID(job["id"]), 1))  # granted once it is aborted
+    await other.commit()
+    await conn.close()
+    response = await claim
+    assert response.status_code == 200, response.text
+    assert {task["id"] for task in response.json()["tasks"]} == {urgent["id"], later["id"]}
 
 
 async def test_progress_is_refused_unless_running(alice, job):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -57,13 +58,17 @@ from app.domain.states import (
     patch_predecessors,
     previous_status,
 )
-from app.persistence.database import Database
+from app.persistence.database import Database, is_deadlock
 from app.persistence.dialects import claim_statement, insert_task_of_live_job
 from app.persistence.models import link_table, next_version, task_table, worker_table
 from app.persistence.prepared import hot
 from app.persistence.types import new_id, utcnow
 
 task = task_table
+
+log = logging.getLogger(__name__)
+# A claim aborted as one side of a deadlock runs again, this many times in all at most.
+CLAIM_ATTEMPTS = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -257,11 +262,26 @@ async def claim_tasks(
     claiming more: a worker that repeats a claim whose answer it never got (a connection
     reset after the commit) gets the same tasks, not the next ones while the first wait for
     their lease to run out. Keyed claims of one worker take its row lock first, so one
-    repeated while the first is still running waits for it and then answers its tasks."""
-    if request_key is not None:
-        return await _keyed_claim(db, principal, worker_id, max_tasks, lease_seconds, request_key)
-    async with db.autocommit() as conn:
-        return await _claim(db, conn, principal, worker_id, max_tasks, lease_seconds, None)
+    repeated while the first is still running waits for it and then answers its tasks.
+
+    A claim that PostgreSQL aborts as one side of a deadlock changed nothing and runs again
+    (two batch claims can take the queue-count rows of two jobs in opposite orders: their
+    tasks interleave in time)."""
+    for attempt in range(1, CLAIM_ATTEMPTS + 1):
+        try:
+            if request_key is not None:
+                return await _keyed_claim(
+                    db, principal, worker_id, max_tasks, lease_seconds, request_key
+                )
+            async with db.autocommit() as conn:
+                return await _claim(db, conn, principal, worker_id, max_tasks, lease_seconds, None)
+        except Exception as exc:
+            if attempt == CLAIM_ATTEMPTS or not is_deadlock(exc):
+                raise
+            log.info(
+                "claim for worker %s deadlocked (attempt %d); running it again", worker_id, attempt
+            )
+    raise AssertionError("unreachable")
 
 
 async def _claim(
