@@ -19,8 +19,10 @@ from collections.abc import Awaitable, Callable
 from datetime import datetime
 from uuid import UUID
 
-from app.domain.events import Event, EventBatch, TaskStatusChanged
-from app.domain.services.due_tasks import came_due, next_due
+from app.domain.events import Event, EventBatch, TaskAvailable, TaskStatusChanged
+from app.domain.naming import INTERNAL_ROOM
+from app.domain.records import TaskRecord
+from app.domain.services.due_tasks import END_OF_MOMENT, came_due, next_due
 from app.domain.states import TaskStatus
 from app.persistence.database import Database
 from app.persistence.types import utcnow
@@ -28,6 +30,7 @@ from app.realtime.publisher import Publisher
 
 log = logging.getLogger(__name__)
 BATCH = 1000
+INTERNAL_PREFIX = f"{INTERNAL_ROOM}:"
 
 
 class DueTaskAnnouncer:
@@ -43,18 +46,30 @@ class DueTaskAnnouncer:
         self._dispatch = dispatch
         self._fallback = fallback_seconds
         self._next: datetime | None = None
+        # Every look reads up to a moment (its ``until``); this is the latest one begun.
+        self._looked_until = utcnow()
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 
     async def __call__(self, batch: list[Event]) -> None:
         """Publisher sink: a task published as pending with a ``run_at`` earlier than the
-        timer's next look moves that look forward."""
+        timer's next look moves that look forward. One whose ``run_at`` a look has already
+        read past (its submit or retry committed after that moment: the look could not see
+        it) is announced here and now; a look that did see it announces it too, harmlessly.
+        """
+        late: list[TaskRecord] = []
         for event in batch:
             if isinstance(event, TaskStatusChanged) and event.task.status == TaskStatus.PENDING:
                 run_at = event.task.run_at
-                if run_at is not None and (self._next is None or run_at < self._next):
+                if run_at is None:
+                    continue
+                if run_at <= self._looked_until:
+                    late.append(event.task)
+                elif self._next is None or run_at < self._next:
                     self._next = run_at
                     self._wake.set()
+        if late:
+            await self._announce_now(late)
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="taskhub-due-announcer")
@@ -80,15 +95,28 @@ class DueTaskAnnouncer:
 
     async def _announce(self, seen_until: datetime) -> datetime:
         """Announce everything that came due since ``seen_until``; returns the new mark."""
+        now = utcnow()
+        self._looked_until = max(self._looked_until, now)
+        after, after_id = seen_until, END_OF_MOMENT
         while True:
-            now = utcnow()
-            due = await came_due(self._db, seen_until, now, BATCH)
+            due = await came_due(self._db, after, now, BATCH, after_id)
             await self._publisher.publish(due.events)
             if due.internal and self._dispatch is not None:
                 await self._publisher.publish(await self._dispatch(due.internal))
-            if due.count < BATCH or due.last_run_at is None:
+            if due.count < BATCH or due.last is None:
                 return now
-            seen_until = due.last_run_at
+            after, after_id = due.last
+
+    async def _announce_now(self, tasks: list[TaskRecord]) -> None:
+        events, internal = EventBatch(), []
+        for record in tasks:
+            if record.job_name.startswith(INTERNAL_PREFIX):
+                internal.append(record.id)
+            else:
+                events.add(TaskAvailable(record.job_name, record.room_id, str(record.id)))
+        await self._publisher.publish(events)
+        if internal and self._dispatch is not None:
+            await self._publisher.publish(await self._dispatch(internal))
 
     async def _sleep(self) -> None:
         self._wake.clear()

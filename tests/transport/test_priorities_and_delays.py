@@ -4,10 +4,12 @@
 
 import asyncio
 from datetime import UTC, datetime, timedelta
+from uuid import UUID
 
 import pytest
 
 from app.domain.events import Event, TaskAvailable
+from app.realtime import due_announcer
 from tests.support.api import assert_problem
 
 JOB = "room1:modifiers:Rotate"
@@ -120,3 +122,37 @@ async def test_bad_schedules_and_priorities_are_422_and_store_nothing(alice, job
     response = await alice.post(f"/rooms/room1/tasks/{JOB}", json={"payload": {}, **extra})
     assert_problem(response, 422, "validation-error")
     assert (await alice.get("/rooms/room1/tasks")).json()["total"] == 0
+
+
+async def test_every_task_of_a_moment_is_announced_however_many_share_it(
+    alice, job, recorder, monkeypatch
+):
+    """The announcer reads due tasks in batches; one that ends inside a run of tasks due at
+    the same moment goes on with the rest of that run."""
+    monkeypatch.setattr(due_announcer, "BATCH", 3)
+    moment = (datetime.now(UTC) + timedelta(seconds=1.5)).isoformat()
+    tasks = [await alice.submit(JOB, run_at=moment) for _ in range(7)]
+    ids = {task["id"] for task in tasks}
+    await recorder.wait_for(lambda events: ids <= set(announced(events)), seconds=15)
+
+
+@pytest.mark.postgres_only
+async def test_a_delayed_task_committed_after_a_look_went_past_its_time_is_announced(
+    alice, job, db, recorder
+):
+    """A submit whose commit lands after the announcer has read past the task's ``run_at``
+    (here held up by a lock on its job) is announced when it is published."""
+    await alice.register(name="Other")
+    conn = await db.engine.connect()
+    hold = await conn.begin()
+    await conn.exec_driver_sql("SELECT id FROM job WHERE id = $1 FOR UPDATE", (UUID(job["id"]),))
+    body = {"payload": {}, "delay_seconds": 0.2}
+    held = asyncio.create_task(alice.post(f"/rooms/room1/tasks/{JOB}", json=body))
+    await asyncio.sleep(0.1)
+    assert not held.done()
+    looked = await alice.submit("room1:modifiers:Other", delay_seconds=0.6)
+    await recorder.wait_for(lambda events: looked["id"] in announced(events))
+    await hold.commit()
+    await conn.close()
+    task = (await held).json()
+    await recorder.wait_for(lambda events: task["id"] in announced(events))
