@@ -1,15 +1,22 @@
-"""Alembic environment: async engines for both SQLite and PostgreSQL."""
+"""Alembic environment: async engines for both SQLite and PostgreSQL.
+
+The database is the one given in code (``app.persistence.migrations`` sets ``sqlalchemy.url``
+or passes a connection); otherwise, for plain ``alembic`` commands, the hub's own setting
+(``TASKHUB_DATABASE_URL``, or the default SQLite file), so that ``alembic downgrade`` acts on
+the database the hub uses."""
 
 from __future__ import annotations
 
 import asyncio
 
 from alembic import context
+from pydantic import ValidationError
 from sqlalchemy import pool
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from app.persistence.models import metadata
+from app.settings import Settings
 
 config = context.config
 
@@ -38,12 +45,23 @@ async def _run_async(url: str) -> None:
     await engine.dispose()
 
 
+def _database_url() -> str:
+    """``sqlalchemy.url`` when code set it, else the hub's ``TASKHUB_DATABASE_URL``."""
+    url = config.get_main_option("sqlalchemy.url")
+    if url:
+        return url
+    try:
+        return Settings().database_url
+    except ValidationError as exc:
+        raise SystemExit(f"alembic: invalid settings: {exc}") from None
+
+
 def run() -> None:
     connection = config.attributes.get("connection")
     if connection is not None:
         _run_sync(connection)
         return
-    url = config.get_main_option("sqlalchemy.url")
+    url = _database_url()
     if context.is_offline_mode():
         context.configure(url=url, target_metadata=metadata, literal_binds=True)
         with context.begin_transaction():
