@@ -16,7 +16,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from app.persistence.models import metadata
-from app.settings import Settings
+from app.settings import Settings, setting_errors
 
 config = context.config
 
@@ -53,7 +53,7 @@ def _database_url() -> str:
     try:
         return Settings().database_url
     except ValidationError as exc:
-        raise SystemExit(f"alembic: invalid settings: {exc}") from None
+        raise SystemExit(f"alembic: invalid settings: {setting_errors(exc)}") from None
 
 
 def run() -> None:

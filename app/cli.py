@@ -20,7 +20,7 @@ from app.persistence import migrations
 from app.persistence.database import Database
 from app.sdk.cli import add_arguments as add_worker_arguments
 from app.sdk.cli import run_worker
-from app.settings import Settings
+from app.settings import Settings, setting_errors
 
 
 def _run_with_db(settings: Settings, work: Callable[[Database], Awaitable[Any]]) -> Any:
@@ -211,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         settings = Settings()
     except ValidationError as exc:
-        return _refuse(f"invalid settings: {_setting_errors(exc)}")
+        return _refuse(f"invalid settings: {setting_errors(exc)}")
     if getattr(args, "host", None) is None and args.command == "serve":
         args.host = settings.host
     if getattr(args, "port", None) is None and args.command == "serve":
@@ -232,13 +232,6 @@ def _refuse(message: str) -> int:
     """A problem of the machine or its settings: one line on stderr, exit status 2."""
     print(f"taskhub: {message}", file=sys.stderr)
     return 2
-
-
-def _setting_errors(exc: ValidationError) -> str:
-    return "; ".join(
-        f"TASKHUB_{'_'.join(str(part) for part in error['loc']).upper()}: {error['msg']}"
-        for error in exc.errors(include_url=False)
-    )
 
 
 if __name__ == "__main__":

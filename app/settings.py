@@ -5,13 +5,16 @@ from __future__ import annotations
 from functools import cached_property
 from typing import Annotated, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from app.domain.naming import MAX_CATEGORY_LENGTH
 from app.domain.retries import RetryPolicy
 
 DEFAULT_SQLITE_URL = "sqlite+aiosqlite:///taskhub.db"
+DATABASE_DRIVERS = ("sqlite+aiosqlite", "postgresql+asyncpg")
+DATABASE_URL_FORMS = "sqlite+aiosqlite:///path/to/file.db or postgresql+asyncpg://user@host/db"
+REDIS_SCHEMES = ("redis", "rediss", "unix")
 
 
 class Settings(BaseSettings):
@@ -78,6 +81,41 @@ class Settings(BaseSettings):
                 )
         return value
 
+    @field_validator("database_url")
+    @classmethod
+    def _check_database_url(cls, value: str) -> str:
+        """Only the async drivers the hub runs on; the message never repeats a password."""
+        from sqlalchemy.engine import make_url
+        from sqlalchemy.exc import ArgumentError
+
+        try:
+            driver = make_url(value).drivername
+        except ArgumentError:
+            raise ValueError(f"not a database URL; use {DATABASE_URL_FORMS}") from None
+        if driver not in DATABASE_DRIVERS:
+            raise ValueError(f"unsupported driver {driver!r}; use {DATABASE_URL_FORMS}")
+        return value
+
+    @field_validator("redis_url")
+    @classmethod
+    def _check_redis_url(cls, value: str | None) -> str | None:
+        """``redis://``, ``rediss://`` or ``unix://`` with somewhere to connect; empty = unset."""
+        from urllib.parse import urlsplit
+
+        if value is None or not value.strip():
+            return None
+        forms = "use redis://host:port/db, rediss://… or unix:///path/to/socket"
+        try:
+            parts = urlsplit(value)
+            parts.port  # noqa: B018 (raises on a port that is not a number)
+        except ValueError:
+            raise ValueError(f"not a Redis URL; {forms}") from None
+        if parts.scheme not in REDIS_SCHEMES:
+            raise ValueError(f"not a Redis URL; {forms}")
+        if not (parts.hostname if parts.scheme != "unix" else parts.path):
+            raise ValueError(f"no {'host' if parts.scheme != 'unix' else 'path'}; {forms}")
+        return value
+
     @field_validator("sqlite_synchronous")
     @classmethod
     def _check_synchronous(cls, value: str) -> str:
@@ -97,3 +135,13 @@ class Settings(BaseSettings):
     @cached_property
     def is_sqlite(self) -> bool:
         return self.database_url.startswith("sqlite")
+
+
+def setting_errors(exc: ValidationError) -> str:
+    """One line naming each invalid ``TASKHUB_*`` variable and what is wrong with it (never
+    the value itself: it may hold a password)."""
+    return "; ".join(
+        f"TASKHUB_{'_'.join(str(part) for part in error['loc']).upper()}: "
+        f"{error['msg'].removeprefix('Value error, ')}"
+        for error in exc.errors(include_url=False)
+    )

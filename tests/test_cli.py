@@ -369,6 +369,34 @@ async def test_an_invalid_setting_is_named_not_a_traceback(tmp_path: Path) -> No
     assert result.returncode == 2
 
 
+@pytest.mark.parametrize(
+    ("setting", "value"),
+    [
+        ("database_url", "postgresql://postgres:secret@127.0.0.1/taskhub"),  # psycopg2
+        ("database_url", "mysql://127.0.0.1/taskhub"),
+        ("database_url", "garbage"),
+        ("database_url", "sqlite:///taskhub.db"),  # not an async driver
+        ("redis_url", "notaurl"),
+    ],
+)
+@pytest.mark.parametrize("command", [["migrate"], ["users", "create", "a"], ["serve"]])
+async def test_an_unusable_url_is_one_line_naming_the_setting_and_the_accepted_forms(
+    tmp_path: Path, setting: str, value: str, command: list[str]
+) -> None:
+    if setting == "database_url":
+        result = await taskhub(value, tmp_path, *command, time_limit=30)
+    else:
+        url = f"sqlite+aiosqlite:///{tmp_path / 'taskhub.db'}"
+        result = await taskhub(url, tmp_path, *command, time_limit=30, **{setting: value})
+    name = f"TASKHUB_{setting.upper()}"
+    accepted = "postgresql+asyncpg://" if setting == "database_url" else "redis://"
+    assert_clean_failure(result, "invalid settings", name, accepted)
+    assert result.returncode == 2
+    assert len(result.stderr.strip().splitlines()) == 1, str(result)
+    assert "secret" not in result.stderr
+    assert await asyncio.to_thread(os.listdir, tmp_path) == [], "nothing is created"
+
+
 async def test_serve_with_redis_unreachable_is_one_line_not_a_traceback(tmp_path: Path) -> None:
     url = f"sqlite+aiosqlite:///{tmp_path / 'taskhub.db'}"
     nobody = f"redis://{HOST}:{free_port()}/0"

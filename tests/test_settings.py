@@ -3,7 +3,7 @@
 import pytest
 from pydantic import ValidationError
 
-from app.settings import Settings
+from app.settings import Settings, setting_errors
 
 
 @pytest.mark.parametrize(
@@ -20,3 +20,65 @@ def test_a_category_that_could_not_name_a_job_is_refused(monkeypatch, raw):
     monkeypatch.setenv("TASKHUB_ALLOWED_CATEGORIES", raw)
     with pytest.raises(ValidationError, match="a category is 1 to 64 characters"):
         Settings()
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "sqlite+aiosqlite:///taskhub.db",
+        "sqlite+aiosqlite:////var/lib/taskhub/hub.db",
+        "sqlite+aiosqlite://",
+        "postgresql+asyncpg://user:secret@db.example:5432/taskhub",
+    ],
+)
+def test_the_async_database_drivers_are_accepted(monkeypatch, url):
+    monkeypatch.setenv("TASKHUB_DATABASE_URL", url)
+    assert Settings().database_url == url
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "postgresql://user:secret@localhost/taskhub",  # psycopg2: a sync driver
+        "postgresql+psycopg://user:secret@localhost/taskhub",
+        "mysql://localhost/taskhub",
+        "sqlite:///taskhub.db",  # pysqlite: a sync driver
+        "garbage",
+        "",
+    ],
+)
+def test_a_database_url_the_hub_cannot_use_is_refused_naming_the_accepted_forms(monkeypatch, url):
+    monkeypatch.setenv("TASKHUB_DATABASE_URL", url)
+    with pytest.raises(ValidationError) as caught:
+        Settings()
+    described = setting_errors(caught.value)
+    assert described.startswith("TASKHUB_DATABASE_URL: "), described
+    assert "sqlite+aiosqlite:///" in described and "postgresql+asyncpg://" in described
+    assert "secret" not in described
+
+
+@pytest.mark.parametrize(
+    "url", ["redis://127.0.0.1:6379/0", "rediss://:secret@cache.example:6380/1", "unix:///tmp/r.s"]
+)
+def test_redis_urls_are_accepted(monkeypatch, url):
+    monkeypatch.setenv("TASKHUB_REDIS_URL", url)
+    assert Settings().redis_url == url
+
+
+def test_an_empty_redis_url_means_no_redis(monkeypatch):
+    monkeypatch.setenv("TASKHUB_REDIS_URL", "")
+    assert Settings().redis_url is None
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["notaurl", "http://127.0.0.1:6379", "redis://", "redis://:secret@127.0.0.1:port/0", "unix://"],
+)
+def test_a_redis_url_that_is_not_one_is_refused(monkeypatch, url):
+    monkeypatch.setenv("TASKHUB_REDIS_URL", url)
+    with pytest.raises(ValidationError) as caught:
+        Settings()
+    described = setting_errors(caught.value)
+    assert described.startswith("TASKHUB_REDIS_URL: "), described
+    assert "redis://host:port/db" in described
+    assert "secret" not in described
