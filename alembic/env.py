@@ -15,6 +15,7 @@ from sqlalchemy import pool
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import create_async_engine
 
+from app.persistence import migrations
 from app.persistence.models import metadata
 from app.settings import Settings, setting_errors
 
@@ -33,6 +34,9 @@ def _configure(connection: Connection) -> None:
 
 def _run_sync(connection: Connection) -> None:
     _configure(connection)
+    # A revision this code does not know was written by a newer Taskhub: say so, rather
+    # than alembic's "Can't locate revision".
+    migrations.refuse_unknown(context.get_context().get_current_heads())
     with context.begin_transaction():
         context.run_migrations()
 

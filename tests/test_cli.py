@@ -23,11 +23,11 @@ from pathlib import Path
 
 import httpx
 import pytest
-from sqlalchemy import inspect
+from sqlalchemy import inspect, text
 
 from app.main import create_app
 from app.persistence.database import Database
-from app.persistence.migrations import head_revision
+from app.persistence.migrations import current_revision, head_revision
 from app.settings import Settings
 from tests.support.api import ApiClient, assert_problem
 from tests.support.databases import create_postgres_database, drop_postgres_database
@@ -440,6 +440,38 @@ async def test_serve_on_postgres_refuses_an_unmigrated_database(tmp_path: Path) 
             assert response.status_code == 200
     finally:
         await drop_postgres_database(url)
+
+
+async def stamp_revision(database_url: str, revision: str) -> None:
+    """Mark the database as migrated to ``revision`` (as a newer Taskhub would have)."""
+    db = Database(Settings(database_url=database_url))
+    try:
+        async with db.engine.begin() as conn:
+            await conn.execute(text("UPDATE alembic_version SET version_num = :v"), {"v": revision})
+    finally:
+        await db.dispose()
+
+
+@pytest.mark.parametrize("command", [["serve"], ["migrate"], ["users", "create", "alice"]])
+async def test_a_database_migrated_by_a_newer_taskhub_is_one_line_asking_to_upgrade(
+    migrated_url: str, tmp_path: Path, command: list[str]
+) -> None:
+    """A revision this code does not know (``0009``, say) was written by a newer Taskhub:
+    ``taskhub migrate`` cannot help (only the newer code knows that revision), so every
+    command says to upgrade Taskhub, on both engines, and leaves the database as it was."""
+    await stamp_revision(migrated_url, "0009")
+    extra = ["--port", str(free_port())] if command == ["serve"] else []
+    result = await taskhub(migrated_url, tmp_path, *command, *extra, time_limit=30)
+    assert_clean_failure(result, "migrated by a newer Taskhub", "0009", "upgrade Taskhub")
+    assert result.returncode == 2
+    assert len(result.stderr.strip().splitlines()) == 1, str(result)
+    assert "taskhub migrate" not in result.stderr
+    assert "listening" not in result.stdout and "th_" not in result.stdout, str(result)
+    db = Database(Settings(database_url=migrated_url))
+    try:
+        assert await current_revision(db) == "0009"
+    finally:
+        await db.dispose()
 
 
 async def test_serve_on_a_fresh_sqlite_file_migrates_and_creates_an_admin(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from functools import cache
 from pathlib import Path
 
 from alembic import command
@@ -17,6 +19,18 @@ ALEMBIC_DIR = Path(__file__).resolve().parents[2] / "alembic"
 
 class SchemaOutdated(RuntimeError):
     """The database's schema is older (or newer) than this code."""
+
+
+class SchemaNewer(SchemaOutdated):
+    """The database was migrated by a newer Taskhub: its revision is unknown to this code,
+    which can neither serve it nor migrate it (only the newer code knows the way down)."""
+
+    def __init__(self, revision: str) -> None:
+        super().__init__(
+            f"The database was migrated by a newer Taskhub (revision {revision} is unknown "
+            "to this version): upgrade Taskhub."
+        )
+        self.revision = revision
 
 
 def alembic_config(url: str) -> Config:
@@ -40,9 +54,27 @@ def stamp(url: str, revision: str = "head") -> None:
 
 
 def head_revision() -> str:
-    head = ScriptDirectory.from_config(alembic_config("sqlite://")).get_current_head()
+    head = _script().get_current_head()
     assert head is not None
     return head
+
+
+@cache
+def _script() -> ScriptDirectory:
+    return ScriptDirectory.from_config(alembic_config("sqlite://"))
+
+
+@cache
+def known_revisions() -> frozenset[str]:
+    return frozenset(script.revision for script in _script().walk_revisions())
+
+
+def refuse_unknown(revisions: Iterable[str]) -> None:
+    """``SchemaNewer`` for the first of a database's ``revisions`` this code does not know
+    (alembic/env.py calls this before any migration command touches the database)."""
+    for revision in revisions:
+        if revision not in known_revisions():
+            raise SchemaNewer(revision)
 
 
 async def current_revision(db: Database) -> str | None:
@@ -55,6 +87,8 @@ async def current_revision(db: Database) -> str | None:
 
 async def check_schema_current(db: Database) -> None:
     current, head = await current_revision(db), head_revision()
+    if current is not None:
+        refuse_unknown([current])
     if current != head:
         raise SchemaOutdated(
             f"The database schema is at revision {current or 'none (empty database)'}, "
