@@ -69,10 +69,11 @@ def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
     settings = settings.model_copy(
         update={"host": args.host, "port": args.port, "workers": args.workers or settings.workers}
     )
-    problem = serving.workers_problem(settings)
+    problem = serving.workers_problem(settings) or serving.listen_problem(
+        settings.host, settings.port
+    )
     if problem is not None:
-        print(f"taskhub: {problem}", file=sys.stderr)
-        return 2
+        return _refuse(problem)
     _ready_schema(settings)
     if settings.redis_url:
         problem = _redis_problem(settings.redis_url)
@@ -164,13 +165,23 @@ def _positive_int(value: str) -> int:
     return number
 
 
+def _port(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {value!r}") from None
+    if not 1 <= number <= 65535:
+        raise argparse.ArgumentTypeError(f"must be 1 to 65535, not {number}")
+    return number
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="taskhub", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
 
     serve = commands.add_parser("serve", help="run the hub (HTTP + Socket.IO)")
     serve.add_argument("--host", default=None)
-    serve.add_argument("--port", type=int, default=None)
+    serve.add_argument("--port", type=_port, default=None)
     serve.add_argument(
         "--workers",
         type=_positive_int,

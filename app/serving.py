@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import socket
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -38,6 +39,19 @@ def workers_problem(settings: Settings) -> str | None:
             f"{settings.workers} workers need TASKHUB_REDIS_URL: long-poll wake-ups and "
             "Socket.IO events must reach every worker process"
         )
+    return None
+
+
+def listen_problem(host: str, port: int) -> str | None:
+    """Why ``host:port`` cannot be listened on (taken, or an address not of this machine),
+    or None: checked, as uvicorn will bind, before anything is created or printed."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        with socket.socket(family, socket.SOCK_STREAM) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((host, port))
+    except OSError as exc:
+        return f"cannot listen on {host}:{port}: {exc.strerror or exc}"
     return None
 
 

@@ -51,7 +51,7 @@ class Settings(BaseSettings):
     auth_cache_seconds: float = Field(default=5.0, ge=0)
 
     host: str = "127.0.0.1"
-    port: int = 8000
+    port: int = Field(default=8000, ge=1, le=65535)
     log_level: str = "info"
     log_format: Literal["text", "json"] = "text"
     access_log: bool = False

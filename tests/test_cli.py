@@ -406,6 +406,44 @@ async def test_serve_with_redis_unreachable_is_one_line_not_a_traceback(tmp_path
     assert "listening" not in result.stdout
 
 
+async def test_serve_on_a_port_in_use_is_one_line_before_anything_is_created(
+    tmp_path: Path,
+) -> None:
+    """The port is checked first: no "listening" line, no admin token, no database file."""
+    url = f"sqlite+aiosqlite:///{tmp_path / 'taskhub.db'}"
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as taken:
+        taken.bind((HOST, 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = await taskhub(url, tmp_path, "serve", "--host", HOST, "--port", str(port))
+    assert_clean_failure(result, f"cannot listen on {HOST}:{port}", "in use")
+    assert result.returncode == 2
+    assert len(result.stderr.strip().splitlines()) == 1, str(result)
+    assert result.stdout == "", str(result)
+    assert await asyncio.to_thread(os.listdir, tmp_path) == [], "nothing is created"
+
+
+@pytest.mark.parametrize(
+    ("arguments", "settings", "fragment"),
+    [
+        (["--port", "99999"], {}, "must be 1 to 65535"),
+        (["--port", "0"], {}, "must be 1 to 65535"),
+        (["--port", "http"], {}, "not a port number"),
+        ([], {"port": "99999"}, "TASKHUB_PORT"),
+        ([], {"port": "-1"}, "TASKHUB_PORT"),
+    ],
+)
+async def test_serve_refuses_a_port_that_is_not_one(
+    tmp_path: Path, arguments: list[str], settings: dict[str, str], fragment: str
+) -> None:
+    url = f"sqlite+aiosqlite:///{tmp_path / 'taskhub.db'}"
+    result = await taskhub(url, tmp_path, "serve", *arguments, **settings)
+    assert_clean_failure(result, fragment)
+    assert result.returncode == 2
+    assert result.stdout == "", str(result)
+    assert await asyncio.to_thread(os.listdir, tmp_path) == [], "nothing is created"
+
+
 async def test_stop_signals_repeated_by_a_supervisor_still_end_with_status_0(
     tmp_path: Path,
 ) -> None:
