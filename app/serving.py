@@ -4,11 +4,15 @@ prometheus-client's multiprocess directory, and a graceful stop that exits with 
 
 from __future__ import annotations
 
+import ctypes
 import os
 import shutil
 import signal
 import socket
+import sys
 import tempfile
+import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -23,6 +27,9 @@ if TYPE_CHECKING:
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 WORKER_APP = "app.serving:worker_app"
+# The pid of the ``taskhub serve`` process supervising several workers, for the workers.
+SUPERVISOR_ENV = "_TASKHUB_SUPERVISOR_PID"
+PR_SET_PDEATHSIG = 1
 
 
 def workers_problem(settings: Settings) -> str | None:
@@ -59,7 +66,41 @@ def worker_app() -> TaskhubApp:
     """The application of one worker process (uvicorn imports this factory in each)."""
     from app.main import create_app
 
+    exit_with_supervisor()
     return create_app(Settings(), drain_on_signals=True)
+
+
+def exit_with_supervisor() -> None:
+    """Stop this worker process (SIGTERM: uvicorn's graceful stop) soon after the ``taskhub
+    serve`` process supervising it dies, even by SIGKILL, instead of serving on as an
+    orphan that holds the port. Linux: the kernel sends the signal (PR_SET_PDEATHSIG);
+    elsewhere a thread compares the parent's pid with the supervisor's every second."""
+    supervisor = int(os.environ.get(SUPERVISOR_ENV) or 0)
+    if not supervisor or supervisor == os.getpid():
+        return
+    if not _parent_death_signal(signal.SIGTERM):
+        threading.Thread(
+            target=_watch_parent, args=(supervisor,), name="supervisor-watchdog", daemon=True
+        ).start()
+    if os.getppid() != supervisor:  # it died before we asked to be told
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+def _parent_death_signal(sig: int) -> bool:
+    """Ask Linux to send ``sig`` when the parent exits; False where that is not available."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def _watch_parent(supervisor: int) -> None:
+    while os.getppid() == supervisor:
+        time.sleep(1)
+    os.kill(os.getpid(), signal.SIGTERM)
 
 
 def serve(settings: Settings) -> int:
@@ -82,7 +123,11 @@ def serve(settings: Settings) -> int:
 
             uvicorn.run(create_app(settings, drain_on_signals=True), **options)  # type: ignore[arg-type]
         else:
-            uvicorn.run(WORKER_APP, factory=True, workers=settings.workers, **options)  # type: ignore[arg-type]
+            os.environ[SUPERVISOR_ENV] = str(os.getpid())  # inherited by the workers
+            try:
+                uvicorn.run(WORKER_APP, factory=True, workers=settings.workers, **options)  # type: ignore[arg-type]
+            finally:
+                os.environ.pop(SUPERVISOR_ENV, None)
     return 0
 
 

@@ -4,8 +4,12 @@ what every worker process counted, whichever worker answers the scrape, and the 
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
+import signal
+import socket
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -120,3 +124,60 @@ def test_several_workers_need_postgres_and_redis(tmp_path: Path, backend: str) -
         assert server.returncode == 2
         expected = "need PostgreSQL and Redis" if backend == "sqlite" else "TASKHUB_REDIS_URL"
         assert expected in server.output()
+
+
+def _process_state(pid: int, started: str | None = None) -> tuple[str, str] | None:
+    """(state, start time) of a live process ``pid`` (None: gone, a zombie, or another process
+    that took the pid since ``started``), from /proc."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    state, start_time = fields[0], fields[19]
+    if state in ("Z", "X") or (started is not None and start_time != started):
+        return None
+    return state, start_time
+
+
+def _children(pid: int) -> dict[int, str]:
+    """The child processes of ``pid`` with their start times."""
+    children: dict[int, str] = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        for child in (task / "children").read_text().split():
+            if (state := _process_state(int(child))) is not None:
+                children[int(child)] = state[1]
+    return children
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads processes from /proc")
+def test_workers_exit_soon_after_their_supervisor_is_killed(tmp_path: Path, namespace: str) -> None:
+    """SIGKILL to ``taskhub serve --workers 2`` (nothing can be done in that process) must not
+    leave its worker processes serving on as orphans: they stop by themselves, and the port
+    is free for the next ``taskhub serve``."""
+    env = {
+        "TASKHUB_WORKERS": "2",
+        "TASKHUB_REDIS_URL": REDIS_URL,
+        "TASKHUB_REDIS_NAMESPACE": namespace,
+    }
+    with provisioned_database("postgres", tmp_path) as url:
+        server = HubServer(url, log_dir=tmp_path, env=env)
+        with server:
+            assert server.process is not None
+            children = _children(server.process.pid)
+            assert len(children) >= 2, children  # the workers (and multiprocessing's helper)
+            server.kill()
+        try:
+            deadline = time.monotonic() + 60  # a graceful stop of each: seconds, not a minute
+            while time.monotonic() < deadline and any(
+                _process_state(pid, started) for pid, started in children.items()
+            ):
+                time.sleep(0.2)
+            left = [pid for pid, started in children.items() if _process_state(pid, started)]
+            assert left == [], f"orphaned worker processes still running: {left}"
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                sock.bind(("127.0.0.1", server.port))  # nobody listens there any more
+        finally:
+            for pid, started in children.items():
+                if _process_state(pid, started):
+                    os.kill(pid, signal.SIGKILL)
