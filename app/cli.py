@@ -175,18 +175,45 @@ def _port(value: str) -> int:
     return number
 
 
+def _user_name(value: str) -> str:
+    if not value.strip():
+        raise argparse.ArgumentTypeError("a user name must not be empty or only spaces")
+    if value != value.strip():
+        raise argparse.ArgumentTypeError(f"{value!r}: no spaces around a user name")
+    return value
+
+
+DESCRIPTION = (
+    "Taskhub: serve the hub, migrate its database, manage users and tokens, and (with the "
+    "worker SDK) serve Extension classes as a worker. Settings come from TASKHUB_* "
+    "environment variables."
+)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="taskhub", description=__doc__)
+    parser = argparse.ArgumentParser(prog="taskhub", description=DESCRIPTION)
+    defaults = Settings.model_fields
     commands = parser.add_subparsers(dest="command", required=True)
 
     serve = commands.add_parser("serve", help="run the hub (HTTP + Socket.IO)")
-    serve.add_argument("--host", default=None)
-    serve.add_argument("--port", type=_port, default=None)
+    serve.add_argument(
+        "--host",
+        default=None,
+        help=f"address to listen on (default: TASKHUB_HOST, else {defaults['host'].default})",
+    )
+    serve.add_argument(
+        "--port",
+        type=_port,
+        default=None,
+        help=f"port to listen on, 1 to 65535 (default: TASKHUB_PORT, else "
+        f"{defaults['port'].default})",
+    )
     serve.add_argument(
         "--workers",
         type=_positive_int,
         default=None,
-        help="worker processes on one socket (PostgreSQL and Redis only; TASKHUB_WORKERS)",
+        help="worker processes on one socket, PostgreSQL and Redis only (default: "
+        f"TASKHUB_WORKERS, else {defaults['workers'].default})",
     )
     serve.set_defaults(func=cmd_serve)
 
@@ -196,7 +223,7 @@ def build_parser() -> argparse.ArgumentParser:
     users_cmd = commands.add_parser("users", help="manage users")
     users_sub = users_cmd.add_subparsers(dest="action", required=True)
     create = users_sub.add_parser("create", help="create a user and print its first token")
-    create.add_argument("name")
+    create.add_argument("name", type=_user_name)
     create.add_argument("--superuser", action="store_true")
     create.set_defaults(func=cmd_users_create)
 

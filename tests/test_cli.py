@@ -25,6 +25,7 @@ import httpx
 import pytest
 from sqlalchemy import inspect, text
 
+from app.domain.services import users
 from app.main import create_app
 from app.persistence.database import Database
 from app.persistence.migrations import current_revision, head_revision
@@ -578,3 +579,32 @@ async def test_app_lifespan_makes_the_configured_admin_token_a_superuser(
                 "/rooms/@global/jobs", json={**GLOBAL_JOB, "name": name}
             )
             assert response.status_code == 201, response.text
+
+
+async def test_help_is_plain_text_and_serve_names_its_defaults(tmp_path: Path) -> None:
+    """``--help`` shows no reStructuredText markup; ``serve --help`` names the variable and
+    the default behind each option."""
+    url = f"sqlite+aiosqlite:///{tmp_path / 'taskhub.db'}"
+    top = await taskhub(url, tmp_path, "--help")
+    assert top.returncode == 0, str(top)
+    assert "``" not in top.stdout and "taskhub" in top.stdout.lower(), str(top)
+    serve = await taskhub(url, tmp_path, "serve", "--help")
+    assert serve.returncode == 0, str(serve)
+    text = " ".join(serve.stdout.split())
+    for fragment in ("TASKHUB_HOST, else 127.0.0.1", "TASKHUB_PORT, else 8000", "TASKHUB_WORKERS"):
+        assert fragment in text, str(serve)
+
+
+@pytest.mark.parametrize("name", ["", "  ", "\t", " alice", "alice "])
+async def test_users_create_refuses_a_blank_or_padded_name(
+    migrated_url: str, tmp_path: Path, name: str
+) -> None:
+    result = await taskhub(migrated_url, tmp_path, "users", "create", name)
+    assert_clean_failure(result, "user name")
+    assert result.returncode == 2
+    assert "th_" not in result.stdout
+    db = Database(Settings(database_url=migrated_url))
+    try:
+        assert await users.count_users(db) == 0
+    finally:
+        await db.dispose()
