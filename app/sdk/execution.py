@@ -2,7 +2,10 @@
 and the outcome, each update carrying the claim token.
 
 A cancelled run's outcome is dropped, and so is one the hub refuses as stale (409): the
-task has moved on without this worker, which is not an error.
+task has moved on without this worker, which is not an error. An outcome the hub could not
+be told yet is retried until the hub answers (a live worker never throws a result away);
+the run stays in the worker's runs meanwhile, so its heartbeat keeps the task's lease. A
+worker's shutdown bounds that by its drain timeout.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ from app.sdk.models import MAX_ERROR_CHARS, MAX_PROGRESS_MESSAGE_CHARS, ClaimedT
 
 log = logging.getLogger("taskhub.sdk")
 T = TypeVar("T")
-UPDATE_RETRY_SECONDS = 60.0
+UPDATE_RETRY_SECONDS = 60.0  # one round of retries of an update; an end report goes on
 PROGRESS_RETRY_SECONDS = 5.0
 
 
@@ -290,13 +293,13 @@ class TaskRun:
             error = "The hub refused the result (too large or not accepted)."
             await self._report_end({"status": "failed", "error": error})
 
-    async def _report_end(
-        self, body: dict[str, Any], retry_for: float = UPDATE_RETRY_SECONDS
-    ) -> str:
+    async def _report_end(self, body: dict[str, Any], retry_for: float | None = None) -> str:
+        """Tell the hub how the run ended; with no ``retry_for``, keep trying (round after
+        round of ``UPDATE_RETRY_SECONDS``) until the hub answers."""
         if body.get("error") is not None:
             body = {**body, "error": fit(storable(body["error"]), MAX_ERROR_CHARS)}
         try:
-            await self.api.update_task(self.task, body, retry_for=retry_for)
+            await self._update_until_answered(body, retry_for)
         except ProblemError as exc:
             if exc.status in (413, 422) and "result" in body:
                 log.warning("Task %s: the hub refused its result: %s", self.id, exc)
@@ -308,6 +311,22 @@ class TaskRun:
             return "dropped"
         log.info("Task %s %s", self.id, body["status"])
         return "reported"
+
+    async def _update_until_answered(self, body: dict[str, Any], retry_for: float | None) -> None:
+        if retry_for is not None:
+            await self.api.update_task(self.task, body, retry_for=retry_for)
+            return
+        while True:
+            try:
+                await self.api.update_task(self.task, body, retry_for=UPDATE_RETRY_SECONDS)
+                return
+            except HubUnavailable as exc:
+                log.warning(
+                    "Task %s: could not report %s yet (%s); still trying",
+                    self.id,
+                    body["status"],
+                    exc,
+                )
 
     def _refused(self, exc: ProblemError | HubUnavailable, action: str) -> None:
         if isinstance(exc, Conflict | NotFound):

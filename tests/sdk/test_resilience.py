@@ -11,12 +11,12 @@ from pathlib import Path
 import httpx
 import pytest
 
-from app.sdk import AsyncClient, Client, Worker
+from app.sdk import AsyncClient, Client, Worker, execution
 from app.sdk.api import WorkerApi
 from app.sdk.http import AsyncHub
 from tests.sdk.conftest import HUB_ENV, Hub, eventually
-from tests.sdk.extensions import OBSERVED_CANCEL, STARTED, Echo, Gate
-from tests.support.server import HubServer, provisioned_database
+from tests.sdk.extensions import GATES, OBSERVED_CANCEL, STARTED, Echo, Gate
+from tests.support.server import Backend, HubServer, provisioned_database
 
 FAST_POLL = 0.3
 
@@ -46,6 +46,10 @@ class RestartableServer(HubServer):
     def restart(self) -> None:
         """Stop the server and start it again on the same port and database."""
         self.stop()
+        self.come_back()
+
+    def come_back(self) -> None:
+        """Start the stopped server again on the same port and database."""
         self._spawn()
         self._wait_healthy()
 
@@ -66,6 +70,31 @@ def test_worker_rejoins_its_rooms_after_the_hub_restarts(tmp_path: Path, room: s
         assert client.submit(Echo(text="again"), room=room).result(timeout=10)["echo"] == "again"
         assert time.monotonic() - started < 5
         assert worker.worker_id == worker_id, "the same worker, not a new registration"
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_a_result_is_delivered_once_the_hub_is_back_however_long_it_was_down(
+    tmp_path: Path, room: str, key: str, backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run that ends while the hub is down keeps trying to report its outcome beyond any
+    retry budget, and stays among the worker's active tasks (so its heartbeat keeps the
+    task's lease) until the hub has it."""
+    monkeypatch.setattr(execution, "UPDATE_RETRY_SECONDS", 0.5)
+    with (
+        provisioned_database(backend, tmp_path) as url,
+        RestartableServer(url, log_dir=tmp_path, env=HUB_ENV) as server,
+        Worker(server.base_url, server.admin_token, [Gate], room=room, sockets=False) as worker,
+        Client(server.base_url, server.admin_token) as client,
+    ):
+        handle = client.submit(Gate(key=key), room=room)
+        assert STARTED[key].wait(10)
+        server.stop()
+        GATES[key].set()  # the run completes while the hub is down
+        time.sleep(3)  # several rounds of the (shortened) retry budget
+        assert worker.active_tasks == [handle.id], "the unreported run is still held"
+        server.come_back()
+        assert handle.result(timeout=30) == "passed"
+        eventually(lambda: not worker.active_tasks, 10, "the run to be released")
 
 
 def test_worker_forgotten_by_the_hub_registers_again(hub: Hub, room: str, key: str) -> None:
