@@ -73,9 +73,10 @@ def _deadline(timeout: float | None) -> float | None:
     return None if timeout is None else time.monotonic() + timeout
 
 
-def _retry_budget(deadline: float | None) -> float | None:
-    """How long a request may retry an unreachable hub: no longer than the caller waits."""
-    return None if deadline is None else max(0.0, deadline - time.monotonic())
+def _retry_budget(deadline: float | None) -> float:
+    """How long a request may retry an unreachable hub: no longer than the caller waits,
+    and for as long as it takes when the caller waits without a timeout."""
+    return math.inf if deadline is None else max(0.0, deadline - time.monotonic())
 
 
 @contextlib.contextmanager
@@ -146,7 +147,8 @@ class Client:
         return Task.model_validate(self._hub.request("GET", f"/tasks/{task_id}").json())
 
     def wait(self, task_id: str, timeout: float | None = None) -> Task:
-        """The task once terminal; ``TimeoutError`` after ``timeout`` seconds."""
+        """The task once terminal; ``TimeoutError`` after ``timeout`` seconds. Without a
+        timeout it waits through hub outages, however long they last."""
         deadline = _deadline(timeout)
         while True:
             seconds = _wait_seconds(deadline)

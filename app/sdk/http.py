@@ -27,6 +27,7 @@ API_PREFIX = "/v1/joblib"
 TRANSIENT_STATUSES = frozenset({429, 500, 502, 503, 504})
 PERMANENT_SLUGS = frozenset({"internal-job-not-configured"})
 NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
+RETRY_SECONDS = 30.0  # how long a request retries by default (read when a client is made)
 
 
 @dataclass(frozen=True)
@@ -120,11 +121,11 @@ class AsyncHub:
         token: str,
         *,
         timeout: float = 10.0,
-        retry_for: float = 30.0,
+        retry_for: float | None = None,
         backoff: Backoff = Backoff(),
     ) -> None:
         self.url = url.rstrip("/")
-        self.retry_for = retry_for
+        self.retry_for = RETRY_SECONDS if retry_for is None else retry_for
         self.backoff = backoff
         self._http = httpx.AsyncClient(
             base_url=self.url + API_PREFIX, headers=_headers(token), timeout=timeout
@@ -173,11 +174,11 @@ class SyncHub:
         token: str,
         *,
         timeout: float = 10.0,
-        retry_for: float = 30.0,
+        retry_for: float | None = None,
         backoff: Backoff = Backoff(),
     ) -> None:
         self.url = url.rstrip("/")
-        self.retry_for = retry_for
+        self.retry_for = RETRY_SECONDS if retry_for is None else retry_for
         self.backoff = backoff
         self._http = httpx.Client(
             base_url=self.url + API_PREFIX, headers=_headers(token), timeout=timeout

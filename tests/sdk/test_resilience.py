@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import socket
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
 import pytest
 
-from app.sdk import AsyncClient, Client, Worker, execution
+from app.sdk import AsyncClient, Client, Worker, execution, http
 from app.sdk.api import WorkerApi
 from app.sdk.http import AsyncHub
 from tests.sdk.conftest import HUB_ENV, Hub, eventually
@@ -95,6 +96,29 @@ def test_a_result_is_delivered_once_the_hub_is_back_however_long_it_was_down(
         server.come_back()
         assert handle.result(timeout=30) == "passed"
         eventually(lambda: not worker.active_tasks, 10, "the run to be released")
+
+
+def test_waiting_without_a_timeout_outlasts_a_hub_outage(
+    tmp_path: Path, room: str, key: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``result()`` with no timeout waits through an outage longer than the client's retry
+    budget and returns the result once the hub is back."""
+    with (
+        provisioned_database("sqlite", tmp_path) as url,
+        RestartableServer(url, log_dir=tmp_path, env=HUB_ENV) as server,
+        Worker(server.base_url, server.admin_token, [Gate], room=room, sockets=False),
+    ):
+        monkeypatch.setattr(http, "RETRY_SECONDS", 0.5)
+        with Client(server.base_url, server.admin_token) as client, ThreadPoolExecutor(1) as pool:
+            handle = client.submit(Gate(key=key), room=room)
+            assert STARTED[key].wait(10)
+            waiting = pool.submit(handle.result)
+            server.stop()
+            time.sleep(3)  # several times the (shortened) retry budget
+            assert not waiting.done(), waiting.exception()
+            server.come_back()
+            GATES[key].set()
+            assert waiting.result(timeout=30) == "passed"
 
 
 def test_worker_forgotten_by_the_hub_registers_again(hub: Hub, room: str, key: str) -> None:
