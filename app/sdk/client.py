@@ -1,6 +1,7 @@
 """Submitting tasks and waiting for their results: ``Client`` (blocking) and
 ``AsyncClient``. Waiting is one long-poll (``Prefer: wait=N``) at a time, never a loop
-of quick reads::
+of quick reads (but for a few in the last second before a deadline, which a whole-second
+wait would overshoot)::
 
     with Client("http://127.0.0.1:8000", token) as hub:
         task = hub.submit(Rotate(angle=45), room="lab")
@@ -28,6 +29,7 @@ from app.sdk.models import Task
 
 LONG_POLL_SECONDS = 60  # the hub caps it anyway (TASKHUB_LONG_POLL_MAX_WAIT_SECONDS)
 EARLY_ANSWER_PAUSE = 0.5  # a hub that answers at once without waiting is not hammered
+SHORT_POLL_PAUSE = 0.25  # between plain reads in the last second before a deadline
 
 
 def _submit_body(payload: dict[str, Any], options: dict[str, Any]) -> dict[str, Any]:
@@ -61,12 +63,26 @@ def _candidates(
 
 
 def _wait_seconds(deadline: float | None) -> int:
+    """Whole seconds the next read may ask the hub to wait (0: a plain read). Never more
+    than is left before the deadline: its last fraction of a second is read client-side."""
     if deadline is None:
         return LONG_POLL_SECONDS
-    remaining = deadline - time.monotonic()
+    return max(0, min(LONG_POLL_SECONDS, math.floor(deadline - time.monotonic())))
+
+
+def _wait_headers(seconds: int) -> dict[str, str]:
+    return {"Prefer": f"wait={seconds}"} if seconds > 0 else {}
+
+
+def _pause(deadline: float | None, seconds: int, response: httpx.Response) -> float:
+    """Seconds to sleep before reading an unfinished task again; ``TimeoutError`` once the
+    deadline has passed (so a wait ends by its deadline, and ``timeout=0`` reads once)."""
+    remaining = math.inf if deadline is None else deadline - time.monotonic()
     if remaining <= 0:
         raise TimeoutError("the task did not finish in time")
-    return max(1, min(LONG_POLL_SECONDS, math.ceil(remaining)))
+    if seconds > 0 and _waited(response):
+        return 0.0
+    return min(EARLY_ANSWER_PAUSE if seconds > 0 else SHORT_POLL_PAUSE, remaining)
 
 
 def _deadline(timeout: float | None) -> float | None:
@@ -156,15 +172,16 @@ class Client:
                 response = self._hub.request(
                     "GET",
                     f"/tasks/{task_id}",
-                    headers={"Prefer": f"wait={seconds}"},
+                    headers=_wait_headers(seconds),
                     http_timeout=seconds + self._timeout,
                     retry_for=_retry_budget(deadline),
                 )
             task = Task.model_validate(response.json())
             if task.is_terminal:
                 return task
-            if not _waited(response):
-                time.sleep(EARLY_ANSWER_PAUSE)
+            pause = _pause(deadline, seconds, response)
+            if pause > 0:
+                time.sleep(pause)
 
     def cancel(self, task_id: str) -> Task:
         response = self._hub.request("PATCH", f"/tasks/{task_id}", json={"status": "cancelled"})
@@ -266,15 +283,16 @@ class AsyncClient:
                 response = await self._hub.request(
                     "GET",
                     f"/tasks/{task_id}",
-                    headers={"Prefer": f"wait={seconds}"},
+                    headers=_wait_headers(seconds),
                     http_timeout=seconds + self._timeout,
                     retry_for=_retry_budget(deadline),
                 )
             task = Task.model_validate(response.json())
             if task.is_terminal:
                 return task
-            if not _waited(response):
-                await asyncio.sleep(EARLY_ANSWER_PAUSE)
+            pause = _pause(deadline, seconds, response)
+            if pause > 0:
+                await asyncio.sleep(pause)
 
     async def cancel(self, task_id: str) -> Task:
         response = await self._hub.request(

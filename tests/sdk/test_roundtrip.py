@@ -9,7 +9,7 @@ import pytest
 
 from app.sdk import AsyncClient, Client, TaskFailed, Worker
 from app.sdk.models import MAX_ERROR_CHARS, MAX_PROGRESS_MESSAGE_CHARS
-from tests.sdk.conftest import Hub, eventually
+from tests.sdk.conftest import Hub, async_eventually, eventually
 from tests.sdk.extensions import (
     GATES,
     STARTED,
@@ -214,3 +214,36 @@ def test_retry_later_gets_another_attempt_until_attempts_run_out(hub: Hub, room:
 def test_submit_refuses_unknown_options(hub: Hub, room: str) -> None:
     with Client(hub.url, hub.user_token) as client, pytest.raises(TypeError):
         client.submit(Flaky(), room=room, priorty=3)
+
+
+def test_a_zero_timeout_checks_the_task_once(hub: Hub, room: str, key: str) -> None:
+    """``timeout=0`` reads the task once: a finished task's result, else ``TimeoutError``."""
+    with (
+        Worker(hub.url, hub.user_token, [Echo, Gate], room=room, concurrency=2),
+        Client(hub.url, hub.user_token) as client,
+    ):
+        done = client.submit(Echo(text="done"), room=room)
+        done.wait(timeout=10)
+        running = client.submit(Gate(key=key), room=room)
+        assert STARTED[key].wait(10)
+        assert client.task(done.id).result(timeout=0)["echo"] == "done"
+        with pytest.raises(TimeoutError):
+            running.wait(timeout=0)
+        GATES[key].set()
+
+
+async def test_a_sub_second_wait_ends_by_its_deadline(hub: Hub, room: str, key: str) -> None:
+    """A wait shorter than a second is not rounded up to the hub's whole-second long poll."""
+    async with (
+        Worker(hub.url, hub.user_token, [Gate], room=room),
+        AsyncClient(hub.url, hub.user_token) as client,
+    ):
+        running = await client.submit(Gate(key=key), room=room)
+        await async_eventually(STARTED[key].is_set, 10, "the run to start")
+        for timeout in (0.0, 0.2):
+            started = time.monotonic()
+            with pytest.raises(TimeoutError):
+                await running.wait(timeout=timeout)
+            assert time.monotonic() - started < 0.9, "the hub was asked to wait a whole second"
+        GATES[key].set()
+        assert await running.result(timeout=10) == "passed"
