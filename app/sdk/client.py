@@ -22,7 +22,13 @@ from typing import Any
 
 import httpx
 
-from app.sdk.errors import HubUnavailable, NotFound, TaskCancelled, TaskFailed
+from app.sdk.errors import (
+    HubUnavailable,
+    InvalidTransition,
+    NotFound,
+    TaskCancelled,
+    TaskFailed,
+)
 from app.sdk.extension import GLOBAL_ROOM, Extension, job_identity
 from app.sdk.http import AsyncHub, SyncHub, segment
 from app.sdk.models import Task
@@ -184,7 +190,14 @@ class Client:
                 time.sleep(pause)
 
     def cancel(self, task_id: str) -> Task:
-        response = self._hub.request("PATCH", f"/tasks/{task_id}", json={"status": "cancelled"})
+        """Cancel the task (``InvalidTransition`` when it had ended already). A retry that
+        finds it cancelled succeeds: the lost answer was most likely our own cancel's."""
+        try:
+            response = self._hub.request("PATCH", f"/tasks/{task_id}", json={"status": "cancelled"})
+        except InvalidTransition as exc:
+            if exc.retried and (task := self.get(task_id)).status == "cancelled":
+                return task
+            raise
         return Task.model_validate(response.json())
 
     def close(self) -> None:
@@ -295,9 +308,15 @@ class AsyncClient:
                 await asyncio.sleep(pause)
 
     async def cancel(self, task_id: str) -> Task:
-        response = await self._hub.request(
-            "PATCH", f"/tasks/{task_id}", json={"status": "cancelled"}
-        )
+        """See ``Client.cancel``."""
+        try:
+            response = await self._hub.request(
+                "PATCH", f"/tasks/{task_id}", json={"status": "cancelled"}
+            )
+        except InvalidTransition as exc:
+            if exc.retried and (task := await self.get(task_id)).status == "cancelled":
+                return task
+            raise
         return Task.model_validate(response.json())
 
     async def aclose(self) -> None:

@@ -25,6 +25,7 @@ class ProblemError(TaskhubError):
         self.title = str(problem.get("title") or "")
         self.detail = str(problem.get("detail") or "")
         self.errors: list[dict[str, Any]] = list(problem.get("errors") or [])
+        self.retried = False  # set when the refusal answered a retry of the request
         super().__init__(f"{status} {self.title or self.slug}: {self.detail}".rstrip(": "))
 
     @property

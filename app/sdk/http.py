@@ -19,7 +19,7 @@ from urllib.parse import quote
 
 import httpx
 
-from app.sdk.errors import HubUnavailable, problem_error
+from app.sdk.errors import HubUnavailable, ProblemError, problem_error
 
 log = logging.getLogger("taskhub.sdk")
 
@@ -83,12 +83,20 @@ class _Attempts:
         self.deadline = time.monotonic() + retry_for
         self.delays = backoff.delays()
         self.idempotent = idempotent
+        self.failed = 0  # attempts that failed so far
 
     def next_delay(self, outcome: httpx.Response | Exception) -> float:
-        """Seconds to wait before retrying after ``outcome``; raise when it is final."""
+        """Seconds to wait before retrying after ``outcome``; raise when it is final (a
+        ``ProblemError`` says whether it answered a retry: an earlier attempt may have been
+        applied although its answer was lost)."""
+        self.failed += 1
         if isinstance(outcome, httpx.Response):
             if not _is_transient_response(outcome) or not self.idempotent:
-                raise_for_problem(outcome)
+                try:
+                    raise_for_problem(outcome)
+                except ProblemError as exc:
+                    exc.retried = self.failed > 1
+                    raise
         elif not isinstance(outcome, NOT_SENT) and not self.idempotent:
             raise HubUnavailable(
                 f"{self.what} failed: {_describe(outcome)} (it may or may not have been applied)"

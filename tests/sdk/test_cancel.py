@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import time
 
+import httpx
 import pytest
 
-from app.sdk import AsyncClient, Client, TaskCancelled, Worker
+from app.sdk import AsyncClient, Client, InvalidTransition, TaskCancelled, Worker
 from tests.sdk.conftest import Hub, async_eventually
 from tests.sdk.extensions import OBSERVED_CANCEL, STARTED, AsyncSpin, Echo, Gate
 
@@ -58,3 +59,70 @@ async def test_cancel_reaches_an_async_run_through_the_heartbeat(
             await handle.result(timeout=5)
     task = hub.task(handle.id)
     assert (task["status"], task["result"]) == ("cancelled", None)
+
+
+class LosesFirstPatchAnswer(httpx.BaseTransport, httpx.AsyncBaseTransport):
+    """Forwards to the hub, but drops the answer of the first PATCH as a reset connection
+    would: after the hub has applied it."""
+
+    def __init__(self) -> None:
+        self.sync, self.aio = httpx.HTTPTransport(), httpx.AsyncHTTPTransport()
+        self.patches = 0
+
+    def _seen(self, request: httpx.Request) -> None:
+        if request.method == "PATCH":
+            self.patches += 1
+            if self.patches == 1:
+                raise httpx.ReadError("connection reset", request=request)
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        response = self.sync.handle_request(request)
+        response.read()
+        self._seen(request)
+        return response
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        response = await self.aio.handle_async_request(request)
+        await response.aread()
+        self._seen(request)
+        return response
+
+
+def _pending_task(hub: Hub, room: str) -> str:
+    with hub.rest() as rest:
+        job = rest.put(
+            f"/rooms/{room}/jobs", json={"category": "analysis", "name": "n", "schema": {}}
+        )
+        assert job.status_code == 201, job.text
+        return str(
+            rest.post(f"/rooms/{room}/tasks/{room}:analysis:n", json={"payload": {}}).json()["id"]
+        )
+
+
+def test_a_cancel_whose_answer_was_lost_succeeds_on_retry(hub: Hub, room: str) -> None:
+    """The retry finds the task cancelled (by the first attempt): that is success."""
+    task_id = _pending_task(hub, room)
+    transport = LosesFirstPatchAnswer()
+    with Client(hub.url, hub.user_token) as client:
+        http = client._hub._http
+        client._hub._http = httpx.Client(
+            base_url=http.base_url, headers=http.headers, transport=transport
+        )
+        http.close()
+        assert client.cancel(task_id).status == "cancelled"
+        assert transport.patches == 2, "the lost answer was retried"
+        with pytest.raises(InvalidTransition):  # a cancel that was not retried still refuses
+            client.cancel(task_id)
+
+
+async def test_an_async_cancel_whose_answer_was_lost_succeeds_on_retry(hub: Hub, room: str) -> None:
+    task_id = _pending_task(hub, room)
+    transport = LosesFirstPatchAnswer()
+    async with AsyncClient(hub.url, hub.user_token) as client:
+        http = client._hub._http
+        client._hub._http = httpx.AsyncClient(
+            base_url=http.base_url, headers=http.headers, transport=transport
+        )
+        await http.aclose()
+        assert (await client.cancel(task_id)).status == "cancelled"
+        assert transport.patches == 2, "the lost answer was retried"
