@@ -3,13 +3,16 @@ documents mapped to exceptions, and retries of transient failures with backoff.
 
 Retry rule: a connection that was never established is always retried; other transport
 errors and 429/500/502/503/504 answers are retried only for requests that are safe to
-repeat (``idempotent=True``). 401/403/404/409/422 are never retried.
+repeat (``idempotent=True``). 401/403/404/409/422 are never retried, nor is a URL that can
+never work (a client refuses one at once: ``check_url``). A request's first retry is
+logged as a warning naming the URL; its final error names the URL too.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import random
 import time
 from collections.abc import Iterator
@@ -27,6 +30,7 @@ API_PREFIX = "/v1/joblib"
 TRANSIENT_STATUSES = frozenset({429, 500, 502, 503, 504})
 PERMANENT_SLUGS = frozenset({"internal-job-not-configured"})
 NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
+NEVER_WORKS = (httpx.UnsupportedProtocol,)
 RETRY_SECONDS = 30.0  # how long a request retries by default (read when a client is made)
 
 
@@ -44,6 +48,20 @@ class Backoff:
         while True:
             yield delay * random.uniform(1 - self.jitter, 1 + self.jitter)
             delay = min(delay * self.factor, self.maximum)
+
+
+def check_url(url: str) -> str:
+    """``url`` without its trailing ``/``; ``ValueError`` when it can never reach a hub (no
+    ``http://``/``https://`` scheme, no host, not a URL)."""
+    try:
+        parsed = httpx.URL(url)
+    except (httpx.InvalidURL, TypeError) as exc:
+        raise ValueError(f"invalid hub URL {url!r}: {exc}") from None
+    if parsed.scheme not in ("http", "https") or not parsed.host:
+        raise ValueError(
+            f"invalid hub URL {url!r}: expected http://host[:port] or https://host[:port]"
+        )
+    return url.rstrip("/")
 
 
 def raise_for_problem(response: httpx.Response) -> httpx.Response:
@@ -97,6 +115,8 @@ class _Attempts:
                 except ProblemError as exc:
                     exc.retried = self.failed > 1
                     raise
+        elif isinstance(outcome, NEVER_WORKS):
+            raise HubUnavailable(f"{self.what} failed: {_describe(outcome)}") from outcome
         elif not isinstance(outcome, NOT_SENT) and not self.idempotent:
             raise HubUnavailable(
                 f"{self.what} failed: {_describe(outcome)} (it may or may not have been applied)"
@@ -107,7 +127,15 @@ class _Attempts:
             raise HubUnavailable(f"{self.what} failed: {_describe(outcome)}") from (
                 outcome if isinstance(outcome, Exception) else None
             )
-        log.debug("%s: %s; retrying in %.2fs", self.what, _describe(outcome), delay)
+        if self.failed == 1:
+            log.warning(
+                "%s: %s; retrying (for up to %s)",
+                self.what,
+                _describe(outcome),
+                "ever" if remaining == math.inf else f"{remaining:.0f}s",
+            )
+        else:
+            log.debug("%s: %s; retrying in %.2fs", self.what, _describe(outcome), delay)
         return min(delay, remaining)
 
 
@@ -132,7 +160,7 @@ class AsyncHub:
         retry_for: float | None = None,
         backoff: Backoff = Backoff(),
     ) -> None:
-        self.url = url.rstrip("/")
+        self.url = check_url(url)
         self.retry_for = RETRY_SECONDS if retry_for is None else retry_for
         self.backoff = backoff
         self._http = httpx.AsyncClient(
@@ -151,7 +179,7 @@ class AsyncHub:
         idempotent: bool = True,
     ) -> httpx.Response:
         attempts = _Attempts(
-            f"{method} {path}",
+            f"{method} {self.url}{API_PREFIX}{path}",
             self.retry_for if retry_for is None else retry_for,
             self.backoff,
             idempotent,
@@ -185,7 +213,7 @@ class SyncHub:
         retry_for: float | None = None,
         backoff: Backoff = Backoff(),
     ) -> None:
-        self.url = url.rstrip("/")
+        self.url = check_url(url)
         self.retry_for = RETRY_SECONDS if retry_for is None else retry_for
         self.backoff = backoff
         self._http = httpx.Client(
@@ -204,7 +232,7 @@ class SyncHub:
         idempotent: bool = True,
     ) -> httpx.Response:
         attempts = _Attempts(
-            f"{method} {path}",
+            f"{method} {self.url}{API_PREFIX}{path}",
             self.retry_for if retry_for is None else retry_for,
             self.backoff,
             idempotent,

@@ -13,6 +13,7 @@ from typing import overload
 
 from app.sdk.engine import WorkerConfig, WorkerEngine
 from app.sdk.extension import GLOBAL_ROOM, Extension, JobSpec
+from app.sdk.http import check_url
 
 log = logging.getLogger("taskhub.sdk")
 E = type[Extension]
@@ -62,7 +63,7 @@ class Worker:
             )
         self.room = room
         self.config = WorkerConfig(
-            url=url,
+            url=check_url(url),
             token=token,
             concurrency=concurrency,
             heartbeat_interval=interval,

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import logging
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -11,7 +13,7 @@ import sys
 import pytest
 
 from app.cli import main
-from app.sdk import AuthError, Extension, TaskContext, Worker
+from app.sdk import AsyncClient, AuthError, Client, Extension, HubUnavailable, TaskContext, Worker
 from app.sdk.extension import JobSpec
 from tests.sdk.conftest import Hub, eventually
 from tests.sdk.extensions import Echo
@@ -103,6 +105,39 @@ def test_a_stop_signal_ends_a_worker_still_trying_to_reach_its_hub(tmp_path) -> 
                 process.kill()
                 process.wait(10)
     assert "Stopped before the worker was registered" in log_path.read_text()
+
+
+@pytest.mark.parametrize("url", ["localhost:8710", "ftp://127.0.0.1:8710", "http://"])
+def test_a_hub_url_that_can_never_work_is_refused_at_once(
+    url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """No scheme, another protocol, no host: refused before any request, not retried."""
+    assert main(["worker", "tests.sdk.extensions:Echo", "--url", url, "--token", "t"]) == 2
+    assert f"invalid hub URL {url!r}" in capsys.readouterr().err
+    for client in (Client, AsyncClient):
+        with pytest.raises(ValueError, match="expected http://host"):
+            client(url, "t")
+
+
+def test_an_unreachable_hub_is_named_in_one_warning_and_in_the_error(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The first retry warns at once (naming the URL), later ones do not; the error that
+    ends the retries names the URL too."""
+    with socket.socket() as unused:  # bound, never listening: every connection is refused
+        unused.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{unused.getsockname()[1]}"
+        worker = Worker(url, "t", [Echo], room="r", startup_timeout=2)
+        failed = re.escape(f"POST {url}/v1/joblib/workers failed")
+        with (
+            caplog.at_level(logging.WARNING, "taskhub.sdk"),
+            pytest.raises(HubUnavailable, match=failed),
+        ):
+            worker.start(timeout=30)
+    retries = [r for r in caplog.records if "retrying" in r.getMessage()]
+    assert len(retries) == 1, [r.getMessage() for r in retries]
+    assert retries[0].levelno == logging.WARNING
+    assert url in retries[0].getMessage()
 
 
 def test_cli_worker_exits_with_the_hub_refusal(hub: Hub, room: str) -> None:
