@@ -61,6 +61,12 @@ def _candidates(
     ``job_room``: the room's own job if it has one, else the ``@global`` one."""
     if isinstance(job, str):
         return [job], dict(payload or {})
+    if isinstance(job, type) and issubclass(job, Extension):
+        raise TypeError(
+            f"pass an instance of {job.__name__}, e.g. {job.__name__}(...), not the class"
+        )
+    if not isinstance(job, Extension):
+        raise TypeError(f"expected an Extension instance or a job name, not {job!r}")
     if payload is not None:
         raise TypeError("pass either an Extension instance or a job name with a payload")
     category, name = job_identity(type(job))

@@ -26,12 +26,34 @@ class ProblemError(TaskhubError):
         self.detail = str(problem.get("detail") or "")
         self.errors: list[dict[str, Any]] = list(problem.get("errors") or [])
         self.retried = False  # set when the refusal answered a retry of the request
-        super().__init__(f"{status} {self.title or self.slug}: {self.detail}".rstrip(": "))
+        text = f"{status} {self.title or self.slug}: {self.detail}".rstrip(": ")
+        details = _short_errors(self.errors)
+        super().__init__(f"{text} ({details})" if details else text)
 
     @property
     def slug(self) -> str:
         """The problem's kebab-case name, e.g. ``stale-claim``."""
         return self.type.rsplit("/", 1)[-1]
+
+
+MAX_ERRORS_SHOWN = 3
+
+
+def _short_errors(errors: list[Any]) -> str:
+    """``loc: msg`` of the first few entries of a problem's ``errors`` (e.g. which field
+    failed validation), ``; ``-separated."""
+    parts = []
+    for error in errors[:MAX_ERRORS_SHOWN]:
+        if not isinstance(error, dict):
+            parts.append(str(error))
+            continue
+        loc = error.get("loc")
+        where = ".".join(str(part) for part in loc) if isinstance(loc, list) else str(loc or "")
+        message = str(error.get("msg") or "")
+        parts.append(f"{where}: {message}" if where and message else where or message)
+    if len(errors) > MAX_ERRORS_SHOWN:
+        parts.append(f"{len(errors) - MAX_ERRORS_SHOWN} more")
+    return "; ".join(part for part in parts if part)
 
 
 class AuthError(ProblemError):

@@ -182,6 +182,7 @@ class TaskRun:
         self.worker_id = worker_id
         self._on_auth_lost = on_auth_lost
         self._reporter: ProgressReporter | None = None
+        self._refusal: ProblemError | None = None  # why the hub refused the result
         self.ctx = TaskContext(
             task_id=task.id,
             job_name=task.job_name,
@@ -290,7 +291,7 @@ class TaskRun:
         if result is not None:
             body["result"] = result
         if await self._report_end(body) == "refused-result":
-            error = "The hub refused the result (too large or not accepted)."
+            error = f"The hub refused the result: {self._refusal}"
             await self._report_end({"status": "failed", "error": error})
 
     async def _report_end(self, body: dict[str, Any], retry_for: float | None = None) -> str:
@@ -303,6 +304,7 @@ class TaskRun:
         except ProblemError as exc:
             if exc.status in (413, 422) and "result" in body:
                 log.warning("Task %s: the hub refused its result: %s", self.id, exc)
+                self._refusal = exc
                 return "refused-result"
             self._refused(exc, f"report {body['status']}")
             return "dropped"

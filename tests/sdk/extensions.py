@@ -178,6 +178,7 @@ class Odd(Extension):
 
     def run(self, ctx: TaskContext) -> Any:
         results = {"nan": float("nan"), "bytes": b"\x00\xff", "surrogate": "\ud800"}
+        results["nul"] = {"text": "a\x00b"}  # JSON, but the hub refuses U+0000
         if self.kind in results:
             return results[self.kind]
         if self.kind == "nul-error":

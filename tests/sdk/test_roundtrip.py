@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from app.sdk import AsyncClient, Client, TaskFailed, Worker
+from app.sdk import AsyncClient, Client, ProblemError, TaskFailed, Worker
 from app.sdk.models import MAX_ERROR_CHARS, MAX_PROGRESS_MESSAGE_CHARS
 from tests.sdk.conftest import Hub, async_eventually, eventually
 from tests.sdk.extensions import (
@@ -214,6 +214,39 @@ def test_retry_later_gets_another_attempt_until_attempts_run_out(hub: Hub, room:
 def test_submit_refuses_unknown_options(hub: Hub, room: str) -> None:
     with Client(hub.url, hub.user_token) as client, pytest.raises(TypeError):
         client.submit(Flaky(), room=room, priorty=3)
+
+
+def test_a_refusal_says_which_field_the_hub_refused(hub: Hub, room: str) -> None:
+    """A 422's ``errors`` (which field failed, and why) are part of the error's text."""
+    with (
+        Worker(hub.url, hub.user_token, [Echo], room=room),
+        Client(hub.url, hub.user_token) as client,
+        pytest.raises(ProblemError) as raised,
+    ):
+        client.submit(Echo(), room=room, priority="urgent")
+    assert raised.value.status == 422
+    assert "body.priority: " in str(raised.value), str(raised.value)
+
+
+def test_a_refused_result_is_recorded_with_the_hubs_reason(hub: Hub, room: str) -> None:
+    """The task fails with what the hub said about the result (here: U+0000), not a guess."""
+    with (
+        Worker(hub.url, hub.user_token, [Odd], room=room),
+        Client(hub.url, hub.user_token) as client,
+    ):
+        handle = client.submit(Odd(kind="nul"), room=room)
+        with pytest.raises(TaskFailed) as raised:
+            handle.result(timeout=10)
+    error = raised.value.task.error
+    assert error.startswith("The hub refused the result: 422"), error
+    assert "NUL characters" in error, error
+
+
+def test_submit_asks_for_an_instance_when_given_an_extension_class() -> None:
+    """Refused before any request (the hub is never contacted)."""
+    with Client("http://127.0.0.1:9", "t") as client, pytest.raises(TypeError) as raised:
+        client.submit(Echo, room="r")  # type: ignore[arg-type]
+    assert "pass an instance of Echo, e.g. Echo(...)" in str(raised.value)
 
 
 def test_a_zero_timeout_checks_the_task_once(hub: Hub, room: str, key: str) -> None:
