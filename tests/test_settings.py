@@ -36,6 +36,16 @@ def test_the_async_database_drivers_are_accepted(monkeypatch, url):
     assert Settings().database_url == url
 
 
+def refusal(monkeypatch, variable: str, value: str) -> str:
+    """How the settings describe their refusal of ``variable=value`` (it names the variable)."""
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(ValidationError) as caught:
+        Settings()
+    described = setting_errors(caught.value)
+    assert described.startswith(f"{variable}: "), described
+    return described
+
+
 @pytest.mark.parametrize(
     "url",
     [
@@ -48,11 +58,7 @@ def test_the_async_database_drivers_are_accepted(monkeypatch, url):
     ],
 )
 def test_a_database_url_the_hub_cannot_use_is_refused_naming_the_accepted_forms(monkeypatch, url):
-    monkeypatch.setenv("TASKHUB_DATABASE_URL", url)
-    with pytest.raises(ValidationError) as caught:
-        Settings()
-    described = setting_errors(caught.value)
-    assert described.startswith("TASKHUB_DATABASE_URL: "), described
+    described = refusal(monkeypatch, "TASKHUB_DATABASE_URL", url)
     assert "sqlite+aiosqlite:///" in described and "postgresql+asyncpg://" in described
     assert "secret" not in described
 
@@ -75,10 +81,6 @@ def test_an_empty_redis_url_means_no_redis(monkeypatch):
     ["notaurl", "http://127.0.0.1:6379", "redis://", "redis://:secret@127.0.0.1:port/0", "unix://"],
 )
 def test_a_redis_url_that_is_not_one_is_refused(monkeypatch, url):
-    monkeypatch.setenv("TASKHUB_REDIS_URL", url)
-    with pytest.raises(ValidationError) as caught:
-        Settings()
-    described = setting_errors(caught.value)
-    assert described.startswith("TASKHUB_REDIS_URL: "), described
+    described = refusal(monkeypatch, "TASKHUB_REDIS_URL", url)
     assert "redis://host:port/db" in described
     assert "secret" not in described
