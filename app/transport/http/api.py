@@ -4,6 +4,7 @@ body (with size limits), and a record of each endpoint's models for the OpenAPI 
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -213,16 +214,39 @@ _LONG_DIGIT_RUN = re.compile(rb"\d{19}")
 
 
 def read_json(raw: bytes) -> Any:
-    """A JSON body, integers exact; NaN and infinities (not JSON) refused either way
-    (``ValueError``; ``RecursionError`` for a document nested deeper than the standard
-    library can read)."""
+    """A JSON body, integers exact. Either way refused (``ValueError``), as orjson refuses
+    them: NaN and infinities (not JSON), numbers too large for a float (``1e400``), and
+    lone surrogates (``"\\ud800"``: not text, and no database stores them);
+    ``RecursionError`` for a document nested deeper than the standard library can read."""
     if _LONG_DIGIT_RUN.search(raw) is None:
         return orjson.loads(raw)
-    return json.loads(raw, parse_constant=_not_json)
+    data = json.loads(raw, parse_constant=_not_json, parse_float=_finite_float)
+    _refuse_lone_surrogates(data)
+    return data
 
 
 def _not_json(constant: str) -> Any:
     raise ValueError(f"{constant} is not a JSON value")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text} is too large for a number")
+    return value
+
+
+def _refuse_lone_surrogates(value: Any) -> None:
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            item.encode()  # UnicodeEncodeError (a ValueError) on a lone surrogate
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
 
 
 def refuse_declared_oversize(request: Request, limit: int) -> None:
