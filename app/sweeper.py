@@ -39,6 +39,7 @@ class SweepReport:
     workers_removed: int = 0
     leases_expired: int = 0
     orphaned_attempts_ended: int = 0
+    orphaned_jobs_deleted: int = 0
     tasks_failed: int = 0
     internal_dispatched: int = 0
     tasks_purged: int = 0
@@ -88,6 +89,7 @@ class Sweeper:
         report.orphaned_attempts_ended, orphaned = await sweeps.end_orphaned_attempts(
             self.db, now, policy
         )
+        report.orphaned_jobs_deleted, left_jobs = await sweeps.soft_delete_orphaned_jobs(self.db)
         stuck = await sweeps.fail_stuck_internal_tasks(self.db, internal_cutoff)
         report.tasks_failed = len(stuck)
         dispatched = EventBatch()
@@ -98,18 +100,19 @@ class Sweeper:
             report.tasks_purged = await sweeps.purge_old_tasks(
                 self.db, now - retention, self.settings.retention_batch_size
             )
-        for events in (removed, expired, orphaned, stuck, dispatched):
+        for events in (removed, expired, orphaned, left_jobs, stuck, dispatched):
             report.events.extend(events)
         await self.publisher.publish(report.events)
         metrics.record_sweep(report)
         if len(report.events) or report.tasks_purged:
             log.info(
                 "sweeper: %d workers removed, %d leases expired, %d tasks of removed workers "
-                "ended, %d internal tasks timed out, %d missed internal tasks dispatched, "
-                "%d old tasks purged",
+                "ended, %d jobs left without workers deleted, %d internal tasks timed out, "
+                "%d missed internal tasks dispatched, %d old tasks purged",
                 report.workers_removed,
                 report.leases_expired,
                 report.orphaned_attempts_ended,
+                report.orphaned_jobs_deleted,
                 report.tasks_failed,
                 report.internal_dispatched,
                 report.tasks_purged,

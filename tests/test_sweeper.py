@@ -10,7 +10,7 @@ from sqlalchemy import delete, update
 
 from app.domain.services import sweeps
 from app.domain.services.workers import remove_silent_worker
-from app.persistence.models import task_table, worker_table
+from app.persistence.models import link_table, task_table, worker_table
 from app.persistence.types import utcnow
 from app.sweeper import Sweeper
 from tests.support.api import assert_problem
@@ -364,6 +364,26 @@ async def test_tasks_claimed_by_a_worker_that_is_gone_end_as_its_removal_would(
     changed = {e.payload()["id"] for e in published if e.name == "task_status_event"}
     assert changed == {last_try["id"], retried["id"]}
     assert (await sweeper.run_once()).orphaned_attempts_ended == 0
+
+
+async def test_a_job_left_without_workers_and_pending_tasks_goes_in_the_next_cycle(
+    alice, db, sweeper, published
+):
+    """What a task ending while its job's last worker is removed can leave (each saw the
+    other not yet done): a live job with no worker and no pending task."""
+    left, waiting = await alice.register(name="Left"), await alice.register(name="Waiting")
+    await alice.register(name="Served")
+    await alice.submit("room1:modifiers:Waiting")
+    unlinked = [UUID(left["id"]), UUID(waiting["id"])]
+    async with db.write() as conn:
+        await conn.execute(delete(link_table).where(link_table.c.job_id.in_(unlinked)))
+    published.clear()
+    report = await sweeper.run_once()
+    assert report.orphaned_jobs_deleted == 1
+    live = {job["full_name"] for job in await alice.room_jobs()}
+    assert live == {"room1:modifiers:Served", "room1:modifiers:Waiting"}  # pending: stays
+    assert [e.room for e in published if e.name == "jobs_invalidate"] == ["room:room1"]
+    assert (await sweeper.run_once()).orphaned_jobs_deleted == 0
 
 
 async def test_internal_tasks_have_no_lease(alice, db, sweeper):

@@ -313,6 +313,13 @@ async def soft_delete_if_orphaned(db: Database, job_id: UUID) -> str | None:
     return next(iter(await soft_delete_orphans(db, [job_id])), None)
 
 
+async def orphaned_jobs(db: Database, limit: int) -> list[UUID]:
+    """Up to ``limit`` live jobs with no worker and no pending task (``@internal`` ones
+    aside): what ``soft_delete_orphans`` would delete."""
+    async with db.read() as conn:
+        return list(await conn.scalars(select(job.c.id).where(*_orphaned()).limit(limit)))
+
+
 def _orphaned() -> list[Any]:
     """A live job that is no ``@internal`` one, with no worker and no pending task."""
     return [
@@ -337,18 +344,19 @@ def chunked(ids: list[T]) -> Iterator[list[T]]:
         yield ids[start : start + IDS_PER_STATEMENT]
 
 
-async def soft_delete_orphans(db: Database, job_ids: Iterable[UUID]) -> set[str]:
+async def soft_delete_orphans(db: Database, job_ids: Iterable[UUID]) -> list[str]:
     """Soft-delete those of ``job_ids`` left with no worker and no pending task
-    (``@internal`` jobs are exempt); the rooms of the jobs that went. Run after the change
+    (``@internal`` jobs are exempt). Run after the change
     that may have orphaned them (a worker's removal, a task's end) has committed, in a
     transaction of its own: each job row is locked first (in id order), then checked by a
     statement of its own. On PostgreSQL a statement sees only what committed before it
     began, so a check made before the lock was granted would miss a registration or a
     submit committed meanwhile (and two removals at once would each see the other's link);
     registrations and submits lock the job row too (``FOR KEY SHARE``), so whichever comes
-    second sees what the first did. One statement per ``IDS_PER_STATEMENT`` ids."""
+    second sees what the first did. One statement per ``IDS_PER_STATEMENT`` ids. The room
+    of each job deleted."""
     ids = sorted(set(job_ids))
-    rooms: set[str] = set()
+    rooms: list[str] = []
     if not ids:
         return rooms
     async with db.write() as conn:
@@ -365,5 +373,5 @@ async def soft_delete_orphans(db: Database, job_ids: Iterable[UUID]) -> set[str]
                 .values(deleted=True, updated_at=utcnow())
                 .returning(job.c.room_id)
             )
-            rooms.update(result.scalars())
+            rooms.extend(result.scalars())
     return rooms

@@ -12,7 +12,7 @@ from app.domain.events import EventBatch, JobsInvalidate, TaskStatusChanged
 from app.domain.retries import DEFAULT_RETRY_POLICY, RetryPolicy
 from app.domain.services.attempts import end_abandoned_attempts, ended_attempt_events
 from app.domain.services.internal_tasks import INTERNAL_TIMEOUT, internal_job_ids
-from app.domain.services.jobs import JobNames, chunked, soft_delete_orphans
+from app.domain.services.jobs import JobNames, chunked, orphaned_jobs, soft_delete_orphans
 from app.domain.services.task_rows import task_record
 from app.domain.services.workers import WORKER_DISCONNECTED, remove_silent_worker
 from app.domain.states import TERMINAL_STATUSES, TaskStatus, previous_status
@@ -148,6 +148,19 @@ async def end_orphaned_attempts(
             conn, worker_gone, error=WORKER_DISCONNECTED, now=now, policy=policy
         )
     return len(ended), ended_attempt_events(ended, tell_worker=False)
+
+
+async def soft_delete_orphaned_jobs(db: Database, limit: int = BATCH) -> tuple[int, EventBatch]:
+    """Live jobs left with no worker and no pending task go, as they would have when their
+    last worker left or their last task ended. A job's soft-delete runs after that change
+    has committed (``soft_delete_orphans``), so one is missed when a task ends while its
+    job's last worker is being removed (each saw the other not yet done) or when the
+    process stops in between."""
+    rooms = await soft_delete_orphans(db, await orphaned_jobs(db, limit))
+    events = EventBatch()
+    for room in sorted(set(rooms)):
+        events.add(JobsInvalidate(room))
+    return len(rooms), events
 
 
 async def fail_stuck_internal_tasks(db: Database, cutoff: datetime) -> EventBatch:
