@@ -13,7 +13,10 @@ class TaskhubError(Exception):
 
 
 class HubUnavailable(TaskhubError):
-    """The hub could not be reached, or kept failing, within the retry budget."""
+    """The hub could not be reached, or kept failing, within the retry budget.
+    ``status``: the HTTP status of its last answer, None if it did not answer."""
+
+    status: int | None = None
 
 
 class ProblemError(TaskhubError):

@@ -323,6 +323,8 @@ class TaskRun:
                 await self.api.update_task(self.task, body, retry_for=UPDATE_RETRY_SECONDS)
                 return
             except HubUnavailable as exc:
+                if exc.status == 500:  # the hub answers, with an error of its own: not again
+                    raise
                 log.warning(
                     "Task %s: could not report %s yet (%s); still trying",
                     self.id,

@@ -56,12 +56,25 @@ def check_url(url: str) -> str:
     try:
         parsed = httpx.URL(url)
     except (httpx.InvalidURL, TypeError) as exc:
-        raise ValueError(f"invalid hub URL {url!r}: {exc}") from None
+        raise ValueError(f"invalid hub URL {shown_url(url)!r}: {exc}") from None
     if parsed.scheme not in ("http", "https") or not parsed.host:
         raise ValueError(
-            f"invalid hub URL {url!r}: expected http://host[:port] or https://host[:port]"
+            f"invalid hub URL {shown_url(url)!r}: expected http://host[:port] or https://host[:port]"
         )
+    if parsed.port is not None and not 0 < parsed.port < 65536:
+        raise ValueError(f"invalid hub URL {shown_url(url)!r}: no such port {parsed.port}")
     return url.rstrip("/")
+
+
+def shown_url(url: str) -> str:
+    """``url`` as logs and errors show it: a password in it masked."""
+    try:
+        parsed = httpx.URL(url)
+    except (httpx.InvalidURL, TypeError):
+        return url
+    if not parsed.password:
+        return url
+    return str(parsed.copy_with(username=parsed.username, password="***"))
 
 
 def raise_for_problem(response: httpx.Response) -> httpx.Response:
@@ -124,15 +137,17 @@ class _Attempts:
         delay = next(self.delays)
         remaining = self.deadline - time.monotonic()
         if remaining <= 0:
-            raise HubUnavailable(f"{self.what} failed: {_describe(outcome)}") from (
-                outcome if isinstance(outcome, Exception) else None
-            )
+            unavailable = HubUnavailable(f"{self.what} failed: {_describe(outcome)}")
+            if isinstance(outcome, httpx.Response):
+                unavailable.status = outcome.status_code
+                raise unavailable
+            raise unavailable from outcome
         if self.failed == 1:
             log.warning(
                 "%s: %s; retrying (for up to %s)",
                 self.what,
                 _describe(outcome),
-                "ever" if remaining == math.inf else f"{remaining:.0f}s",
+                "ever" if remaining == math.inf else f"{remaining:.1f}s",
             )
         else:
             log.debug("%s: %s; retrying in %.2fs", self.what, _describe(outcome), delay)
@@ -179,7 +194,7 @@ class AsyncHub:
         idempotent: bool = True,
     ) -> httpx.Response:
         attempts = _Attempts(
-            f"{method} {self.url}{API_PREFIX}{path}",
+            f"{method} {shown_url(self.url)}{API_PREFIX}{path}",
             self.retry_for if retry_for is None else retry_for,
             self.backoff,
             idempotent,
@@ -232,7 +247,7 @@ class SyncHub:
         idempotent: bool = True,
     ) -> httpx.Response:
         attempts = _Attempts(
-            f"{method} {self.url}{API_PREFIX}{path}",
+            f"{method} {shown_url(self.url)}{API_PREFIX}{path}",
             self.retry_for if retry_for is None else retry_for,
             self.backoff,
             idempotent,

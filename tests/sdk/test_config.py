@@ -140,6 +140,28 @@ def test_an_unreachable_hub_is_named_in_one_warning_and_in_the_error(
     assert url in retries[0].getMessage()
 
 
+def test_a_port_that_cannot_exist_is_refused_at_once() -> None:
+    for client in (Client, AsyncClient):
+        with pytest.raises(ValueError, match="no such port 99999"):
+            client("http://127.0.0.1:99999", "t")
+
+
+def test_a_password_in_the_hub_url_stays_out_of_warnings_and_errors(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with socket.socket() as unused:  # bound, never listening: every connection is refused
+        unused.bind(("127.0.0.1", 0))
+        url = f"http://user:hunter2@127.0.0.1:{unused.getsockname()[1]}"
+        worker = Worker(url, "t", [Echo], room="r", startup_timeout=2)
+        with (
+            caplog.at_level(logging.WARNING, "taskhub.sdk"),
+            pytest.raises(HubUnavailable) as failed,
+        ):
+            worker.start(timeout=30)
+    assert "user:***@127.0.0.1" in str(failed.value) and "hunter2" not in str(failed.value)
+    assert caplog.records and not any("hunter2" in r.getMessage() for r in caplog.records)
+
+
 def test_cli_worker_exits_with_the_hub_refusal(hub: Hub, room: str) -> None:
     env = {key: value for key, value in os.environ.items() if not key.startswith("TASKHUB_")}
     result = subprocess.run(

@@ -8,12 +8,14 @@ import socket
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from types import SimpleNamespace
 
 import httpx
 import pytest
 
 from app.sdk import AsyncClient, Client, Worker, execution, http
 from app.sdk.api import WorkerApi
+from app.sdk.errors import HubUnavailable
 from app.sdk.http import AsyncHub
 from tests.sdk.conftest import HUB_ENV, Hub, eventually
 from tests.sdk.extensions import GATES, OBSERVED_CANCEL, STARTED, Echo, Gate
@@ -221,3 +223,39 @@ async def test_a_claim_whose_answer_was_lost_gets_the_same_tasks_on_retry(
     assert [task.id for task in claimed] == [submitted[0]["id"]]
     assert hub.task(submitted[0]["id"])["attempt"] == 1
     assert hub.task(submitted[1]["id"])["status"] == "pending", "the retry claimed no other"
+
+
+class FailingReports:
+    """A hub API whose task updates fail as given, then succeed (``None`` in the list)."""
+
+    def __init__(self, *failures: HubUnavailable | None) -> None:
+        self.failures = list(failures)
+        self.calls = 0
+
+    async def update_task(self, task: object, body: object, *, retry_for: float) -> None:
+        self.calls += 1
+        failure = self.failures.pop(0)
+        if failure is not None:
+            raise failure
+
+
+def unavailable(status: int | None) -> HubUnavailable:
+    error = HubUnavailable("PATCH …/tasks/t failed")
+    error.status = status
+    return error
+
+
+def a_run(api: FailingReports) -> execution.TaskRun:
+    task = SimpleNamespace(id="t", job_name="r:modifiers:Echo", room_id="r", attempt=1, payload={})
+    return execution.TaskRun(task, None, api, worker_id="w", on_auth_lost=lambda _: None)  # type: ignore[arg-type]
+
+
+async def test_an_end_report_goes_on_through_rounds_without_an_answer_but_not_past_a_500() -> None:
+    """Round after round while the hub does not answer (down, or 503 while it restarts); an
+    answer of 500 is the hub's own error, which the next round would get again: dropped."""
+    patient = FailingReports(unavailable(None), unavailable(503), None)
+    assert await a_run(patient)._report_end({"status": "completed"}) == "reported"
+    assert patient.calls == 3
+    broken = FailingReports(unavailable(500), None)
+    assert await a_run(broken)._report_end({"status": "completed"}) == "dropped"
+    assert broken.calls == 1
