@@ -114,6 +114,16 @@ class Settings(BaseSettings):
             raise ValueError(f"not a Redis URL; {forms}")
         if not (parts.hostname if parts.scheme != "unix" else parts.path):
             raise ValueError(f"no {'host' if parts.scheme != 'unix' else 'path'}; {forms}")
+        database = parts.path.strip("/")
+        if parts.scheme != "unix" and database and not database.isdigit():
+            # (redis-py would ignore it and use database 0)
+            raise ValueError(f"the database must be a number; {forms}")
+        try:  # what redis-py makes of the rest (its query options) when it connects
+            from redis.asyncio import ConnectionPool
+
+            ConnectionPool.from_url(value).make_connection()
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"redis-py cannot use it ({exc}); {forms}") from None
         return value
 
     @field_validator("sqlite_synchronous")

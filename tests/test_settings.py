@@ -78,7 +78,15 @@ def test_an_empty_redis_url_means_no_redis(monkeypatch):
 
 @pytest.mark.parametrize(
     "url",
-    ["notaurl", "http://127.0.0.1:6379", "redis://", "redis://:secret@127.0.0.1:port/0", "unix://"],
+    [
+        "notaurl",
+        "http://127.0.0.1:6379",
+        "redis://",
+        "redis://:secret@127.0.0.1:port/0",
+        "unix://",
+        "redis://:secret@127.0.0.1:6379/x",  # redis-py would use database 0
+        "redis://:secret@127.0.0.1:6379/9?foo=1",  # an option redis-py does not have
+    ],
 )
 def test_a_redis_url_that_is_not_one_is_refused(monkeypatch, url):
     described = refusal(monkeypatch, "TASKHUB_REDIS_URL", url)
