@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import math
 import re
 from typing import Any
 from uuid import UUID
@@ -47,7 +48,18 @@ def dump_json(value: Any) -> str:
     try:
         return orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS).decode()
     except orjson.JSONEncodeError:
-        return json.dumps(value)
+        return json.dumps(_finite(value))
+
+
+def _finite(value: Any) -> Any:
+    """``value`` with NaN and infinities as None (what orjson writes: ``null``)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {key: _finite(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(item) for item in value]
+    return value
 
 
 # orjson reads an integer beyond 64 bits as a float: a document with a run of 19 digits

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 
+import pytest
 from sqlalchemy import bindparam, update
 
 from app.persistence.database import Database
@@ -36,6 +37,15 @@ def test_integers_beyond_64_bits_stay_exact() -> None:
 def test_non_finite_numbers_written_by_the_standard_library_are_read() -> None:
     restored = load_json(json.dumps({"x": float("nan"), "y": float("inf")}))
     assert math.isnan(restored["x"]) and restored["y"] == math.inf
+
+
+def test_non_finite_numbers_are_written_as_null_also_beside_integers_beyond_64_bits() -> None:
+    """(orjson writes ``null`` for them; a document it refuses, for its big integers, is
+    written by the standard library, which would write ``NaN``: not JSON, and refused by
+    PostgreSQL's jsonb.)"""
+    for document in ({"x": float("nan")}, {"x": float("-inf"), "big": [2**70]}):
+        written = dump_json(document)
+        assert json.loads(written, parse_constant=lambda c: pytest.fail(f"wrote {c}"))["x"] is None
 
 
 def test_keys_that_are_not_strings_become_strings_as_with_the_standard_library() -> None:
