@@ -454,8 +454,10 @@ async def test_stop_signals_repeated_by_a_supervisor_still_end_with_status_0(
     async with serving(url, tmp_path) as server:
         process = server.process
         while process.returncode is None:
+            # os.kill, not process.send_signal: that polls (waitpid) the child first and
+            # may reap it under asyncio's child watcher, which then reports status 255.
             with contextlib.suppress(ProcessLookupError):
-                process.send_signal(signal.SIGTERM)
+                os.kill(process.pid, signal.SIGTERM)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(process.wait(), 0.02)
         server.result = await stop(server)
