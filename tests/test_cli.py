@@ -142,7 +142,8 @@ async def stop(server: Server) -> Result:
     """SIGTERM, and insist that the server exits (SIGKILL and fail otherwise)."""
     process = server.process
     if process.returncode is None:
-        process.send_signal(signal.SIGTERM)
+        with contextlib.suppress(ProcessLookupError):  # (os.kill: see the test below)
+            os.kill(process.pid, signal.SIGTERM)
     try:
         stdout, stderr = await asyncio.wait_for(process.communicate(), SHUTDOWN_TIMEOUT)
     except TimeoutError:
@@ -455,7 +456,8 @@ async def test_stop_signals_repeated_by_a_supervisor_still_end_with_status_0(
         process = server.process
         while process.returncode is None:
             # os.kill, not process.send_signal: that polls (waitpid) the child first and
-            # may reap it under asyncio's child watcher, which then reports status 255.
+            # may reap it under asyncio's child watcher, which then reports status 255
+            # ("Unknown child process").
             with contextlib.suppress(ProcessLookupError):
                 os.kill(process.pid, signal.SIGTERM)
             with contextlib.suppress(TimeoutError):
