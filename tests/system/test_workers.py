@@ -149,7 +149,6 @@ def _children(pid: int) -> dict[int, str]:
     return children
 
 
-@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads processes from /proc")
 def test_workers_exit_soon_after_their_supervisor_is_killed(tmp_path: Path, namespace: str) -> None:
     """SIGKILL to ``taskhub serve --workers 2`` (nothing can be done in that process) must not
     leave its worker processes serving on as orphans: they stop by themselves, and the port
