@@ -49,6 +49,11 @@ def validate_job_name(name: str) -> str:
     return name
 
 
+def is_internal_job(full_name: str) -> bool:
+    """Whether a job's full name is one of the ``@internal`` jobs (run by the hub's executor)."""
+    return full_name.startswith(f"{INTERNAL_ROOM}:")
+
+
 def is_reserved(room_id: str) -> bool:
     return room_id in RESERVED_ROOMS
 

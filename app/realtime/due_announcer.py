@@ -20,7 +20,7 @@ from datetime import datetime
 from uuid import UUID
 
 from app.domain.events import Event, EventBatch, TaskAvailable, TaskStatusChanged
-from app.domain.naming import INTERNAL_ROOM
+from app.domain.naming import is_internal_job
 from app.domain.records import TaskRecord
 from app.domain.services.due_tasks import END_OF_MOMENT, came_due, next_due
 from app.domain.states import TaskStatus
@@ -30,7 +30,6 @@ from app.realtime.publisher import Publisher
 
 log = logging.getLogger(__name__)
 BATCH = 1000
-INTERNAL_PREFIX = f"{INTERNAL_ROOM}:"
 
 
 class DueTaskAnnouncer:
@@ -110,7 +109,7 @@ class DueTaskAnnouncer:
     async def _announce_now(self, tasks: list[TaskRecord]) -> None:
         events, internal = EventBatch(), []
         for record in tasks:
-            if record.job_name.startswith(INTERNAL_PREFIX):
+            if is_internal_job(record.job_name):
                 internal.append(record.id)
             else:
                 events.add(TaskAvailable(record.job_name, record.room_id, str(record.id)))

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 from uuid import UUID
@@ -81,21 +81,24 @@ def _errors(exc: ValidationError, where: str) -> list[dict[str, Any]]:
     ]
 
 
-def _has_nul(value: Any) -> bool:
-    """Whether a decoded JSON value holds U+0000 anywhere (PostgreSQL text and jsonb
-    reject it, so it is refused on every backend)."""
+def _strings(value: Any) -> Iterator[str]:
+    """Every string of a decoded JSON value, object keys included."""
     stack = [value]
     while stack:
         item = stack.pop()
         if isinstance(item, str):
-            if "\x00" in item:
-                return True
+            yield item
         elif isinstance(item, dict):
             stack.extend(item.keys())
             stack.extend(item.values())
         elif isinstance(item, list):
             stack.extend(item)
-    return False
+
+
+def _has_nul(value: Any) -> bool:
+    """Whether a decoded JSON value holds U+0000 anywhere (PostgreSQL text and jsonb
+    reject it, so it is refused on every backend)."""
+    return any("\x00" in text for text in _strings(value))
 
 
 def _nested_deeper_than(value: Any, limit: int) -> bool:
@@ -237,16 +240,8 @@ def _finite_float(text: str) -> float:
 
 
 def _refuse_lone_surrogates(value: Any) -> None:
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, str):
-            item.encode()  # UnicodeEncodeError (a ValueError) on a lone surrogate
-        elif isinstance(item, dict):
-            stack.extend(item.keys())
-            stack.extend(item.values())
-        elif isinstance(item, list):
-            stack.extend(item)
+    for text in _strings(value):
+        text.encode()  # UnicodeEncodeError (a ValueError) on a lone surrogate
 
 
 def refuse_declared_oversize(request: Request, limit: int) -> None:

@@ -10,7 +10,7 @@ from starlette.responses import Response
 from starlette.types import Receive
 
 from app.domain.errors import ValidationFailed
-from app.domain.naming import INTERNAL_ROOM
+from app.domain.naming import is_internal_job
 from app.domain.records import TaskRecord
 from app.domain.services import tasks as service
 from app.domain.states import is_terminal
@@ -60,7 +60,7 @@ async def submit_task(req: ApiRequest) -> Response:
         known_jobs=req.hub.known_jobs,
     )
     await req.hub.publisher.publish(events)
-    if created and record.run_at is None and record.job_name.startswith(f"{INTERNAL_ROOM}:"):
+    if created and record.run_at is None and is_internal_job(record.job_name):
         # Enqueued only once "pending" is out: the executor's events can only come after.
         # (A delayed one is dispatched when it comes due: ``DueTaskAnnouncer``.)
         record, dispatched = await req.hub.internal.dispatch(record)
