@@ -17,7 +17,7 @@ from sqlalchemy.ext.asyncio import create_async_engine
 
 from app.persistence import migrations
 from app.persistence.models import metadata
-from app.settings import Settings, setting_errors
+from app.settings import DatabaseSettings, setting_errors
 
 config = context.config
 
@@ -55,7 +55,7 @@ def _database_url() -> str:
     if url:
         return url
     try:
-        return Settings().database_url
+        return DatabaseSettings().database_url
     except ValidationError as exc:
         raise SystemExit(f"alembic: invalid settings: {setting_errors(exc)}") from None
 

@@ -26,6 +26,8 @@ if TYPE_CHECKING:
     from app.main import TaskhubApp
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+# A temporary metrics directory is named METRICS_DIR_PREFIX + "<pid of its serve>-<random>".
+METRICS_DIR_PREFIX = "taskhub-metrics-"
 WORKER_APP = "app.serving:worker_app"
 # The pid of the ``taskhub serve`` process supervising several workers, for the workers.
 SUPERVISOR_ENV = "_TASKHUB_SUPERVISOR_PID"
@@ -147,13 +149,38 @@ def metrics_directory(workers: int) -> Iterator[Path | None]:
     if workers == 1:
         yield None
         return
-    path = Path(tempfile.mkdtemp(prefix="taskhub-metrics-"))
+    remove_orphaned_metrics_directories(Path(tempfile.gettempdir()))
+    path = Path(tempfile.mkdtemp(prefix=f"{METRICS_DIR_PREFIX}{os.getpid()}-"))
     os.environ[MULTIPROC_ENV] = str(path)  # inherited by the worker processes
     try:
         yield path
     finally:
         os.environ.pop(MULTIPROC_ENV, None)
         shutil.rmtree(path, ignore_errors=True)
+
+
+def remove_orphaned_metrics_directories(parent: Path) -> list[Path]:
+    """Remove the temporary metrics directories in ``parent`` whose ``taskhub serve`` is
+    gone: one killed outright (SIGKILL, OOM) never reaches its own clean-up. Each directory
+    is named after the pid of the process that made it; those still running keep theirs.
+    Returns what was removed."""
+    removed = []
+    for path in parent.glob(f"{METRICS_DIR_PREFIX}*-*"):
+        owner = path.name.removeprefix(METRICS_DIR_PREFIX).split("-", 1)[0]
+        if path.is_dir() and owner.isdigit() and not _running(int(owner)):
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    return removed
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
 
 
 def _stopped(_sig: int, _frame: FrameType | None) -> None:

@@ -17,12 +17,33 @@ DATABASE_URL_FORMS = "sqlite+aiosqlite:///path/to/file.db or postgresql+asyncpg:
 REDIS_SCHEMES = ("redis", "rediss", "unix")
 
 
-class Settings(BaseSettings):
-    """Every knob of the hub; see the configuration table in the README."""
+class DatabaseSettings(BaseSettings):
+    """The database alone: what plain ``alembic`` commands read, so that another invalid
+    ``TASKHUB_*`` setting does not stand in the way of a migration."""
 
     model_config = SettingsConfigDict(env_prefix="TASKHUB_", extra="ignore")
 
     database_url: str = DEFAULT_SQLITE_URL
+
+    @field_validator("database_url")
+    @classmethod
+    def _check_database_url(cls, value: str) -> str:
+        """Only the async drivers the hub runs on; the message never repeats a password."""
+        from sqlalchemy.engine import make_url
+        from sqlalchemy.exc import ArgumentError
+
+        try:
+            driver = make_url(value).drivername
+        except ArgumentError:
+            raise ValueError(f"not a database URL; use {DATABASE_URL_FORMS}") from None
+        if driver not in DATABASE_DRIVERS:
+            raise ValueError(f"unsupported driver {driver!r}; use {DATABASE_URL_FORMS}")
+        return value
+
+
+class Settings(DatabaseSettings):
+    """Every knob of the hub; see the configuration table in the README."""
+
     redis_url: str | None = None
     redis_namespace: str = Field(default="taskhub", pattern=r"^[A-Za-z0-9_.-]{1,64}$")
     admin_token: str | None = Field(default=None, repr=False)
@@ -79,21 +100,6 @@ class Settings(BaseSettings):
                     f"{category!r}: a category is 1 to {MAX_CATEGORY_LENGTH} characters "
                     "without ':' (it is part of a job's full name)"
                 )
-        return value
-
-    @field_validator("database_url")
-    @classmethod
-    def _check_database_url(cls, value: str) -> str:
-        """Only the async drivers the hub runs on; the message never repeats a password."""
-        from sqlalchemy.engine import make_url
-        from sqlalchemy.exc import ArgumentError
-
-        try:
-            driver = make_url(value).drivername
-        except ArgumentError:
-            raise ValueError(f"not a database URL; use {DATABASE_URL_FORMS}") from None
-        if driver not in DATABASE_DRIVERS:
-            raise ValueError(f"unsupported driver {driver!r}; use {DATABASE_URL_FORMS}")
         return value
 
     @field_validator("redis_url")

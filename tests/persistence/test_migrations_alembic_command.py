@@ -39,11 +39,15 @@ async def empty_url(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIter
         await drop_postgres_database(url)
 
 
-def alembic(cwd: Path, *args: str, database_url: str | None) -> subprocess.CompletedProcess[str]:
-    """``alembic -c <repo>/alembic.ini ARGS…`` in ``cwd`` with only the given database URL."""
+def alembic(
+    cwd: Path, *args: str, database_url: str | None, **settings: str
+) -> subprocess.CompletedProcess[str]:
+    """``alembic -c <repo>/alembic.ini ARGS…`` in ``cwd`` with only the given database URL
+    (and ``settings``, as ``TASKHUB_<NAME>`` variables)."""
     env = {key: value for key, value in os.environ.items() if not key.startswith("TASKHUB_")}
     if database_url is not None:
         env["TASKHUB_DATABASE_URL"] = database_url
+    env |= {f"TASKHUB_{name.upper()}": value for name, value in settings.items()}
     return subprocess.run(
         [sys.executable, "-m", "alembic", "-c", str(REPO_ROOT / "alembic.ini"), *args],
         cwd=cwd,
@@ -84,6 +88,32 @@ async def test_alembic_without_taskhub_database_url_uses_the_hubs_default(
     result = await asyncio.to_thread(alembic, tmp_path, "upgrade", "0007", database_url=None)
     assert result.returncode == 0, result.stderr
     assert await revision_of(f"sqlite+aiosqlite:///{tmp_path / 'taskhub.db'}") == "0007"
+
+
+async def test_other_invalid_settings_do_not_stand_in_the_way_of_alembic(
+    empty_url: str, tmp_path: Path
+) -> None:
+    """Only the database matters to a migration: a port out of range or a Redis URL the hub
+    would refuse are for ``taskhub serve`` to report."""
+    result = await asyncio.to_thread(
+        alembic,
+        tmp_path,
+        "upgrade",
+        "0007",
+        database_url=empty_url,
+        port="99999",
+        redis_url="http://not-redis",
+    )
+    assert result.returncode == 0, result.stderr
+    assert await revision_of(empty_url) == "0007"
+
+
+def test_an_invalid_taskhub_database_url_is_refused_in_one_line(tmp_path: Path) -> None:
+    result = alembic(tmp_path, "upgrade", "head", database_url="postgresql://u:secret@h/db")
+    assert result.returncode != 0
+    assert "alembic: invalid settings: TASKHUB_DATABASE_URL: unsupported driver" in result.stderr
+    assert "secret" not in result.stderr
+    assert list(tmp_path.iterdir()) == []
 
 
 async def test_a_url_given_in_code_wins_over_taskhub_database_url(
