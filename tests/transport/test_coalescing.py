@@ -110,9 +110,14 @@ async def test_a_streamed_answer_is_not_held_back_between_its_chunks() -> None:
     protocol.connection_lost(None)
 
 
-async def test_writes_of_one_turn_are_sent_together_in_order() -> None:
+def coalescing() -> tuple[SocketTransport, CoalescingTransport]:
+    """A socket and the coalescing transport in front of it."""
     socket = SocketTransport()
-    transport = CoalescingTransport(socket, asyncio.get_running_loop())
+    return socket, CoalescingTransport(socket, asyncio.get_running_loop())
+
+
+async def test_writes_of_one_turn_are_sent_together_in_order() -> None:
+    socket, transport = coalescing()
     transport.write(b"head ")
     transport.writelines([b"body", memoryview(b" end")])
     assert socket.writes == []
@@ -122,8 +127,7 @@ async def test_writes_of_one_turn_are_sent_together_in_order() -> None:
 
 
 async def test_closing_sends_what_was_written_first() -> None:
-    socket = SocketTransport()
-    transport = CoalescingTransport(socket, asyncio.get_running_loop())
+    socket, transport = coalescing()
     transport.write(b"last words")
     transport.close()
     assert socket.writes == [b"last words"] and socket.closed
@@ -132,8 +136,7 @@ async def test_closing_sends_what_was_written_first() -> None:
 
 
 async def test_aborting_drops_what_was_not_sent() -> None:
-    socket = SocketTransport()
-    transport = CoalescingTransport(socket, asyncio.get_running_loop())
+    socket, transport = coalescing()
     transport.write(b"never sent")
     transport.abort()
     await asyncio.sleep(0)
@@ -141,8 +144,7 @@ async def test_aborting_drops_what_was_not_sent() -> None:
 
 
 async def test_nothing_is_written_to_a_connection_that_is_closing() -> None:
-    socket = SocketTransport()
-    transport = CoalescingTransport(socket, asyncio.get_running_loop())
+    socket, transport = coalescing()
     transport.write(b"too late")
     socket.closed = True  # the peer went away meanwhile
     await asyncio.sleep(0)
