@@ -2,12 +2,12 @@
 loop turn.
 
 uvicorn writes an answer's status line and headers as soon as the app sends
-``http.response.start`` and its body on ``http.response.body``: two ``send`` calls, two
-TCP segments, and a client that often wakes up twice (once for the head, once for the
-body). Both messages come in the same turn of the event loop, so the writes a connection
-makes within one turn are gathered and sent together at the end of it: one system call on
-each side per answer. Anything written goes out in that same turn (nothing waits for a
-timer), in the order it was written, and before the connection is closed.
+``http.response.start`` and its body on ``http.response.body``: two ``send`` calls and two
+TCP segments per answer. Both messages come in the same turn of the event loop, so the
+writes a connection makes within one turn are gathered and sent together at the end of it:
+one system call and one segment per answer. Anything written goes out at the end of that
+same turn (nothing waits for a timer), in the order it was written, and before the
+connection is closed.
 
 Served with ``uvicorn --http app.transport.http.coalescing:CoalescingHttpToolsProtocol``
 (``taskhub serve`` does).
