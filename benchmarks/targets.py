@@ -289,17 +289,58 @@ async def fresh_database(engine: str, options: TargetOptions) -> AsyncIterator[s
         await _pg_admin(options.pg_admin_url, f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
 
 
+# What ``postgres-floor`` keeps of ``task``: its primary key and the claim queue's index.
+FLOOR_KEEPS = ("pk_task", "ix_task_claim_queue")
+_FLOOR_TRIGGERS = (
+    "SELECT tgname FROM pg_trigger WHERE tgrelid = 'task'::regclass AND NOT tgisinternal"
+)
+_FLOOR_FOREIGN_KEYS = (
+    "SELECT conname FROM pg_constraint WHERE conrelid = 'task'::regclass AND contype = 'f'"
+)
+_FLOOR_INDEXES = (
+    "SELECT indexname FROM pg_indexes WHERE tablename = 'task' AND indexname <> ALL($1)"
+)
+
+
+async def strip_to_floor(database_url: str) -> list[str]:
+    """Take from ``task`` everything the task cycle's statements do not need to run: its
+    triggers (the queue counts), foreign keys and indexes but ``FLOOR_KEEPS``. What is left
+    serves no product (queue positions go wrong, listings scan the table); it measures how
+    much of PostgreSQL's throughput the schema's rules cost. Returns what was dropped."""
+    conn = await asyncpg.connect(_pg_url(database_url, "postgresql"), timeout=10)
+    try:
+        triggers = [r[0] for r in await conn.fetch(_FLOOR_TRIGGERS)]
+        foreign_keys = [r[0] for r in await conn.fetch(_FLOOR_FOREIGN_KEYS)]
+        indexes = [r[0] for r in await conn.fetch(_FLOOR_INDEXES, list(FLOOR_KEEPS))]
+        async with conn.transaction():
+            for name in triggers:
+                await conn.execute(f'DROP TRIGGER "{name}" ON task')
+            for name in foreign_keys:
+                await conn.execute(f'ALTER TABLE task DROP CONSTRAINT "{name}"')
+            for name in indexes:
+                await conn.execute(f'DROP INDEX "{name}"')
+    finally:
+        await conn.close()
+    return [*triggers, *foreign_keys, *indexes]
+
+
 @asynccontextmanager
-async def hub_target(engine: str, options: TargetOptions) -> AsyncIterator[Target]:
+async def hub_target(
+    engine: str, options: TargetOptions, *, floor: bool = False
+) -> AsyncIterator[Target]:
     """``taskhub serve`` on a fresh, migrated database of ``engine`` (``sqlite`` or
-    ``postgres``; a PostgreSQL database is dropped afterwards)."""
+    ``postgres``; a PostgreSQL database is dropped afterwards); with ``floor``, a
+    PostgreSQL schema stripped by ``strip_to_floor``."""
     port, token = free_port(), secrets.token_urlsafe(24)
     async with fresh_database(engine, options) as url:
+        if floor:
+            await strip_to_floor(url)
         env = _hub_env(url, token, options)
-        log = options.workdir / f"{engine}.log"
+        name = f"{engine}-floor" if floor else engine
+        log = options.workdir / f"{name}.log"
         postmaster = await pg_server_pid(options.pg_admin_url) if engine == "postgres" else None
         argv = _serve_argv(port)
-        async with served(engine, argv, env, port, token, log, url, postmaster) as target:
+        async with served(name, argv, env, port, token, log, url, postmaster) as target:
             yield target
 
 
@@ -309,6 +350,10 @@ def sqlite_target(options: TargetOptions) -> AbstractAsyncContextManager[Target]
 
 def postgres_target(options: TargetOptions) -> AbstractAsyncContextManager[Target]:
     return hub_target("postgres", options)
+
+
+def postgres_floor_target(options: TargetOptions) -> AbstractAsyncContextManager[Target]:
+    return hub_target("postgres", options, floor=True)
 
 
 @asynccontextmanager
@@ -323,6 +368,10 @@ FACTORIES: dict[str, TargetFactory] = {
     "sqlite": sqlite_target,
     "postgres": postgres_target,
 }
+
+# Measurements, not configurations: the throughput benchmark takes them by name, the
+# default runs (and the backlog scenario, whose queue positions they would falsify) do not.
+ABLATIONS: dict[str, TargetFactory] = {"postgres-floor": postgres_floor_target}
 
 
 @asynccontextmanager

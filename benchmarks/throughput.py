@@ -50,6 +50,7 @@ from benchmarks.report import (
     run_main,
 )
 from benchmarks.targets import (
+    ABLATIONS,
     DEFAULT_PG_ADMIN_URL,
     FACTORIES,
     Target,
@@ -419,8 +420,11 @@ def median_table(results: list[dict[str, Any]]) -> str:
     return markdown_table(headers, rows)
 
 
+THROUGHPUT_TARGETS = {**FACTORIES, **ABLATIONS}
+
+
 def csv_targets(text: str) -> list[str]:
-    return csv_choices(text, FACTORIES, "targets")
+    return csv_choices(text, THROUGHPUT_TARGETS, "targets")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -458,7 +462,7 @@ def planned_targets(
     """``--targets`` started here; with ``--url``, the running hub replaces sqlite/postgres."""
     options = TargetOptions(workdir, args.server_log_level, args.access_log, args.pg_admin_url)
     names = [n for n in args.targets if n == "ceiling"] if args.url else args.targets
-    planned = [(name, FACTORIES[name](options)) for name in names]
+    planned = [(name, THROUGHPUT_TARGETS[name](options)) for name in names]
     if args.url:
         planned.append(("url", external_target(args.url, args.token)))
     return planned
@@ -470,7 +474,9 @@ async def bench_throughput(
     """Every (target, W) run of the named targets (started here), in order."""
     results: list[dict[str, Any]] = []
     for name in names:
-        results.extend(await bench_target(name, FACTORIES[name](options), workers, scenario))
+        results.extend(
+            await bench_target(name, THROUGHPUT_TARGETS[name](options), workers, scenario)
+        )
     return results
 
 
