@@ -5,16 +5,13 @@ schema's rules cost. It must strip exactly that, and the hub must still run the 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import asyncpg
 
 from benchmarks.targets import FLOOR_KEEPS, TargetOptions, fresh_database, strip_to_floor
+from tests.benchmarks.running import run_benchmark
 from tests.support.databases import POSTGRES_URL
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 async def task_schema(database_url: str) -> dict[str, set[str]]:
@@ -53,15 +50,7 @@ async def test_the_floor_keeps_only_the_primary_key_and_the_claim_queue(tmp_path
 def test_a_throughput_run_on_the_floor_completes_every_task() -> None:
     argv = ["--targets", "postgres-floor", "--tasks", "30", "--workers", "2"]
     argv += ["--pg-admin-url", POSTGRES_URL, "--server-log-level", "warning"]
-    done = subprocess.run(
-        [sys.executable, "-m", "benchmarks.throughput", *argv],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=180,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
+    done = run_benchmark("benchmarks.throughput", *argv)
     [result] = [json.loads(line) for line in done.stdout.splitlines()]
     assert result["target"] == "postgres-floor" and result["error"] is None
     assert result["completed"] == 30

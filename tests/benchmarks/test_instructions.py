@@ -7,21 +7,16 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 from benchmarks.callgrind_postgres import backends_total
 from benchmarks.instructions import callgrind_total
+from tests.benchmarks.running import run_benchmark
 from tests.support.databases import POSTGRES_URL
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def run_instructions(*args: str) -> list[dict]:
-    argv = [sys.executable, "-m", "benchmarks.instructions", "--no-valgrind", *args]
-    done = subprocess.run(argv, cwd=REPO_ROOT, capture_output=True, text=True, timeout=240)
-    assert done.returncode == 0, done.stderr[-3000:]
+    done = run_benchmark("benchmarks.instructions", "--no-valgrind", *args, timeout=240)
     return [json.loads(line) for line in done.stdout.splitlines()]
 
 

@@ -5,9 +5,6 @@ is asserted, only the shape of the output and what the hub answered."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,9 +12,9 @@ import pytest
 from benchmarks.__main__ import QUICK
 from benchmarks.backlog import REQUESTS
 from benchmarks.realtime import FAN_OUT_MEASURES
+from tests.benchmarks.running import run_benchmark
 from tests.support.databases import POSTGRES_URL
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 LATENCY_KEYS = ("p50_ms", "p90_ms", "p99_ms", "max_ms")
 BACKLOG_KEYS = {"scenario", "target", "backlog", "request", "samples", "queue_position", "error"}
 FANOUT_KEYS = {"scenario", "sockets", "measured", "samples"}
@@ -29,15 +26,7 @@ def quick_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     json_out = tmp_path_factory.mktemp("bench") / "results.jsonl"
     argv = ["--quick", "--only", "backlog,roomfanout", "--targets", ",".join(TARGETS)]
     argv += ["--pg-admin-url", POSTGRES_URL, "--json-out", str(json_out)]
-    done = subprocess.run(
-        [sys.executable, "-m", "benchmarks", *argv],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=180,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
+    done = run_benchmark("benchmarks", *argv)
     return {"stdout": done.stdout, "stderr": done.stderr, "json_out": json_out.read_text()}
 
 
