@@ -89,16 +89,21 @@ def process_cpu_seconds(pid: int | None) -> float | None:
 
 def server_cpu_seconds(pid: int | None) -> float | None:
     """CPU time so far of a server that works in child processes (PostgreSQL's postmaster):
-    its own, its ended children's (once reaped) and its running children's."""
+    its own, its ended children's (once reaped) and its running children's. A child reaped
+    while ``/proc`` is read would be counted in neither; the server's reaped-children time
+    then changes across the read, which is done again."""
     stat = None if pid is None else proc_stat(pid)
-    if stat is None:
-        return None
-    total = _ticks(stat[1], 11, 12, 13, 14)
-    for entry in Path("/proc").iterdir():
-        child = proc_stat(int(entry.name)) if entry.name.isdigit() else None
-        if child is not None and child[1][1] == str(pid):
-            total += _ticks(child[1], 11, 12)
-    return total
+    while stat is not None:
+        running = 0.0
+        for entry in Path("/proc").iterdir():
+            child = proc_stat(int(entry.name)) if entry.name.isdigit() else None
+            if child is not None and child[1][1] == str(pid):
+                running += _ticks(child[1], 11, 12)
+        after = proc_stat(pid)
+        if after is not None and after[1][13:15] == stat[1][13:15]:
+            return _ticks(after[1], 11, 12, 13, 14) + running
+        stat = after
+    return None
 
 
 def taskhub_command() -> list[str]:
