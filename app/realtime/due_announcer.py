@@ -45,6 +45,9 @@ class DueTaskAnnouncer:
         self._dispatch = dispatch
         self._fallback = fallback_seconds
         self._next: datetime | None = None
+        # The earliest ``run_at`` published since the current look began: a read of the next
+        # time may have missed it (committed after the read's snapshot).
+        self._published_since_look: datetime | None = None
         # Every look reads up to a moment (its ``until``); this is the latest one begun.
         self._looked_until = utcnow()
         self._wake = asyncio.Event()
@@ -52,9 +55,11 @@ class DueTaskAnnouncer:
 
     async def __call__(self, batch: list[Event]) -> None:
         """Publisher sink: a task published as pending with a ``run_at`` earlier than the
-        timer's next look moves that look forward. One whose ``run_at`` a look has already
-        read past (its submit or retry committed after that moment: the look could not see
-        it) is announced here and now; a look that did see it announces it too, harmlessly.
+        timer's next look moves that look forward (and is remembered for the look under
+        way, whose read of the next time may not see it). One whose ``run_at`` a look has
+        already read past (its submit or retry committed after that moment: the look could
+        not see it) is announced here and now; a look that did see it announces it too,
+        harmlessly.
         """
         late: list[TaskRecord] = []
         for event in batch:
@@ -64,7 +69,9 @@ class DueTaskAnnouncer:
                     continue
                 if run_at <= self._looked_until:
                     late.append(event.task)
-                elif self._next is None or run_at < self._next:
+                    continue
+                self._published_since_look = earliest(self._published_since_look, run_at)
+                if self._next is None or run_at < self._next:
                     self._next = run_at
                     self._wake.set()
         if late:
@@ -82,14 +89,16 @@ class DueTaskAnnouncer:
     async def _run(self) -> None:
         seen_until = utcnow()
         while True:
+            self._published_since_look = None
             try:
                 seen_until = await self._announce(seen_until)
-                self._next = await next_due(self._db, seen_until)
+                found = await next_due(self._db, seen_until)
+                self._next = earliest(found, self._published_since_look)
             except asyncio.CancelledError:
                 raise
             except Exception:
                 log.exception("due-task announcer failed; it looks again shortly")
-                self._next = None
+                self._next = self._published_since_look
             await self._sleep()
 
     async def _announce(self, seen_until: datetime) -> datetime:
@@ -124,3 +133,10 @@ class DueTaskAnnouncer:
             delay = min(delay, max(0.0, (self._next - utcnow()).total_seconds()))
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._wake.wait(), delay)
+
+
+def earliest(first: datetime | None, second: datetime | None) -> datetime | None:
+    """The earlier of two times, either of which may be unknown."""
+    if first is None or second is None:
+        return first if second is None else second
+    return min(first, second)

@@ -141,6 +141,26 @@ async def test_every_task_of_a_moment_is_announced_however_many_share_it(
     await recorder.wait_for(lambda events: ids <= set(announced(events)), seconds=15)
 
 
+async def test_a_task_published_while_the_timer_reads_its_next_look_is_announced_on_time(
+    alice, job, recorder, monkeypatch
+):
+    """A task due before the timer's next look, published while the timer reads when that
+    look is (the read cannot see it), still moves the look forward."""
+    read = due_announcer.next_due
+    early: list[dict] = []
+
+    async def read_then_submit_an_earlier_task(db, after):
+        found = await read(db, after)
+        if found is not None and not early:
+            early.append(await alice.submit(JOB, delay_seconds=0.5))
+        return found
+
+    monkeypatch.setattr(due_announcer, "next_due", read_then_submit_an_earlier_task)
+    late = await alice.submit(JOB, delay_seconds=5)
+    await recorder.wait_for(lambda events: bool(early) and early[0]["id"] in announced(events))
+    assert late["id"] not in announced(recorder.events)
+
+
 @pytest.mark.postgres_only
 async def test_a_delayed_task_committed_after_a_look_went_past_its_time_is_announced(
     alice, job, db, recorder
