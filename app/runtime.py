@@ -37,6 +37,7 @@ class Hub:
     publisher: Publisher
     broker: AsyncBroker
     internal: InternalDispatcher
+    executor: InternalRuntime  # runs ``@internal`` tasks here on the embedded (in-memory) broker
     wake_bus: RedisWakeBus | None = None
     known_jobs: KnownJobs = field(default_factory=KnownJobs)
     presence: WorkerPresence = field(init=False)
@@ -78,7 +79,8 @@ class Hub:
         )
         broker = make_broker(settings)
         # Embedded (in-memory broker): internal tasks execute right here, in this process.
-        broker.state.taskhub = InternalRuntime(db=db, publisher=publisher, registry=registry)
+        executor = InternalRuntime(db=db, publisher=publisher, registry=registry)
+        broker.state.taskhub = executor
         return cls(
             settings=settings,
             db=db,
@@ -87,6 +89,7 @@ class Hub:
             publisher=publisher,
             broker=broker,
             internal=InternalDispatcher(db, broker, registry),
+            executor=executor,
             wake_bus=bus,
         )
 
@@ -120,6 +123,7 @@ class Hub:
         await self.due_announcer.stop()
         self.waiters.release_all()
         await self.presence.close()
+        await self.executor.drain(self.settings.graceful_shutdown_seconds)
         await self.publisher.drain(SHUTDOWN_SEND_SECONDS)
         await self.broker.shutdown()
         if self.wake_bus is not None:

@@ -20,7 +20,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from taskiq import AckableMessage, AsyncBroker, Context, InMemoryBroker, TaskiqDepends
 from taskiq_redis import RedisStreamBroker
 
-from app.dispatch.executor import InternalRuntime, execute
+from app.dispatch.executor import InternalRuntime
 from app.realtime.redis_clients import LISTEN_RETRY_SECONDS, redis_options
 from app.settings import Settings
 
@@ -32,7 +32,7 @@ log = logging.getLogger(__name__)
 async def run_internal(task_id: str, attempt: int, context: Context = TaskiqDepends()) -> None:
     """The one taskiq task: execute ``(task_id, attempt)`` against the task row."""
     runtime: InternalRuntime = context.state.taskhub
-    await execute(runtime, UUID(task_id), attempt)
+    await runtime.execute(UUID(task_id), attempt)
 
 
 class ResilientStreamBroker(RedisStreamBroker):  # type: ignore[misc]

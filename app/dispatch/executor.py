@@ -13,7 +13,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 from uuid import UUID, uuid4
 
@@ -28,6 +28,7 @@ from app.realtime.publisher import Publisher
 
 log = logging.getLogger(__name__)
 WRITE_RETRY_SECONDS = 60.0
+CANCELLED_RUN_SECONDS = 5.0  # how long a cancelled run may take to unwind at shutdown
 Write = Callable[[], Awaitable[tuple[TaskRecord | None, EventBatch]]]
 
 
@@ -38,6 +39,33 @@ class InternalRuntime:
     db: Database
     publisher: Publisher
     registry: InternalRegistry
+    runs: set[asyncio.Task[Any]] = field(default_factory=set)  # executions under way here
+
+    async def execute(self, task_id: UUID, attempt: int) -> None:
+        run = asyncio.current_task()
+        assert run is not None
+        self.runs.add(run)
+        try:
+            await execute(self, task_id, attempt)
+        finally:
+            self.runs.discard(run)
+
+    async def drain(self, seconds: float) -> None:
+        """Let the executions under way here finish for up to ``seconds``, then cancel the
+        rest and wait for them to let go of their connections. A cancelled run's task stays
+        running until the sweeper fails it (``internal_task_timeout_seconds``), as when a
+        taskiq worker process is killed."""
+        if not self.runs:
+            return
+        _, unfinished = await asyncio.wait(set(self.runs), timeout=seconds)
+        if not unfinished:
+            return
+        log.warning(
+            "shutting down: cancelling %d internal task run(s) still under way", len(unfinished)
+        )
+        for run in unfinished:
+            run.cancel()
+        await asyncio.wait(unfinished, timeout=CANCELLED_RUN_SECONDS)
 
 
 async def execute(runtime: InternalRuntime, task_id: UUID, attempt: int) -> None:
