@@ -87,6 +87,12 @@ class LosesFirstPatchAnswer(httpx.BaseTransport, httpx.AsyncBaseTransport):
         self._seen(request)
         return response
 
+    def close(self) -> None:
+        self.sync.close()
+
+    async def aclose(self) -> None:
+        await self.aio.aclose()
+
 
 def _pending_task(hub: Hub, room: str) -> str:
     with hub.rest() as rest:
