@@ -82,27 +82,35 @@ class Sweeper:
         internal_cutoff = now - timedelta(seconds=self.settings.internal_task_timeout_seconds)
         report = SweepReport(ran=True)
         policy = self.settings.retry_policy
-        report.workers_removed, removed = await sweeps.sweep_stale_workers(
-            self.db, worker_cutoff, policy
-        )
+
+        async def publish(events: EventBatch) -> None:
+            """Each step's events go out once it has committed: a later step that fails
+            does not take them with it."""
+            report.events.extend(events)
+            await self.publisher.publish(events)
+
+        async for count, removed in sweeps.sweep_stale_workers(self.db, worker_cutoff, policy):
+            report.workers_removed += count
+            await publish(removed)
         report.leases_expired, expired = await sweeps.end_expired_leases(self.db, now, policy)
+        await publish(expired)
         report.orphaned_attempts_ended, orphaned = await sweeps.end_orphaned_attempts(
             self.db, now, policy
         )
+        await publish(orphaned)
         report.orphaned_jobs_deleted, left_jobs = await sweeps.soft_delete_orphaned_jobs(self.db)
+        await publish(left_jobs)
         stuck = await sweeps.fail_stuck_internal_tasks(self.db, internal_cutoff)
         report.tasks_failed = len(stuck)
-        dispatched = EventBatch()
+        await publish(stuck)
         if self._dispatch is not None:
             report.internal_dispatched, dispatched = await self._dispatch(now - UNDISPATCHED_GRACE)
+            await publish(dispatched)
         if self.settings.task_retention_seconds > 0:
             retention = timedelta(seconds=self.settings.task_retention_seconds)
             report.tasks_purged = await sweeps.purge_old_tasks(
                 self.db, now - retention, self.settings.retention_batch_size
             )
-        for events in (removed, expired, orphaned, left_jobs, stuck, dispatched):
-            report.events.extend(events)
-        await self.publisher.publish(report.events)
         metrics.record_sweep(report)
         if len(report.events) or report.tasks_purged:
             log.info(

@@ -247,6 +247,32 @@ async def test_a_failing_cycle_is_logged_and_the_next_one_runs(app, caplog):
     assert "sweeper cycle failed" in caplog.text
 
 
+async def test_a_failing_step_keeps_what_the_steps_before_it_published(
+    alice, db, sweeper, published, monkeypatch
+):
+    """Each step's changes commit on their own, so their events go out with them: a later
+    step that fails does not take them along."""
+    job = await alice.register()
+    task = await alice.submit(JOB)
+    await alice.claim(job["worker_id"])
+    await age_worker(db, job["worker_id"], 120)
+
+    async def database_hiccup(*_args, **_kwargs):
+        raise ConnectionError("database hiccup")
+
+    monkeypatch.setattr(sweeps, "end_expired_leases", database_hiccup)
+    before = len(published)
+    with pytest.raises(ConnectionError):
+        await sweeper.run_once()
+    assert (await alice.task(task["id"]))["status"] == "failed"  # committed by the first step
+    ended = [
+        e
+        for e in published[before:]
+        if getattr(e, "task", None) is not None and str(e.task.id) == task["id"]
+    ]
+    assert [e.task.status.value for e in ended] == ["failed"]
+
+
 async def test_one_replica_sweeps_and_another_takes_over_when_it_stops(app):
     """Two replicas' sweepers (same database): only the lease holder sweeps; once it stops,
     the other one does."""

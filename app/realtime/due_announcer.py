@@ -16,7 +16,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable
-from datetime import datetime
+from datetime import datetime, timedelta
 from uuid import UUID
 
 from app.domain.events import Event, EventBatch, TaskAvailable, TaskStatusChanged
@@ -30,6 +30,7 @@ from app.realtime.publisher import Publisher
 
 log = logging.getLogger(__name__)
 BATCH = 1000
+FAILED_LOOK_RETRY_SECONDS = 1.0
 
 
 class DueTaskAnnouncer:
@@ -98,7 +99,9 @@ class DueTaskAnnouncer:
                 raise
             except Exception:
                 log.exception("due-task announcer failed; it looks again shortly")
-                self._next = self._published_since_look
+                # From where it was: nothing that came due meanwhile is skipped.
+                retry_at = utcnow() + timedelta(seconds=FAILED_LOOK_RETRY_SECONDS)
+                self._next = earliest(self._published_since_look, retry_at)
             await self._sleep()
 
     async def _announce(self, seen_until: datetime) -> datetime:

@@ -161,6 +161,24 @@ async def test_a_task_published_while_the_timer_reads_its_next_look_is_announced
     assert late["id"] not in announced(recorder.events)
 
 
+async def test_a_look_that_fails_is_tried_again_shortly(alice, job, recorder, monkeypatch):
+    """A look that fails (the database gone for a moment) is tried again within a second,
+    not at the fallback look 30 s later."""
+    read = due_announcer.next_due
+    failures: list[str] = []
+
+    async def fails_once(db, after):
+        if not failures:
+            failures.append("next_due")
+            raise ConnectionError("database gone for a moment")
+        return await read(db, after)
+
+    monkeypatch.setattr(due_announcer, "next_due", fails_once)
+    task = await alice.submit(JOB, delay_seconds=1)
+    await recorder.wait_for(lambda events: task["id"] in announced(events))
+    assert failures == ["next_due"]
+
+
 @pytest.mark.postgres_only
 async def test_a_delayed_task_committed_after_a_look_went_past_its_time_is_announced(
     alice, job, db, recorder

@@ -3,6 +3,7 @@ heartbeat or completion that lands between the sweeper's read and its write wins
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from datetime import datetime
 from uuid import UUID
 
@@ -46,26 +47,24 @@ async def stale_workers(db: Database, cutoff: datetime, limit: int = BATCH) -> l
 
 async def sweep_stale_workers(
     db: Database, cutoff: datetime, policy: RetryPolicy = DEFAULT_RETRY_POLICY
-) -> tuple[int, EventBatch]:
-    """Clean up silent workers exactly as ``DELETE /workers/{id}`` does; returns how many
-    went. Those holding no claimed or running task (most of them: workers created and
-    never used, or idle when they died) go together, ``IDLE_BATCH`` per transaction, all
-    of them in every cycle, so that however many one user leaves behind, another user's
-    dead worker is not kept waiting behind them. The others, each in its own transaction
-    guarded by ``last_heartbeat < cutoff``, longest silent first, ``BATCH`` per cycle."""
-    removed, events = 0, EventBatch()
+) -> AsyncIterator[tuple[int, EventBatch]]:
+    """Clean up silent workers exactly as ``DELETE /workers/{id}`` does, yielding how many
+    went and their events after each transaction commits (what committed is published
+    even when a later removal fails). Those holding no claimed or running task (most of
+    them: workers created and never used, or idle when they died) go together,
+    ``IDLE_BATCH`` per transaction, all of them in every cycle, so that however many one
+    user leaves behind, another user's dead worker is not kept waiting behind them. The
+    others, each in its own transaction guarded by ``last_heartbeat < cutoff``, longest
+    silent first, ``BATCH`` per cycle."""
     while True:
         count, idle = await remove_idle_silent_workers(db, cutoff)
-        removed += count
-        events.extend(idle)
+        yield count, idle
         if count < IDLE_BATCH:
             break
     for worker_id in await stale_workers(db, cutoff):
         outcome = await remove_silent_worker(db, worker_id, cutoff, policy=policy)
         if outcome is not None:
-            removed += 1
-            events.extend(outcome)
-    return removed, events
+            yield 1, outcome
 
 
 async def remove_idle_silent_workers(
