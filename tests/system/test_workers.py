@@ -12,6 +12,7 @@ import socket
 import time
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -27,6 +28,7 @@ PREFIX = "/v1/joblib"
 JOB = "lab:modifiers:Spread"
 EMPTY_CLAIMS = "taskhub_claim_seconds_count"
 MAX_CLAIMS = 300
+CONCURRENT_CLAIMS = 8
 _PID = re.compile(r"_(\d+)\.db$")
 
 
@@ -67,7 +69,9 @@ def test_metrics_are_summed_across_two_workers(tmp_path: Path, namespace: str) -
     }
     with running_hub("postgres", tmp_path, env=env) as server:
         # No keep-alive: every request is a new connection, taken by whichever worker
-        # accepts it first.
+        # accepts it first. Sent several at once: one after another, a busy machine can
+        # leave the worker that answered the last one the first to accept the next, every
+        # time.
         limits = httpx.Limits(max_keepalive_connections=0)
         with httpx.Client(
             base_url=server.base_url, timeout=10, trust_env=False, limits=limits
@@ -81,18 +85,21 @@ def test_metrics_are_summed_across_two_workers(tmp_path: Path, namespace: str) -
             assert registered.status_code == 201, registered.text
             worker_id = registered.json()["worker_id"]
 
+            def claim(_: int) -> httpx.Response:
+                return client.post(
+                    f"{PREFIX}/tasks/claim", headers=headers, json={"worker_id": worker_id}
+                )
+
             claims = 0
             by_process: dict[int, float] = {}
-            while claims < MAX_CLAIMS:
-                for _ in range(20):
-                    answer = client.post(
-                        f"{PREFIX}/tasks/claim", headers=headers, json={"worker_id": worker_id}
-                    )
-                    assert answer.status_code == 200 and answer.json()["task"] is None
-                    claims += 1
-                by_process = empty_claims_by_process(metrics_dir, tmp_path / "scratch")
-                if sum(1 for count in by_process.values() if count > 0) >= 2:
-                    break
+            with ThreadPoolExecutor(CONCURRENT_CLAIMS) as pool:
+                while claims < MAX_CLAIMS:
+                    for answer in pool.map(claim, range(20)):
+                        assert answer.status_code == 200 and answer.json()["task"] is None
+                        claims += 1
+                    by_process = empty_claims_by_process(metrics_dir, tmp_path / "scratch")
+                    if sum(1 for count in by_process.values() if count > 0) >= 2:
+                        break
             busy = {pid: count for pid, count in by_process.items() if count > 0}
             assert len(busy) == 2, f"one worker took all {claims} connections: {by_process}"
             assert sum(busy.values()) == claims
