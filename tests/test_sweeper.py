@@ -10,10 +10,12 @@ from sqlalchemy import delete, update
 
 from app.domain.services import sweeps
 from app.domain.services.workers import remove_silent_worker
+from app.domain.states import TaskStatus
 from app.persistence.models import link_table, task_table, worker_table
 from app.persistence.types import utcnow
 from app.sweeper import Sweeper
 from tests.support.api import assert_problem
+from tests.support.events import statuses
 
 JOB = "room1:modifiers:Rotate"
 
@@ -265,12 +267,7 @@ async def test_a_failing_step_keeps_what_the_steps_before_it_published(
     with pytest.raises(ConnectionError):
         await sweeper.run_once()
     assert (await alice.task(task["id"]))["status"] == "failed"  # committed by the first step
-    ended = [
-        e
-        for e in published[before:]
-        if getattr(e, "task", None) is not None and str(e.task.id) == task["id"]
-    ]
-    assert [e.task.status.value for e in ended] == ["failed"]
+    assert statuses(published[before:], task["id"]) == [TaskStatus.FAILED]
 
 
 async def test_one_replica_sweeps_and_another_takes_over_when_it_stops(app):

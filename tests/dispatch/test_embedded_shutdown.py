@@ -19,7 +19,7 @@ from app.main import TaskhubApp, create_app
 from app.settings import Settings
 from tests.dispatch import slow_jobs
 from tests.support.api import ApiClient
-from tests.support.events import EventRecorder
+from tests.support.events import EventRecorder, statuses
 
 SLEEP = "@internal:modifiers:Sleep"
 GRACE = 1.0
@@ -52,14 +52,7 @@ async def start_sleeping(
     client: ApiClient, recorder: EventRecorder, seconds: float, marker: Path
 ) -> str:
     task = await client.submit(SLEEP, payload={"seconds": seconds, "marker": str(marker)})
-    await recorder.wait_for(
-        lambda events: any(
-            getattr(e, "task", None) is not None
-            and str(e.task.id) == task["id"]
-            and e.task.status == TaskStatus.RUNNING
-            for e in events
-        )
-    )
+    await recorder.wait_for(lambda events: TaskStatus.RUNNING in statuses(events, task["id"]))
     return task["id"]
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
-from app.domain.events import Event
+from app.domain.events import Event, TaskStatusChanged
+from app.domain.states import TaskStatus
 
 
 class EventRecorder:
@@ -23,3 +24,12 @@ class EventRecorder:
     async def wait_for(self, found: Callable[[list[Event]], bool], seconds: float = 5.0) -> None:
         async with asyncio.timeout(seconds), self._arrived:
             await self._arrived.wait_for(lambda: found(self.events))
+
+
+def statuses(events: list[Event], task_id: str) -> list[TaskStatus]:
+    """The states published for one task, in the order they went out."""
+    return [
+        e.task.status
+        for e in events
+        if isinstance(e, TaskStatusChanged) and str(e.task.id) == task_id
+    ]
