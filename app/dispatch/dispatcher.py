@@ -43,11 +43,17 @@ class InternalDispatcher:
         """``dispatch`` the pending tasks due since before ``before`` (of ``among`` only,
         when given): how many, and their events. The sweeper's fallback, and the due-task
         announcer's delayed tasks; one another replica dispatched meanwhile is no longer
-        pending, so it is not enqueued again."""
+        pending, so it is not enqueued again. One that fails (its status write could not
+        be made) is logged and left pending for the sweeper's next cycle; the others go on,
+        and their events are kept."""
         records = await internal_tasks.undispatched(self.db, before, among=among)
         events = EventBatch()
         for record in records:
-            _updated, dispatched = await self.dispatch(record)
+            try:
+                _updated, dispatched = await self.dispatch(record)
+            except Exception:
+                log.exception("could not dispatch internal task %s; left pending", record.id)
+                continue
             events.extend(dispatched)
         return len(records), events
 

@@ -5,7 +5,8 @@ through an ``Outbox``: one background task per kind sends them in the order they
 so a slow or stalled Redis delays real-time hints (which clients treat as hints: the SDK
 also polls, long-polls re-check, the page re-reads) but never a REST answer. A bounded
 backlog: past ``limit`` waiting items, or ``max_bytes`` of them (as ``size`` tells: events
-carry results of up to a request body's size), the newest are dropped and counted."""
+carry results of up to a request body's size), the newest are dropped and counted. Once
+drained (at shutdown) it is closed: what is put after that is dropped and counted too."""
 
 from __future__ import annotations
 
@@ -44,9 +45,14 @@ class Outbox(Generic[T]):
         self._bytes = 0
         self._sender: asyncio.Task[None] | None = None
         self._dropping = False
+        self._closed = False
 
     def put(self, item: T) -> None:
         """Queue ``item``; the sender starts with the first one (on the running loop)."""
+        if self._closed:
+            metrics.outbox_dropped(self.name)
+            log.warning("%s: closed at shutdown; dropping an item put after it", self.name)
+            return
         if self._sender is None or self._sender.done():
             self._sender = asyncio.create_task(self._run(), name=f"outbox-{self.name}")
         size = 0 if self._size is None else self._size(item)
@@ -93,7 +99,9 @@ class Outbox(Generic[T]):
                 log.info("%s: caught up", self.name)
 
     async def drain(self, within: float) -> None:
-        """Send what is waiting (for up to ``within`` seconds), then stop the sender."""
+        """Send what is waiting (for up to ``within`` seconds), then stop the sender and
+        close the outbox."""
+        self._closed = True
         if self._sender is None:
             return
         with contextlib.suppress(TimeoutError):

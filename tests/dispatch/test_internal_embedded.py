@@ -150,3 +150,34 @@ async def test_a_write_whose_answer_was_lost_counts_once_the_task_shows_it(app, 
         previous=TaskStatus.CLAIMED,
     )
     assert record is None and not len(events)  # already started, by another run
+
+
+async def test_one_task_that_cannot_be_marked_does_not_hold_up_the_others(
+    app, bob, monkeypatch, caplog
+):
+    """The fallback dispatches every task it found: one whose status write fails is logged
+    and left to the executor (its message went out) or the next sweep, not the end of the
+    others."""
+    tasks = [await bob.submit(SUMMARY, payload={}, delay_seconds=3600) for _ in range(2)]
+    first = UUID(tasks[0]["id"])
+    async with app.hub.db.write() as conn:
+        for offset, task in enumerate(tasks):
+            created = utcnow() - timedelta(seconds=60 - offset)  # the first is the oldest
+            await conn.execute(
+                update(task_table)
+                .where(task_table.c.id == UUID(task["id"]))
+                .values(run_at=None, created_at=created)
+            )
+    mark_dispatched = internal_tasks.mark_dispatched
+
+    async def failing_for_the_first(db, task_id):
+        if task_id == first:
+            raise ConnectionResetError("the database went away")
+        return await mark_dispatched(db, task_id)
+
+    monkeypatch.setattr(internal_tasks, "mark_dispatched", failing_for_the_first)
+    count, _events = await app.hub.internal.dispatch_undispatched(utcnow())
+    assert count == 2
+    assert f"could not dispatch internal task {first}" in caplog.text
+    for task in tasks:
+        assert (await wait_done(bob, task["id"]))["status"] == "completed"

@@ -84,10 +84,21 @@ async def test_drain_gives_up_after_its_time_and_stops_the_sender() -> None:
     outbox.put(1)
     await outbox.drain(within=0.1)
     assert gate.sent == [] and outbox.waiting == 0  # the one it held is given up
-    outbox.put(2)  # a later put starts a new sender
-    gate.open.set()
+    assert outbox._sender is None
+
+
+async def test_once_drained_it_is_closed_and_later_items_are_dropped_and_counted() -> None:
+    """Nothing is left running after shutdown: a put after the drain starts no sender."""
+    gate = Gate()
+    outbox = Outbox("test-closed", gate.send)
+    before = metrics.OUTBOX_DROPPED.labels("test-closed")._value.get()
+    outbox.put(1)
     await outbox.drain(within=5)
-    assert gate.sent == [2]
+    outbox.put(2)
+    await asyncio.sleep(0.01)
+    assert outbox._sender is None and outbox.waiting == 0
+    assert gate.sent == [1]
+    assert metrics.OUTBOX_DROPPED.labels("test-closed")._value.get() - before == 1
 
 
 async def test_past_its_bytes_the_newest_items_are_dropped_and_counted() -> None:
@@ -105,6 +116,8 @@ async def test_past_its_bytes_the_newest_items_are_dropped_and_counted() -> None
     assert metrics.OUTBOX_DROPPED.labels("test-bytes")._value.get() - before == 2
     gate.open.set()
     await outbox.drain(within=5)
-    outbox.put(500)
-    await outbox.drain(within=5)
-    assert gate.sent == [10, 60, 30, 500]
+    assert gate.sent == [10, 60, 30]
+    alone = Outbox("test-bytes", gate.send, size=lambda item: item, max_bytes=100)
+    alone.put(500)
+    await alone.drain(within=5)
+    assert gate.sent[-1] == 500
