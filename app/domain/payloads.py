@@ -1,7 +1,7 @@
 """Payloads are validated against their job's JSON Schema (draft 2020-12) at submit, and a
 job's schema must itself be a valid JSON Schema at registration, whose references
 (``$ref``, ``$dynamicRef``) all resolve within it (nothing is ever fetched from elsewhere)
-and whose patterns run in linear time (``app/domain/schema_patterns.py``)."""
+and whose patterns run in linear time (``app/domain/schema_validator.py``)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from referencing.exceptions import Unresolvable
 from referencing.jsonschema import DRAFT202012
 
 from app.domain.errors import ValidationFailed
-from app.domain.schema_patterns import INSTANCE_KEYWORDS, LinearPatternValidator, unusable_patterns
+from app.domain.schema_validator import INSTANCE_KEYWORDS, LinearTimeValidator, unusable_patterns
 
 if TYPE_CHECKING:
     from referencing._core import Resolver  # not exported by the package itself
@@ -91,7 +91,7 @@ def validate_payload(version: Any, schema: dict[str, Any], payload: dict[str, An
     (e.g. ``(job_id, updated_at)``) so its compiled validator is reused."""
     validator = _validators.get(version)
     if validator is None:
-        validator = LinearPatternValidator(schema, registry=_WITHIN_THE_SCHEMA)
+        validator = LinearTimeValidator(schema, registry=_WITHIN_THE_SCHEMA)
         _validators[version] = validator
         if len(_validators) > _CACHE_SIZE:
             _validators.popitem(last=False)

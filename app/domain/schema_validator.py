@@ -1,12 +1,18 @@
-"""The regular expressions of job schemas (``pattern``, ``patternProperties``), matched by
-RE2 in time linear in the input.
+"""The validator of job payloads: jsonschema's draft 2020-12 validator with the keywords
+that could take more than linear time in the payload replaced.
 
-Any user may register a job, so its schema's patterns are untrusted. Python's ``re``
-backtracks: ``^(a+)+$`` against 30 characters takes seconds, on the event loop, for every
-request in the process. jsonschema matches with ``re``, so the validator here replaces
-the three keywords that match patterns, and registration refuses what RE2 cannot run
-(lookaround, backreferences) and the one keyword left that would still match with ``re``
-(``unevaluatedProperties`` beside ``patternProperties``).
+Any user may register a job, and any member of its room may submit a payload, so neither is
+trusted, and validation runs on the event loop (every request in the process waits):
+
+- Patterns (``pattern``, ``patternProperties``) are matched by RE2 in time linear in the
+  input. Python's ``re`` backtracks: ``^(a+)+$`` against 30 characters takes seconds.
+  Registration refuses what RE2 cannot run (lookaround, backreferences) and the one keyword
+  left that would still match with ``re`` (``unevaluatedProperties`` beside
+  ``patternProperties``).
+- ``uniqueItems`` compares the items by a hashable key (JSON equality: ``1`` equals
+  ``1.0``, ``true`` is not ``1``, objects regardless of key order); jsonschema compares
+  object items pair by pair, seconds for a few thousand (pydantic writes ``uniqueItems``
+  for every ``set`` field).
 """
 
 from __future__ import annotations
@@ -69,12 +75,40 @@ def _additional_properties(
         yield ValidationError(f"Additional properties are not allowed ({listed} unexpected)")
 
 
-LinearPatternValidator = validators.extend(
+def _json_key(value: Any) -> Any:
+    """A hashable key equal for JSON-equal values, and only for those."""
+    if isinstance(value, bool):  # before numbers: True == 1 in Python, not in JSON
+        return ("boolean", value)
+    if isinstance(value, int | float):
+        return ("number", value)
+    if isinstance(value, str):
+        return ("string", value)
+    if isinstance(value, list):
+        return ("array", tuple(_json_key(item) for item in value))
+    if isinstance(value, dict):
+        return ("object", frozenset((key, _json_key(item)) for key, item in value.items()))
+    return ("null",)
+
+
+def _unique_items(validator: Any, unique: Any, instance: Any, _schema: Any) -> Iterator[Any]:
+    if not unique or not validator.is_type(instance, "array"):
+        return
+    seen: set[Any] = set()
+    for item in instance:
+        key = _json_key(item)
+        if key in seen:
+            yield ValidationError(f"{instance!r} has non-unique elements")
+            return
+        seen.add(key)
+
+
+LinearTimeValidator = validators.extend(
     Draft202012Validator,
     {
         "pattern": _pattern,
         "patternProperties": _pattern_properties,
         "additionalProperties": _additional_properties,
+        "uniqueItems": _unique_items,
     },
 )
 
