@@ -1,13 +1,13 @@
 """Payloads are validated against their job's JSON Schema (draft 2020-12) at submit, and a
 job's schema must itself be a valid JSON Schema at registration, whose references
-(``$ref``, ``$dynamicRef``) all resolve within it (nothing is ever fetched from elsewhere)
-and whose patterns run in linear time (``app/domain/schema_validator.py``)."""
+(``$ref``, ``$dynamicRef``) all resolve within it and never loop on the same payload
+(``app/domain/schema_references.py``), and whose patterns run in linear time
+(``app/domain/schema_validator.py``)."""
 
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
@@ -17,10 +17,8 @@ from referencing.exceptions import Unresolvable
 from referencing.jsonschema import DRAFT202012
 
 from app.domain.errors import ValidationFailed
-from app.domain.schema_validator import INSTANCE_KEYWORDS, LinearTimeValidator, unusable_patterns
-
-if TYPE_CHECKING:
-    from referencing._core import Resolver  # not exported by the package itself
+from app.domain.schema_references import endless_references, unresolved_references
+from app.domain.schema_validator import LinearTimeValidator, unusable_patterns
 
 _MAX_ERRORS = 20
 _CACHE_SIZE = 1024
@@ -29,7 +27,6 @@ _validators: OrderedDict[Any, Any] = OrderedDict()
 # metaschemas does not resolve (the library's default would fetch URLs, blocking the hub,
 # from wherever a schema points).
 _WITHIN_THE_SCHEMA: Registry[Any] = METASCHEMAS
-_REFERENCES = ("$ref", "$dynamicRef")
 
 
 def check_schema(schema: dict[str, Any]) -> None:
@@ -52,7 +49,7 @@ def check_schema(schema: dict[str, Any]) -> None:
     root = DRAFT202012.create_resource(schema)
     base = root.id() or ""
     registry = _WITHIN_THE_SCHEMA.with_resource(base, root).crawl()
-    unresolved = list(_unresolved_references(schema, registry.resolver(base), []))
+    unresolved = list(unresolved_references(schema, registry.resolver(base)))
     if unresolved:
         raise ValidationFailed(
             "The job's schema refers to something outside itself or to nothing; only "
@@ -62,28 +59,16 @@ def check_schema(schema: dict[str, Any]) -> None:
                 for path, ref in unresolved[:_MAX_ERRORS]
             ],
         )
-
-
-def _unresolved_references(
-    node: Any, resolver: Resolver[Any], path: list[str | int]
-) -> Iterator[tuple[list[str | int], str]]:
-    """``(path, reference)`` for each reference in ``node`` (a schema or a list of them)
-    that does not resolve within the registry, relative to the enclosing ``$id``."""
-    if isinstance(node, list):
-        for index, item in enumerate(node):
-            yield from _unresolved_references(item, resolver, [*path, index])
-        return
-    if not isinstance(node, dict):
-        return
-    resolver = resolver.in_subresource(DRAFT202012.create_resource(node))
-    for key, value in node.items():
-        if key in _REFERENCES and isinstance(value, str):
-            try:
-                resolver.lookup(value)
-            except Unresolvable:
-                yield [*path, key], value
-        elif key not in INSTANCE_KEYWORDS:
-            yield from _unresolved_references(value, resolver, [*path, key])
+    endless = endless_references(schema, registry.resolver(base))
+    if endless:
+        raise ValidationFailed(
+            "The job's schema refers back to itself without descending into the payload; "
+            "validating any payload would never end.",
+            errors=[
+                {"loc": ["body", "schema", *path], "msg": "leads back to where it started"}
+                for path in endless[:_MAX_ERRORS]
+            ],
+        )
 
 
 def validate_payload(version: Any, schema: dict[str, Any], payload: dict[str, Any]) -> None:
@@ -102,6 +87,12 @@ def validate_payload(version: Any, schema: dict[str, Any], payload: dict[str, An
             "The job's schema has a reference that does not resolve within it; the job must "
             "be registered again with a schema that does.",
             errors=[{"loc": ["body", "payload"], "msg": f"cannot resolve {exc}"}],
+        ) from None
+    except RecursionError:  # a schema registered before endless references were refused
+        raise ValidationFailed(
+            "The job's schema refers back to itself without end; the job must be registered "
+            "again with a schema that does not.",
+            errors=[{"loc": ["body", "payload"], "msg": "the schema's references never end"}],
         ) from None
     if errors:
         raise ValidationFailed(

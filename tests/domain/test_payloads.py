@@ -69,6 +69,58 @@ def test_other_references_are_refused_at_registration(schema, where):
     assert refused.value.errors[0]["loc"] == ["body", "schema", *where]
 
 
+ENDLESS = {
+    "itself": ({"$ref": "#"}, ["$ref"]),
+    "through a condition": ({"if": {"$ref": "#"}}, ["if", "$ref"]),
+    "a property's own": (
+        {"properties": {"a": {"$ref": "#/properties/a"}}},
+        ["properties", "a", "$ref"],
+    ),
+    "two definitions": (
+        {"$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"},
+        ["$defs", "b", "$ref"],
+    ),
+    "under an id": (
+        {"$id": "https://example.com/s", "allOf": [{"$ref": "s"}]},
+        ["allOf", 0, "$ref"],
+    ),
+    "dynamic": (
+        {"$dynamicAnchor": "n", "anyOf": [{"$dynamicRef": "#n"}]},
+        ["anyOf", 0, "$dynamicRef"],
+    ),
+    "dependent": ({"dependentSchemas": {"a": {"$ref": "#"}}}, ["dependentSchemas", "a", "$ref"]),
+}
+
+
+@pytest.mark.parametrize(("schema", "where"), ENDLESS.values(), ids=ENDLESS)
+def test_references_looping_on_the_same_payload_are_refused_at_registration(schema, where):
+    with pytest.raises(ValidationFailed) as refused:
+        check_schema(schema)
+    assert refused.value.errors[0]["loc"] == ["body", "schema", *where]
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {"properties": {"kids": {"items": {"$ref": "#"}}}},
+        {
+            "$defs": {"n": {"type": "integer"}},
+            "allOf": [{"$ref": "#/$defs/n"}, {"$ref": "#/$defs/n"}],
+        },
+        {"properties": {"s": {"$ref": "https://json-schema.org/draft/2020-12/schema"}}},
+    ],
+    ids=["a tree descends", "one definition twice", "the metaschema"],
+)
+def test_references_that_descend_or_do_not_loop_are_kept(schema):
+    check_schema(schema)
+
+
+def test_a_looping_schema_stored_before_the_check_fails_its_payloads_with_a_422():
+    with pytest.raises(ValidationFailed) as refused:
+        validate_payload(object(), {"$ref": "#"}, {})
+    assert refused.value.errors[0]["loc"] == ["body", "payload"]
+
+
 def test_references_inside_instance_keywords_are_data():
     schema = {"properties": {"x": {"const": {"$ref": "nowhere"}}}, "default": {"$ref": "x"}}
     check_schema(schema)

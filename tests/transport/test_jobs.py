@@ -196,6 +196,18 @@ async def test_a_schema_referring_elsewhere_is_refused_and_nothing_is_fetched(al
     assert await alice.room_jobs() == []
 
 
+async def test_a_schema_that_would_validate_without_end_is_refused(alice):
+    """``{"$ref": "#"}`` resolves within the schema, but validating against it recurses
+    forever: refused at registration, not a 500 at every submit."""
+    response = await alice.put(
+        "/rooms/room1/jobs",
+        json={"category": "modifiers", "name": "Loop", "schema": {"allOf": [{"$ref": "#"}]}},
+    )
+    problem = assert_problem(response, 422, "validation-error")
+    assert problem["errors"][0]["loc"] == ["body", "schema", "allOf", 0, "$ref"]
+    assert await alice.room_jobs() == []
+
+
 @pytest.mark.postgres_only
 async def test_registering_with_a_worker_being_removed_is_404_not_a_500(alice, database_url):
     """Another transaction (the sweeper's) holds the worker's row to remove it: the
