@@ -115,6 +115,8 @@ async def test_a_delayed_task_can_be_cancelled_before_it_is_due(alice, job, publ
         {"run_at": "2030-01-01T00:00:00", "delay_seconds": 5},
         {"run_at": "2030-01-01T00:00:00"},  # no offset: ambiguous
         {"run_at": "tomorrow"},
+        {"run_at": "9999-12-31T23:00:00-05:00"},  # past the calendar once in UTC
+        {"run_at": (datetime.now(UTC) + timedelta(days=400)).isoformat()},  # like delay_seconds
         {"delay_seconds": -1},
         {"delay_seconds": 10**9},
         {"priority": 10**7},

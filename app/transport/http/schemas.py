@@ -3,16 +3,17 @@ these same models."""
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, Generic, TypeVar
 from uuid import UUID
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, model_validator
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from app.domain.records import JobRecord, Page, TaskRecord, WorkerRecord
 from app.domain.retries import MAX_ATTEMPTS_LIMIT
 from app.domain.services.tasks import SubmitOptions
 from app.domain.states import TaskStatus
+from app.persistence.types import utcnow
 
 T = TypeVar("T")
 Attempts = Field(default=None, ge=1, le=MAX_ATTEMPTS_LIMIT)
@@ -137,6 +138,20 @@ class TaskSubmitIn(BaseModel):
     run_at: AwareDatetime | None = None
     delay_seconds: float | None = Field(default=None, ge=0, le=MAX_DELAY_SECONDS)
     max_attempts: int | None = Attempts
+
+    @field_validator("run_at")
+    @classmethod
+    def _within_a_delay(cls, run_at: datetime | None) -> datetime | None:
+        """As far ahead as ``delay_seconds`` may be (and within the calendar once in UTC)."""
+        if run_at is None:
+            return None
+        latest = utcnow() + timedelta(seconds=MAX_DELAY_SECONDS)
+        try:
+            if run_at.astimezone(UTC) > latest:
+                raise ValueError(f"run_at may be at most {MAX_DELAY_SECONDS} seconds ahead")
+        except OverflowError:
+            raise ValueError("run_at is out of range") from None
+        return run_at
 
     @model_validator(mode="after")
     def _one_schedule(self) -> TaskSubmitIn:
