@@ -12,7 +12,9 @@ from sqlalchemy import (
     TextClause,
     and_,
     bindparam,
+    case,
     exists,
+    false,
     func,
     literal,
     literal_column,
@@ -145,7 +147,9 @@ def _claimable() -> list[Any]:
 
 
 @functools.cache
-def claim_statement(dialect: str, *, check_owner: bool, limit: int) -> Executable:
+def claim_statement(
+    dialect: str, *, check_owner: bool, limit: int, wait_for_locked: bool = False
+) -> Executable:
     """Claim up to ``limit`` of the first claimable tasks (due at ``:now``; highest priority,
     then oldest) of ``:worker_id``'s jobs, atomically, as a new attempt with
     ``:claim_token`` (and ``:claim_key``, the claim's Idempotency-Key or NULL); with
@@ -156,13 +160,18 @@ def claim_statement(dialect: str, *, check_owner: bool, limit: int) -> Executabl
     PostgreSQL: ``WITH picked AS (SELECT … FROM served jobs, LATERAL (SELECT … ORDER BY …
     LIMIT n FOR UPDATE SKIP LOCKED) … LIMIT n) UPDATE task … FROM picked RETURNING``, the
     update finding each picked row by its id and address (``ctid``, stable while locked).
-    Concurrent claimers skip each other's rows
-    instead of waiting or retrying, so no claimer comes back empty while a claimable task
-    exists. The locking select must sit in a CTE: as ``WHERE id IN (subquery)`` the planner
-    may re-scan it and lock (and claim) more than ``n`` rows.
+    Concurrent claimers skip each other's rows instead of waiting or retrying. The locking
+    select must sit in a CTE: as ``WHERE id IN (subquery)`` the planner may re-scan it and
+    lock (and claim) more than ``n`` rows.
 
-    PostgreSQL answers with at least one row: the claimed ones, or one row of NULLs, each
-    with ``worker_owner`` (the worker's user, NULL if there is no such worker).
+    The head scan locks the first ``n`` rows of each served job, and claims ``n`` in all:
+    while it runs, a claimer of one of those jobs skips a task this claim will not take.
+    So PostgreSQL answers with at least one row: the claimed ones, or one row of NULLs,
+    each with ``worker_owner`` (the worker's user, NULL if there is no such worker) and,
+    on the row of NULLs, ``claimable_left``: whether a claimable task was there all the
+    same (skipped as locked). The caller then claims once more ``wait_for_locked``: the
+    same statement with ``FOR UPDATE`` (no ``SKIP LOCKED``), which waits for the other
+    claim to commit and then takes the first row still claimable.
 
     SQLite: the same single ``UPDATE … RETURNING`` with ``id IN (subquery)``; it runs on the
     one writer connection (alone or in a commit group, see ``Database.autocommit``), which
@@ -188,7 +197,7 @@ def claim_statement(dialect: str, *, check_owner: bool, limit: int) -> Executabl
             .where(*_claimable(), task.c.job_id == served.c.job_id)
             .order_by(*queue_order)
             .limit(limit)
-            .with_for_update(skip_locked=True)
+            .with_for_update(skip_locked=not wait_for_locked)
             .lateral("head")
         )
         picked = (
@@ -238,10 +247,14 @@ def claim_statement(dialect: str, *, check_owner: bool, limit: int) -> Executabl
     rows = claimed.cte("claimed")
     one = select(literal(1).label("one")).subquery("one")
     owner = select(worker_table.c.user_id).where(worker_table.c.id == bindparam("worker_id"))
+    # Read only when nothing was claimed (an uncorrelated subquery runs when first needed).
+    skipped = exists().where(*_claimable(), task.c.job_id.in_(served_jobs))
     return hot(
-        select(rows, owner.scalar_subquery().label("worker_owner")).select_from(
-            one.outerjoin(rows, true())
-        )
+        select(
+            rows,
+            owner.scalar_subquery().label("worker_owner"),
+            case((rows.c.id.is_(None), skipped), else_=false()).label("claimable_left"),
+        ).select_from(one.outerjoin(rows, true()))
     )
 
 

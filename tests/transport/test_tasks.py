@@ -1,11 +1,14 @@
 """Task submission, claiming, transitions, authorisation and listing."""
 
 import asyncio
-from datetime import datetime
-from uuid import UUID
+from datetime import datetime, timedelta
+from uuid import UUID, uuid4
 
 import pytest
+from sqlalchemy import text
 
+from app.persistence.dialects import claim_statement
+from app.persistence.types import utcnow
 from tests.support.api import SCHEMA, assert_problem
 
 JOB = "room1:modifiers:Rotate"
@@ -432,6 +435,45 @@ async def test_a_claim_aborted_as_one_side_of_a_deadlock_runs_again(alice, job, 
     response = await claim
     assert response.status_code == 200, response.text
     assert {task["id"] for task in response.json()["tasks"]} == {urgent["id"], later["id"]}
+
+
+@pytest.mark.postgres_only
+async def test_a_claim_that_skipped_a_task_another_claim_held_but_did_not_take_gets_it(
+    alice, bob, db
+):
+    """Worker A serves two jobs, B one of them. A's claim locks the head of each of its jobs
+    and takes the older (the other job's): B, claiming meanwhile, skips its job's head as
+    locked. It then waits for A's claim to end and takes that task — not ``null`` while a
+    claimable task exists."""
+    a = (await alice.register(name="First"))["worker_id"]
+    await alice.register(name="Second", worker_id=a)
+    b = (await bob.register(name="Second"))["worker_id"]
+    await alice.submit("room1:modifiers:First")  # the oldest: A's claim takes it
+    second = await alice.submit("room1:modifiers:Second")
+    now = utcnow()
+    params = {
+        "worker_id": UUID(a), "claim_token": uuid4(), "claim_key": None, "owner_id": None,
+        "lease_until": now + timedelta(seconds=60), "now": now,
+    }  # fmt: skip
+    conn = await db.engine.connect()
+    claim_of_a = await conn.begin()  # A's claim, held in flight
+    await conn.execute(claim_statement(db.dialect, check_owner=False, limit=1), params)
+    claim_of_b = asyncio.create_task(bob.claim(b))
+    async with db.read() as watcher:  # B comes back, or waits on A's lock
+        for _ in range(500):
+            if claim_of_b.done() or await watcher.scalar(WAITING_ON_A_LOCK):
+                break
+            await asyncio.sleep(0.01)
+    await claim_of_a.commit()
+    await conn.close()
+    claimed = await claim_of_b
+    assert claimed is not None and claimed["id"] == second["id"]
+
+
+WAITING_ON_A_LOCK = text(
+    "SELECT count(*) FROM pg_stat_activity "
+    "WHERE datname = current_database() AND wait_event_type = 'Lock'"
+)
 
 
 async def test_progress_is_refused_unless_running(alice, job):

@@ -308,6 +308,14 @@ async def _claim(
         if not rows:  # nothing claimed: is the worker unknown, or not the caller's?
             await owned_worker(conn, principal, worker_id)
     else:  # the claim's rows carry the worker's owner (one row of NULLs if none)
+        if rows[0].claimable_left:  # skipped what another claim held but did not take
+            statement = claim_statement(
+                db.dialect,
+                check_owner=not principal.is_superuser,
+                limit=max_tasks,
+                wait_for_locked=True,
+            )
+            rows = (await conn.execute(statement, params)).all()
         owner = rows[0].worker_owner
         rows = [row for row in rows if row.id is not None]
         if not rows:
