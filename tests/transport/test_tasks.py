@@ -622,6 +622,28 @@ async def test_a_replay_reports_the_tasks_current_state(alice, job):
     assert replay.json()["id"] == task["id"] and replay.json()["status"] == "claimed"
 
 
+@pytest.mark.parametrize("cached", [True, False], ids=["job cached", "job read afresh"])
+async def test_a_replay_answers_the_original_task_after_its_job_went(app, alice, job, cached):
+    """The job was soft-deleted since (its last worker left): a replay still gets what its
+    first request got, on a replica that remembers the job and on one that reads it afresh;
+    a new submit is 404."""
+    key = {"Idempotency-Key": "k1"}
+    task = (await alice.post(f"/rooms/room1/tasks/{JOB}", json={}, headers=key)).json()
+    await alice.claim(job["worker_id"])
+    await alice.transition(task["id"], "running")
+    await alice.transition(task["id"], "completed")
+    assert (await alice.delete(f"/workers/{job['worker_id']}")).status_code == 204
+    assert await alice.room_jobs() == []
+    if not cached:
+        app.hub.known_jobs.forget(JOB)  # as another replica, or after a restart
+    replay = await alice.post(f"/rooms/room1/tasks/{JOB}", json={}, headers=key)
+    assert replay.status_code == 200, replay.text
+    assert replay.json()["id"] == task["id"] and replay.json()["status"] == "completed"
+    other_key = {"Idempotency-Key": "k2"}
+    fresh = await alice.post(f"/rooms/room1/tasks/{JOB}", json={}, headers=other_key)
+    assert_problem(fresh, 404, "job-not-found")
+
+
 async def test_concurrent_duplicates_create_one_task(alice, job):
     import asyncio
 

@@ -60,7 +60,7 @@ from app.domain.states import (
 )
 from app.persistence.database import Database, is_deadlock
 from app.persistence.dialects import claim_statement, insert_task_of_live_job
-from app.persistence.models import link_table, next_version, task_table, worker_table
+from app.persistence.models import job_table, link_table, next_version, task_table, worker_table
 from app.persistence.prepared import hot
 from app.persistence.types import new_id, utcnow
 
@@ -115,7 +115,16 @@ async def submit_task(
         while True:
             fresh = job is None
             if job is None:
-                job = await find_visible_job(conn, room_id, full_name)
+                try:
+                    job = await find_visible_job(conn, room_id, full_name)
+                except JobNotFound:
+                    if idempotency_key is not None:  # the job may have gone since the first
+                        original = await _submitted_to_name_before(
+                            conn, principal, room_id, full_name, idempotency_key
+                        )
+                        if original is not None:
+                            return original, EventBatch(), False
+                    raise
                 if known_jobs is not None:
                     known_jobs.remember(full_name, job)
             try:
@@ -233,6 +242,26 @@ async def _submitted_before(
 ) -> TaskRecord | None:
     params = {"b_user": principal.id, "b_job": job_id, "b_key": key}
     row = (await conn.execute(_IDEMPOTENT_REPLAY, params)).first()
+    return None if row is None else await with_position(conn, row)
+
+
+async def _submitted_to_name_before(
+    conn: AsyncConnection, principal: Principal, room_id: str, full_name: str, key: str
+) -> TaskRecord | None:
+    """``_submitted_before`` by the job's name, soft-deleted jobs included: a replay answers
+    what its first request got, whether or not the job is still live."""
+    parsed = visible_job_name(room_id, full_name)
+    named = select(job_table.c.id).where(
+        job_table.c.room_id == parsed.room_id,
+        job_table.c.category == parsed.category,
+        job_table.c.name == parsed.name,
+    )
+    statement = SELECT_TASKS.where(
+        task.c.submitted_by == principal.id,
+        task.c.job_id.in_(named),
+        task.c.idempotency_key == key,
+    )
+    row = (await conn.execute(statement)).first()
     return None if row is None else await with_position(conn, row)
 
 
