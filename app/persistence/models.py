@@ -26,7 +26,7 @@ from sqlalchemy.orm import registry
 from sqlmodel import Field, SQLModel
 
 from app.persistence import queue_counts
-from app.persistence.types import JSONDocument, UTCDateTime, new_id, utcnow
+from app.persistence.types import JSONAsSent, JSONDocument, UTCDateTime, new_id, utcnow
 
 # Taskhub's own MetaData, not SQLModel's global one: other SQLModel applications (such as
 # zndraw-joblib, with tables of the same names) can be imported in the same process.
@@ -102,7 +102,7 @@ class Job(TaskhubModel, table=True):
     category: str = Field(sa_type=String(64))
     name: str = Field(sa_type=String(128))
     schema_: dict[str, Any] = Field(
-        default_factory=dict, sa_column=Column("schema", JSONDocument, nullable=False)
+        default_factory=dict, sa_column=Column("schema", JSONAsSent, nullable=False)
     )
     deleted: bool = Field(default=False)
     created_at: datetime = Field(default_factory=utcnow, sa_type=UTCDateTime)

@@ -38,6 +38,10 @@ class UTCDateTime(TypeDecorator[dt.datetime]):
 
 
 JSONDocument = JSON().with_variant(JSONB(), "postgresql")
+# Kept as sent, key order and the spelling of numbers included: PostgreSQL's json, not
+# jsonb (which orders keys by length and writes 1e23 as 100000000000000000000000). For job
+# schemas, whose property order is the order of the page's form fields.
+JSONAsSent = JSON()
 
 
 def dump_json(value: Any) -> str:

@@ -5,8 +5,10 @@ from uuid import UUID
 
 import asyncpg
 import pytest
+from sqlalchemy import update
 from sqlalchemy.engine import make_url
 
+from app.persistence.models import job_table
 from tests.support.api import SCHEMA, assert_problem
 
 
@@ -36,6 +38,43 @@ async def test_identical_reregistration_is_idempotent(alice):
     assert response.status_code == 200
     assert response.json()["id"] == first["id"]
     assert response.json()["workers"] == [first["worker_id"]]
+
+
+AS_SENT = {
+    "type": "object",
+    "properties": {
+        "zeta": {"type": "number", "maximum": 1e23},
+        "a": {"type": "string"},
+        "middle": {"type": "boolean"},
+    },
+}
+
+
+async def test_a_schema_is_kept_as_sent_its_key_order_and_numbers_included(alice):
+    """The order of a schema's properties is the order of the page's form fields; a number
+    such as 1e23 comes back as itself (PostgreSQL's jsonb would give neither)."""
+    first = await alice.register(schema=AS_SENT)
+    job = (await alice.get("/rooms/room1/jobs/room1:modifiers:Rotate")).json()
+    assert list(job["schema"]["properties"]) == ["zeta", "a", "middle"]
+    assert job["schema"]["properties"]["zeta"]["maximum"] == 1e23
+    again = await alice.register(schema=AS_SENT, worker_id=first["worker_id"])
+    assert again["id"] == first["id"]  # the same schema: no conflict with itself
+    task = await alice.submit("room1:modifiers:Rotate", payload={"zeta": 1e23})
+    assert task["payload"]["zeta"] == 1e23
+
+
+async def test_a_schema_registered_again_in_another_key_order_keeps_the_order_sent(alice, db):
+    """As a schema stored before 0009 (PostgreSQL's jsonb ordered its keys), registered
+    again by a worker: the same schema, now in the order sent."""
+    first = await alice.register(schema=AS_SENT)
+    reordered = {**AS_SENT, "properties": dict(reversed(AS_SENT["properties"].items()))}
+    async with db.write() as conn:
+        await conn.execute(
+            update(job_table).where(job_table.c.id == UUID(first["id"])).values(schema=reordered)
+        )
+    await alice.register(schema=AS_SENT, worker_id=first["worker_id"])
+    job = (await alice.get("/rooms/room1/jobs/room1:modifiers:Rotate")).json()
+    assert list(job["schema"]["properties"]) == ["zeta", "a", "middle"]
 
 
 async def test_another_worker_joins_an_existing_job(alice):

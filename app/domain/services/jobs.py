@@ -29,7 +29,7 @@ from app.domain.states import TaskStatus
 from app.persistence.database import Database
 from app.persistence.dialects import insert_ignoring_duplicates
 from app.persistence.models import job_table, link_table, task_table, worker_table
-from app.persistence.types import new_id, utcnow
+from app.persistence.types import dump_json, new_id, utcnow
 
 job = job_table
 T = TypeVar("T")
@@ -168,6 +168,10 @@ async def register_job(
             raise SchemaConflict(
                 f"Job {room_id}:{category}:{name} is already registered with another schema."
             )
+        if not created and dump_json(row.schema) != dump_json(schema):
+            # The same schema in another key order (one stored before 0009 kept jsonb's):
+            # the order sent is the order of the page's form fields.
+            await conn.execute(update(job).where(job.c.id == row.id).values(schema=schema))
         if max_attempts is not None and max_attempts != row.max_attempts:
             if not created and not principal.is_superuser:
                 await _check_policy_is_callers(
