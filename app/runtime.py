@@ -107,6 +107,7 @@ class Hub:
         await self.broker.startup()
         if self.wake_bus is not None:
             await self.wake_bus.start()
+        self.presence.start()
         if self.settings.sweeper_enabled:
             self.sweeper.start()
         self.due_announcer.start()

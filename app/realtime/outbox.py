@@ -5,8 +5,11 @@ through an ``Outbox``: one background task per kind sends them in the order they
 so a slow or stalled Redis delays real-time hints (which clients treat as hints: the SDK
 also polls, long-polls re-check, the page re-reads) but never a REST answer. A bounded
 backlog: past ``limit`` waiting items, or ``max_bytes`` of them (as ``size`` tells: events
-carry results of up to a request body's size), the newest are dropped and counted. Once
-drained (at shutdown) it is closed: what is put after that is dropped and counted too."""
+carry results of up to a request body's size), the newest are dropped and counted. After a
+failed send, the items taken within ``rest_after_failure`` seconds are given up without a
+try (Redis is away: each would only wait for a failure of its own, and the backlog behind
+them grow). Once drained (at shutdown) it is closed: what is put after that is dropped and
+counted too."""
 
 from __future__ import annotations
 
@@ -36,12 +39,14 @@ class Outbox(Generic[T]):
         *,
         size: Callable[[T], int] | None = None,
         max_bytes: int = DEFAULT_MAX_BYTES,
+        rest_after_failure: float = 0.0,
     ) -> None:
         self.name = name
         self._send = send
         self._queue: asyncio.Queue[tuple[T, int]] = asyncio.Queue(limit)
         self._size = size
         self._max_bytes = max_bytes
+        self._rest_after_failure = rest_after_failure
         self._bytes = 0
         self._sender: asyncio.Task[None] | None = None
         self._dropping = False
@@ -78,15 +83,21 @@ class Outbox(Generic[T]):
         return self._queue.qsize()
 
     async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
         failing = False
+        retry_at = 0.0
         while True:
             item, size = await self._queue.get()
             try:
+                if failing and loop.time() < retry_at:
+                    metrics.outbox_dropped(self.name)  # given up: a send failed a moment ago
+                    continue
                 await self._send(item)
             except Exception as exc:
                 if not failing:  # once per outage, not once per item
                     log.warning("%s: sending failed (%s); going on with the next", self.name, exc)
                 failing = True
+                retry_at = loop.time() + self._rest_after_failure
             else:
                 if failing:
                     log.info("%s: sending works again", self.name)
@@ -94,9 +105,9 @@ class Outbox(Generic[T]):
             finally:
                 self._bytes -= size
                 self._queue.task_done()
-            if self._dropping and self._queue.qsize() == 0:
-                self._dropping = False
-                log.info("%s: caught up", self.name)
+                if self._dropping and self._queue.qsize() == 0:
+                    self._dropping = False
+                    log.info("%s: caught up", self.name)
 
     async def drain(self, within: float) -> None:
         """Send what is waiting (for up to ``within`` seconds), then stop the sender and

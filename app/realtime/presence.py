@@ -6,17 +6,23 @@ it was heard of meanwhile: a re-join (on any replica) or a heartbeat touches
 
 With several replicas a worker's socket may move to another one before this one notices
 the old socket's end (a reconnect through a load balancer; a dead connection found only by
-its ping timeout): so each worker's sockets are also kept in a Redis set, shared by the
-replicas, and a worker with a socket anywhere is not removed. A replica that dies leaves its
-sockets in the set: the worker is then left to the sweeper's heartbeat timeout.
+its ping timeout): so the replicas also share, in Redis, which of them hold a socket of each
+worker, and a worker with a socket on another live replica is not removed. This replica's
+own sockets are the truth; Redis holds a copy that each replica keeps writing
+(``WorkerPresence.start``): every ``refresh`` seconds it marks itself alive and adds itself
+again to the sets of the workers it holds (a Redis that restarted empty, or was away when a
+worker joined, has them back within one ``refresh``, which is shorter than the grace), and
+takes itself out of those a failed write left it in. The entries of a replica that stopped
+(died) no longer count once its mark expires.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import uuid
 from collections import defaultdict
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from datetime import datetime
 from uuid import UUID
 
@@ -29,46 +35,88 @@ log = logging.getLogger(__name__)
 # Removes the worker unless it was heard of since; whether it did.
 Cleanup = Callable[[UUID, datetime], Awaitable[bool]]
 
+# How long a replica's mark (and a worker's set) lasts without a refresh: a replica that
+# died counts as holding its workers' sockets for up to this long.
+ENTRY_SECONDS = 30.0
+
+
+def refresh_interval(grace: float) -> float:
+    """How often a replica writes its share again: within half a grace period (so what a
+    Redis lost is back before another replica's grace check), between 0.5 s and a third
+    of ``ENTRY_SECONDS``."""
+    return min(max(grace / 2, 0.5), ENTRY_SECONDS / 3)
+
 
 class SharedSockets:
-    """Every replica's sockets of each worker, in Redis (a set per worker)."""
+    """Which replicas hold a socket of each worker, in Redis: a set of replica ids per
+    worker, and a mark per live replica that expires unless refreshed."""
 
-    # Left behind by a replica that died (its sockets were never removed), a set goes
-    # after this long unless a socket joins again.
-    KEEP_SECONDS = 24 * 3600
-
-    def __init__(self, url: str, prefix: str) -> None:
+    def __init__(
+        self,
+        url: str,
+        prefix: str,
+        *,
+        replica: str | None = None,
+        entry_seconds: float = ENTRY_SECONDS,
+    ) -> None:
         self._redis = redis.Redis.from_url(url, **redis_options())
         self._prefix = prefix
+        self.replica = replica or uuid.uuid4().hex
+        self._entry_ms = int(entry_seconds * 1000)
+        # Workers whose set this replica failed to leave: left again at the next refresh.
+        self._to_leave: set[UUID] = set()
 
     def _key(self, worker_id: UUID) -> str:
         return f"{self._prefix}:{worker_id}"
 
-    async def add(self, worker_id: UUID, sid: str) -> None:
+    def _mark(self, replica: str) -> str:
+        return f"{self._prefix}:replica:{replica}"
+
+    async def add(self, worker_id: UUID) -> None:
+        """This replica holds a socket of the worker."""
+        self._to_leave.discard(worker_id)
+        await self.refresh([worker_id])
+
+    async def remove(self, worker_id: UUID) -> None:
+        """This replica holds no socket of the worker any more (retried by ``refresh``
+        when Redis cannot be told now)."""
+        self._to_leave.add(worker_id)
+        await self._redis.srem(self._key(worker_id), self.replica)
+        self._to_leave.discard(worker_id)
+
+    async def refresh(self, workers: Collection[UUID]) -> None:
+        """Mark this replica alive, add it to the sets of ``workers`` (the ones it holds
+        sockets of) and take it out of those it failed to leave (one round trip)."""
+        leaving = self._to_leave - set(workers)
         async with self._redis.pipeline(transaction=False) as pipe:
-            pipe.sadd(self._key(worker_id), sid)
-            pipe.expire(self._key(worker_id), self.KEEP_SECONDS)
+            pipe.set(self._mark(self.replica), 1, px=self._entry_ms)
+            for worker_id in workers:
+                pipe.sadd(self._key(worker_id), self.replica)
+                pipe.pexpire(self._key(worker_id), self._entry_ms)
+            for worker_id in leaving:
+                pipe.srem(self._key(worker_id), self.replica)
             await pipe.execute()
+        self._to_leave -= leaving
 
-    async def remove(self, worker_id: UUID, sid: str) -> None:
-        await self._redis.srem(self._key(worker_id), sid)
-
-    async def count(self, worker_id: UUID) -> int:
-        return int(await self._redis.scard(self._key(worker_id)))
+    async def elsewhere(self, worker_id: UUID) -> bool:
+        """Whether another live replica holds a socket of the worker."""
+        members = await self._redis.smembers(self._key(worker_id))
+        others = [m.decode() for m in members if m.decode() != self.replica]
+        if not others:
+            return False
+        return int(await self._redis.exists(*(self._mark(r) for r in others))) > 0
 
     async def forget(self, worker_id: UUID) -> None:
         """The worker is gone: so is its set."""
         await self._redis.delete(self._key(worker_id))
 
-    async def remove_all(self, sockets: dict[UUID, set[str]]) -> None:
-        """Take these sockets out of their workers' sets (one round trip): this replica is
-        stopping, and sockets it does not close itself (HTTP long-polling ones) would not
-        be taken out by a disconnect."""
-        if not sockets:
-            return
+    async def leave_all(self, workers: Collection[UUID]) -> None:
+        """This replica is stopping: out of every set, and its mark gone (sockets it does
+        not close itself, HTTP long-polling ones, would not be taken out by a disconnect)."""
         async with self._redis.pipeline(transaction=False) as pipe:
-            for worker_id, sids in sockets.items():
-                pipe.srem(self._key(worker_id), *sids)
+            for worker_id in workers:
+                pipe.srem(self._key(worker_id), self.replica)
+            pipe.delete(self._mark(self.replica))
             await pipe.execute()
 
     async def close(self) -> None:
@@ -76,12 +124,42 @@ class SharedSockets:
 
 
 class WorkerPresence:
-    def __init__(self, grace: float, cleanup: Cleanup, shared: SharedSockets | None = None):
+    def __init__(
+        self,
+        grace: float,
+        cleanup: Cleanup,
+        shared: SharedSockets | None = None,
+        *,
+        refresh: float | None = None,
+    ):
         self._grace = grace
         self._cleanup = cleanup
         self._shared = shared
+        self._refresh = refresh_interval(grace) if refresh is None else refresh
         self._sockets: defaultdict[UUID, set[str]] = defaultdict(set)
         self._pending: dict[UUID, asyncio.Task[None]] = {}
+        self._sharing: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        """Keep this replica's sockets shared (with Redis)."""
+        if self._shared is not None and self._sharing is None:
+            self._sharing = asyncio.create_task(self._keep_shared(), name="worker-presence")
+
+    async def _keep_shared(self) -> None:
+        assert self._shared is not None
+        failing = False
+        while True:
+            try:
+                await self._shared.refresh(list(self._sockets))
+            except Exception as exc:
+                if not failing:  # once per outage
+                    log.warning("could not share this replica's worker sockets (%s)", exc)
+                failing = True
+            else:
+                if failing:
+                    log.info("this replica's worker sockets are shared again")
+                failing = False
+            await asyncio.sleep(self._refresh)
 
     async def attach(self, worker_id: UUID, sid: str) -> None:
         self._sockets[worker_id].add(sid)
@@ -90,20 +168,14 @@ class WorkerPresence:
             pending.cancel()
         if self._shared is not None:
             try:
-                await self._shared.add(worker_id, sid)
+                await self._shared.add(worker_id)
             except Exception as exc:
-                log.warning("could not share worker %s's socket (%s)", worker_id, exc)
+                log.warning("could not share worker %s's socket yet (%s)", worker_id, exc)
 
     async def detach(self, sid: str, workers: set[UUID]) -> None:
         """The socket ``sid`` is gone; start the grace period of workers it was the last
         socket of."""
         disconnected_at = utcnow()
-        if self._shared is not None:
-            for worker_id in workers:
-                try:
-                    await self._shared.remove(worker_id, sid)
-                except Exception as exc:
-                    log.warning("could not unshare worker %s's socket (%s)", worker_id, exc)
         for worker_id in workers:
             sockets = self._sockets.get(worker_id)
             if sockets is not None:
@@ -115,6 +187,11 @@ class WorkerPresence:
                 self._pending[worker_id] = asyncio.create_task(
                     self._expire(worker_id, disconnected_at), name=f"grace-{worker_id}"
                 )
+            if self._shared is not None:
+                try:
+                    await self._shared.remove(worker_id)
+                except Exception as exc:
+                    log.warning("could not unshare worker %s's socket yet (%s)", worker_id, exc)
 
     async def _expire(self, worker_id: UUID, disconnected_at: datetime) -> None:
         try:
@@ -138,15 +215,19 @@ class WorkerPresence:
         assume so: the sweeper's heartbeat timeout still removes a worker that is gone)."""
         assert self._shared is not None
         try:
-            return await self._shared.count(worker_id) > 0
+            return await self._shared.elsewhere(worker_id)
         except Exception as exc:
             log.warning("could not ask where worker %s is connected (%s)", worker_id, exc)
             return True
 
     async def close(self) -> None:
+        if self._sharing is not None:
+            self._sharing.cancel()
+            await asyncio.gather(self._sharing, return_exceptions=True)
+            self._sharing = None
         if self._shared is not None:
             try:
-                await self._shared.remove_all(dict(self._sockets))
+                await self._shared.leave_all(list(self._sockets))
             except Exception as exc:
                 log.warning("could not take this replica's sockets out of Redis (%s)", exc)
             await self._shared.close()

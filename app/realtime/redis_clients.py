@@ -5,11 +5,15 @@ answer or a process:
 - a pooled connection that a restarted Redis closed is reconnected and the command sent
   again (without a retry policy, redis-py fails the first command on each such connection);
 - a Redis that stops answering fails a command after ``COMMAND_TIMEOUT`` seconds instead of
-  the operating system's TCP timeout (blocking reads of subscriptions and stream listeners
-  are not cut by it);
+  the operating system's TCP timeout (blocking reads of stream listeners are not cut by it);
 - idle connections are checked before use;
+- a subscription that hears nothing pings Redis, and one whose ping goes unanswered is taken
+  for dead (``subscription_messages``): a connection left half-open (Redis restarted or
+  failed over behind a partition, a NAT or load balancer that silently dropped an idle
+  connection) would otherwise be read from forever;
 - python-socketio's listener retries every ``LISTEN_RETRY_SECONDS`` while Redis is away (its
-  own backs off up to a minute, so cross-replica events resumed that late after an outage).
+  own backs off up to a minute, so cross-replica events resumed that late after an outage),
+  and its publishes go out in the background (``TaskhubRedisManager``).
 """
 
 from __future__ import annotations
@@ -17,12 +21,16 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import socketio
+from redis.asyncio.client import PubSub
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
+
+from app.realtime.outbox import Outbox
 
 COMMAND_TIMEOUT = 3.0
 CONNECT_TIMEOUT = 2.0
@@ -34,6 +42,22 @@ if TYPE_CHECKING:
     from app.settings import Settings
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Liveness:
+    """A subscription that has heard nothing for ``ping_after`` seconds pings Redis; without
+    an answer within ``answer_within`` seconds its connection is taken for dead."""
+
+    ping_after: float = 5.0
+    answer_within: float = COMMAND_TIMEOUT
+
+
+LIVENESS = Liveness()
+
+
+class DeadSubscription(RedisConnectionError):
+    """Redis did not answer a subscription's ping in time (a half-open connection)."""
 
 
 def redis_options() -> dict[str, Any]:
@@ -53,21 +77,80 @@ def redis_options() -> dict[str, Any]:
     }
 
 
+async def subscription_messages(
+    pubsub: PubSub, liveness: Liveness = LIVENESS
+) -> AsyncIterator[dict[str, Any]]:
+    """The messages of a subscribed ``pubsub``, like ``pubsub.listen()``, but reads wait at
+    most ``liveness.ping_after`` seconds: after a quiet spell it pings Redis, and raises
+    ``DeadSubscription`` when no answer (nor anything else) arrives in time, so the caller
+    reconnects and subscribes again."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + liveness.ping_after
+    pinged = False
+    while True:
+        message = await pubsub.get_message(timeout=max(deadline - loop.time(), 0.0))
+        if message is not None:
+            pinged = False
+            deadline = loop.time() + liveness.ping_after
+            if message["type"] != "pong":
+                yield message
+        elif loop.time() < deadline:
+            continue  # something redis-py keeps to itself arrived (a health check's answer)
+        elif pinged:
+            raise DeadSubscription(
+                f"no answer to a ping within {liveness.answer_within:g} s: connection dead"
+            )
+        else:
+            await pubsub.ping()
+            pinged = True
+            deadline = loop.time() + liveness.answer_within
+
+
 class TaskhubRedisManager(socketio.AsyncRedisManager):  # type: ignore[misc]
-    """python-socketio's Redis manager with a listener that keeps retrying at a steady pace
-    and says once that Redis went away and once that it is back."""
+    """python-socketio's Redis manager, with:
+
+    - a listener that keeps retrying at a steady pace, says once that Redis went away and
+      once that it is back, and takes a subscription whose ping goes unanswered for dead;
+    - publishes sent in the background, in order, through an ``Outbox``: an emit reaches
+      this process's sockets at once, whatever Redis does; while Redis is away (a publish
+      just failed) the next ones fail at once instead of each waiting for its own failure.
+    """
+
+    def __init__(self, *args: Any, liveness: Liveness = LIVENESS, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.liveness = liveness
+        self._outbox: Outbox[str] = Outbox(
+            "socket-events", self._send, size=len, rest_after_failure=LISTEN_RETRY_SECONDS
+        )
+
+    def _client(self) -> Any:
+        """The Redis client (made on first use; redis-py reconnects its connections)."""
+        if not self.connected:
+            self._redis_connect()
+        return self.redis
+
+    async def _publish(self, data: Any) -> None:
+        """Queue a message for the other processes; encoded now, sent in the background."""
+        self._outbox.put(self.json.dumps(data))
+
+    async def _send(self, message: str) -> None:
+        await self._client().publish(self.channel, message)
+
+    async def drain(self, within: float) -> None:
+        """Send what is waiting (for up to ``within`` seconds; at shutdown)."""
+        await self._outbox.drain(within)
 
     async def _redis_listen_with_retries(self) -> AsyncIterator[Any]:
         failing = False
         while True:
             try:
-                self._redis_connect()
-                await self.pubsub.subscribe(self.channel)
-                if failing:
-                    log.info("Socket.IO fan-out: Redis is back")
-                    failing = False
-                async for message in self.pubsub.listen():
-                    yield message
+                async with self._client().pubsub(ignore_subscribe_messages=True) as pubsub:
+                    await pubsub.subscribe(self.channel)
+                    if failing:
+                        log.info("Socket.IO fan-out: Redis is back")
+                        failing = False
+                    async for message in subscription_messages(pubsub, self.liveness):
+                        yield message
             except Exception as exc:
                 if not failing:
                     log.warning(

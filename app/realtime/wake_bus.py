@@ -17,20 +17,31 @@ from uuid import UUID
 import redis.asyncio as redis
 
 from app.realtime.outbox import Outbox
-from app.realtime.redis_clients import redis_options
+from app.realtime.redis_clients import (
+    LISTEN_RETRY_SECONDS,
+    LIVENESS,
+    Liveness,
+    redis_options,
+    subscription_messages,
+)
 from app.realtime.waiters import TaskWaiters
 
 log = logging.getLogger(__name__)
 
 
 class RedisWakeBus:
-    def __init__(self, url: str, channel: str, waiters: TaskWaiters) -> None:
+    def __init__(
+        self, url: str, channel: str, waiters: TaskWaiters, *, liveness: Liveness = LIVENESS
+    ) -> None:
         self._redis = redis.Redis.from_url(url, **redis_options())
         self._channel = channel
         self._waiters = waiters
+        self._liveness = liveness
         self._listener: asyncio.Task[None] | None = None
         self._subscribed = asyncio.Event()
-        self._outbox: Outbox[str] = Outbox("wake-ups", self._send, size=len)
+        self._outbox: Outbox[str] = Outbox(
+            "wake-ups", self._send, size=len, rest_after_failure=LISTEN_RETRY_SECONDS
+        )
 
     async def start(self) -> None:
         self._listener = asyncio.create_task(self._listen(), name="taskhub-wake-bus")
@@ -59,7 +70,7 @@ class RedisWakeBus:
                     if lost:
                         log.info("wake bus reconnected")
                         lost = False
-                    async for message in pubsub.listen():
+                    async for message in subscription_messages(pubsub, self._liveness):
                         if message.get("type") != "message":
                             continue
                         for raw in message["data"].decode().split(","):
@@ -73,7 +84,7 @@ class RedisWakeBus:
                 if not lost:
                     log.warning("wake bus connection lost (%s); reconnecting", exc)
                 lost = True
-                await asyncio.sleep(1)
+                await asyncio.sleep(LISTEN_RETRY_SECONDS)
 
     async def close(self, drain_timeout: float = 5.0) -> None:
         await self._outbox.drain(drain_timeout)

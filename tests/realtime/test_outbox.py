@@ -121,3 +121,27 @@ async def test_past_its_bytes_the_newest_items_are_dropped_and_counted() -> None
     alone.put(500)
     await alone.drain(within=5)
     assert gate.sent[-1] == 500
+
+
+async def test_after_a_failed_send_the_items_of_the_next_moment_are_given_up_untried() -> None:
+    """Redis is away: each item would only wait for a failure of its own while the backlog
+    behind it grows; one try per ``rest_after_failure`` is enough to see it back. What is
+    given up is counted as dropped."""
+    tried: list[int] = []
+
+    async def send(item: int) -> None:
+        tried.append(item)
+        if item < 0:
+            raise ConnectionError("Redis went away")
+
+    outbox = Outbox("test-rest", send, rest_after_failure=1.0)
+    before = metrics.OUTBOX_DROPPED.labels("test-rest")._value.get()
+    for item in (1, -1, 2, 3):
+        outbox.put(item)
+    await asyncio.sleep(0.05)
+    assert tried == [1, -1] and outbox.waiting == 0
+    assert metrics.OUTBOX_DROPPED.labels("test-rest")._value.get() - before == 2
+    await asyncio.sleep(1.1)
+    outbox.put(4)  # the rest is over: tried again
+    await outbox.drain(within=5)
+    assert tried == [1, -1, 4]

@@ -1,5 +1,5 @@
-"""The Socket.IO sink: with rooms on other replicas (a Redis manager), events go out through
-the outbox, whatever their payloads hold."""
+"""The Socket.IO sink: with rooms on other replicas (a Redis manager, which publishes in the
+background itself), every event is emitted, whatever its payload holds."""
 
 from __future__ import annotations
 
