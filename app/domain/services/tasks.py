@@ -59,7 +59,11 @@ from app.domain.states import (
     previous_status,
 )
 from app.persistence.database import Database, is_deadlock
-from app.persistence.dialects import claim_statement, insert_task_of_live_job
+from app.persistence.dialects import (
+    claim_statement,
+    claimable_left_statement,
+    insert_task_of_live_job,
+)
 from app.persistence.models import job_table, link_table, next_version, task_table, worker_table
 from app.persistence.prepared import hot
 from app.persistence.types import new_id, utcnow
@@ -337,18 +341,19 @@ async def _claim(
         if not rows:  # nothing claimed: is the worker unknown, or not the caller's?
             await owned_worker(conn, principal, worker_id)
     else:  # the claim's rows carry the worker's owner (one row of NULLs if none)
-        if rows[0].claimable_left:  # skipped what another claim held but did not take
-            statement = claim_statement(
-                db.dialect,
-                check_owner=not principal.is_superuser,
-                limit=max_tasks,
-                wait_for_locked=True,
-            )
-            rows = (await conn.execute(statement, params)).all()
         owner = rows[0].worker_owner
         rows = [row for row in rows if row.id is not None]
         if not rows:
             check_worker(principal, worker_id, owner)
+            if await conn.scalar(claimable_left_statement(), params):
+                # Skipped what another claim held but did not take: wait for it this time.
+                statement = claim_statement(
+                    db.dialect,
+                    check_owner=not principal.is_superuser,
+                    limit=max_tasks,
+                    wait_for_locked=True,
+                )
+                rows = [row for row in (await conn.execute(statement, params)) if row.id]
     names = await JobNames.resolve(conn, {row.job_id for row in rows})
     records = _in_queue_order(task_record(row, names[row.job_id]) for row in rows)
     events = EventBatch()
