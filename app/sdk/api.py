@@ -36,12 +36,21 @@ class WorkerApi:
         return dict(response.json())
 
     async def heartbeat(
-        self, worker_id: str, running: list[str], *, retry_for: float | None = None
+        self,
+        worker_id: str,
+        running: list[str],
+        *,
+        retry_for: float | None = None,
+        http_timeout: float | None = None,
     ) -> Heartbeat:
         """Keep the worker alive and the leases of the tasks it ``running`` (only those: a
         task it has not started is left to its lease)."""
         response = await self.hub.request(
-            "PATCH", f"/workers/{worker_id}", json={"tasks": running}, retry_for=retry_for
+            "PATCH",
+            f"/workers/{worker_id}",
+            json={"tasks": running},
+            retry_for=retry_for,
+            http_timeout=http_timeout,
         )
         return Heartbeat.model_validate(response.json())
 

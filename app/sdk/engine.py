@@ -1,11 +1,18 @@
 """One serving session of a worker, on one asyncio loop: register, heartbeat, claim and
 run tasks, drain and leave.
 
-Loops (asyncio tasks): the heartbeat (every ``heartbeat_interval``, also through the
-drain; its reply lists cancelled tasks), and the claimer (batch-claims as many tasks as
-there are free slots; woken by ``task_available``, a finished run or a reconnect, and
-every ``poll_interval`` anyway). A worker the hub no longer knows (404, e.g. after a long
-network partition) registers again under a fresh id.
+Loops (asyncio tasks): the heartbeat (``heartbeat_interval`` after the last beat that got
+through, retried soon while it fails, also through the drain; its reply lists cancelled
+tasks), and the claimer (batch-claims as many tasks as there are free slots; woken by
+``task_available``, a finished run or a reconnect, and every ``poll_interval`` anyway). A
+worker the hub no longer knows (404, e.g. after a long network partition) registers again
+under a fresh id; the runs of its earlier id are signalled, and tracked until they return
+(each run on its own: the hub may hand the same task to the new id meanwhile).
+
+A stop ends claiming. A claim in flight and the running tasks may finish until the drain
+is over: ``drain_timeout`` after the stop, at once for a hard stop (``drain=False``), or in
+time to be done within a stop's timeout. Then what still runs is reported failed, and the
+worker leaves the hub (within ``LEAVE_SECONDS``) and closes its connections.
 """
 
 from __future__ import annotations
@@ -13,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,12 +28,16 @@ from app.sdk.api import WorkerApi
 from app.sdk.errors import AuthError, HubUnavailable, NotFound, ProblemError
 from app.sdk.execution import TaskRun
 from app.sdk.extension import JobSpec
-from app.sdk.http import AsyncHub
+from app.sdk.http import AsyncHub, Backoff
 from app.sdk.models import ClaimedTask
 from app.sdk.realtime import SocketLink
 
 log = logging.getLogger("taskhub.sdk")
 SHUTDOWN_ERROR = "Worker shut down before the task finished"
+LEAVE_SECONDS = 5.0  # after the drain: fail what still runs, leave the rooms, deregister
+HARD_STOP_SECONDS = 5.0  # a stop without drain is done within this unless told otherwise
+CLOSE_MARGIN = 1.0  # of a stop's timeout, kept for closing the connections (at most)
+CLOSE_SECONDS = 5.0  # closing the connections after a stop without a timeout
 
 
 @dataclass(frozen=True)
@@ -41,6 +52,7 @@ class WorkerConfig:
     sockets: bool
     socketio_path: str
     http_timeout: float
+    server_timeout: float | None = None  # the hub's worker timeout, as configured
 
 
 class WorkerEngine:
@@ -53,18 +65,21 @@ class WorkerEngine:
     ) -> None:
         self.config = config
         self.heartbeat_interval = config.heartbeat_interval  # tightened to the hub's timeout
+        # The hub drops a worker silent for this long (the hub's own figure once it says).
+        self.worker_timeout = config.server_timeout or 3 * config.heartbeat_interval
         self._on_ready = on_ready
         self.specs = {spec.full_name: spec for spec in specs}
         self.worker_id: str | None = None
-        self.runs: dict[str, TaskRun] = {}
         self.ready = asyncio.Event()
         self.fatal: BaseException | None = None
+        self._runs: dict[TaskRun, asyncio.Task[None]] = {}  # every live run, and its task
         self._kick = asyncio.Event()
         self._beat_now = asyncio.Event()
         self._stopping = asyncio.Event()
-        self._drain = True
-        self._abort_drain = asyncio.Event()
-        self._run_tasks: dict[str, asyncio.Task[None]] = {}
+        self._drain_over = asyncio.Event()  # stop waiting for runs and a claim in flight
+        self._done_by: float | None = None  # loop time a stop's timeout asks to be done by
+        self._close_margin = CLOSE_MARGIN  # then left to close the connections
+        self._timers: list[asyncio.TimerHandle] = []
         self._reincarnation = asyncio.Lock()
         self._background: set[asyncio.Task[Any]] = set()
         self._hub = AsyncHub(config.url, config.token, timeout=config.http_timeout)
@@ -83,23 +98,53 @@ class WorkerEngine:
 
     # -- control (called on the engine's loop) ---------------------------------
 
-    def request_stop(self, *, drain: bool = True) -> None:
-        """Stop claiming; finish in-flight runs (up to the drain timeout) unless ``drain``
-        is False; then leave. A second request without drain cuts the drain short."""
-        if self._stopping.is_set():
-            if not drain:
-                self._abort_drain.set()
-            return
-        self._drain = drain
+    def request_stop(self, *, drain: bool = True, within: float | None = None) -> None:
+        """Stop claiming; let a claim in flight and the running tasks finish (up to the
+        drain timeout) unless ``drain`` is False; then fail what still runs and leave.
+        ``within``: be done in about that many seconds (default for a hard stop:
+        ``HARD_STOP_SECONDS``). A later request can only make the stop harsher."""
+        loop = asyncio.get_running_loop()
+        if within is None and not drain:
+            within = HARD_STOP_SECONDS
+        if within is not None:
+            self._finish_within(loop, within)
         if not drain:
-            self._abort_drain.set()
+            self._drain_over.set()
+        if self._stopping.is_set():
+            return
         self._stopping.set()
         self._kick.set()
+        self._timers.append(loop.call_later(self.config.drain_timeout, self._drain_timed_out))
 
-    def cancel_task(self, task_id: str) -> None:
-        run = self.runs.get(task_id)
-        if run is not None:
-            run.cancel()
+    def _finish_within(self, loop: asyncio.AbstractEventLoop, within: float) -> None:
+        """Aim to be done ``within`` seconds from now (keeping a margin to close the
+        connections), ending the drain in time to leave the hub."""
+        now = loop.time()
+        margin = min(CLOSE_MARGIN, within / 5)
+        done_by = now + within - margin
+        if self._done_by is not None and self._done_by <= done_by:
+            return
+        self._done_by, self._close_margin = done_by, margin
+        drain_by = done_by - min(LEAVE_SECONDS, (done_by - now) / 2)
+        self._timers.append(loop.call_at(drain_by, self._drain_over.set))
+
+    def _drain_timed_out(self) -> None:
+        if self._runs and not self._drain_over.is_set():
+            log.warning("Drain timeout: %d task(s) still running", len(self._runs))
+        self._drain_over.set()
+
+    def cancel_task(self, task_id: str, worker_id: str | None = None) -> None:
+        """Signal the runs of ``task_id``; with ``worker_id``, only those claimed under it
+        (a notice meant for an earlier id of this worker spares a later attempt)."""
+        for run in list(self._runs):
+            if run.id == task_id and worker_id in (None, run.worker_id):
+                run.cancel()
+
+    @property
+    def active_task_ids(self) -> list[str]:
+        """Ids of the tasks with a live run, each once (safe to read from any thread)."""
+        runs = list(self._runs)  # one step: the loop's thread may change the runs meanwhile
+        return list(dict.fromkeys(run.id for run in runs))
 
     @property
     def listening(self) -> bool:
@@ -108,29 +153,39 @@ class WorkerEngine:
     # -- the session -----------------------------------------------------------
 
     async def run(self) -> None:
-        """Serve until stopped; raises what made the worker give up (e.g. ``AuthError``)."""
+        """Serve until stopped; raises what made the worker give up (e.g. ``AuthError``).
+        Cancelled, it stops as ``request_stop()`` would (cancelled again: without drain),
+        then raises ``CancelledError``."""
+        session = asyncio.create_task(self._session(), name="taskhub-worker-session")
+        cancels = 0
+        while not session.done():
+            try:
+                await asyncio.shield(session)
+            except asyncio.CancelledError:
+                if session.cancelled():
+                    raise
+                cancels += 1
+                self.request_stop(drain=cancels == 1)
+        if cancels:
+            if session.exception() is not None:
+                log.error("The worker failed while stopping", exc_info=session.exception())
+            raise asyncio.CancelledError
+        session.result()
+        if self.fatal is not None:
+            raise self.fatal
+
+    async def _session(self) -> None:
         try:
-            if not await self._register_unless_stopped():
+            if not await self._register_unless_stopped(self.config.startup_timeout):
                 log.info("Stopped before the worker was registered")
                 return
-            if self.link is not None:
-                self.link.start()  # joins in the background, then triggers a claim
-            self.ready.set()
-            if self._on_ready is not None:
-                self._on_ready()
-            names = ", ".join(self.specs)
-            log.info(
-                "Worker %s serving %s (concurrency %d)",
-                self.worker_id,
-                names,
-                self.config.concurrency,
-            )
+            self._announce()
             heartbeat = asyncio.create_task(self._guarded(self._heartbeat_loop()))
             claimer = asyncio.create_task(self._guarded(self._claim_loop()))
             try:
                 await self._stopping.wait()
-                await claimer
-                await self._finish_runs()
+                await self._until_drain_over([claimer])  # a claim in flight brings tasks
+                await self._drain()
             finally:
                 claimer.cancel()
                 heartbeat.cancel()
@@ -138,13 +193,24 @@ class WorkerEngine:
             await self._leave()
         finally:
             await self._close()
-        if self.fatal is not None:
-            raise self.fatal
 
-    async def _register_unless_stopped(self) -> bool:
-        """Register (retrying up to the start-up timeout while the hub is unreachable)
-        unless a stop is requested first; whether it registered."""
-        registering = asyncio.create_task(self._register(retry_for=self.config.startup_timeout))
+    def _announce(self) -> None:
+        if self.link is not None:
+            self.link.start()  # joins in the background, then triggers a claim
+        self.ready.set()
+        if self._on_ready is not None:
+            self._on_ready()
+        log.info(
+            "Worker %s serving %s (concurrency %d)",
+            self.worker_id,
+            ", ".join(self.specs),
+            self.config.concurrency,
+        )
+
+    async def _register_unless_stopped(self, retry_for: float | None = None) -> bool:
+        """Register (retrying up to ``retry_for`` while the hub is unreachable) unless a
+        stop is requested first, which cancels it; whether it registered."""
+        registering = asyncio.create_task(self._register(retry_for=retry_for))
         stop = asyncio.create_task(self._stopping.wait())
         await asyncio.wait({registering, stop}, return_when=asyncio.FIRST_COMPLETED)
         stop.cancel()
@@ -168,6 +234,8 @@ class WorkerEngine:
     async def _register_jobs(
         self, worker_id: str, hub_timeout: float | None, retry_for: float | None
     ) -> None:
+        if hub_timeout:
+            self.worker_timeout = hub_timeout
         if hub_timeout and self.heartbeat_interval > hub_timeout / 3:
             log.warning(
                 "Heartbeat interval %.1fs is more than a third of the hub's worker timeout "
@@ -185,15 +253,16 @@ class WorkerEngine:
 
     async def _reincarnate(self, stale_id: str) -> None:
         """The hub forgot ``stale_id``: its tasks were failed there, so signal their runs
-        and register again under a fresh id."""
+        and register again under a fresh id (unless the worker is stopping)."""
         async with self._reincarnation:
             if self.worker_id != stale_id or self._stopping.is_set():
                 return
             log.warning("The hub no longer knows worker %s; registering again", stale_id)
-            for run in self.runs.values():
+            for run in self._runs:
                 run.cancel()
             try:
-                await self._register()
+                if not await self._register_unless_stopped():
+                    return
             except (HubUnavailable, ProblemError) as exc:
                 self._give_up(exc)
                 return
@@ -221,30 +290,56 @@ class WorkerEngine:
             self._give_up(exc)
 
     async def _heartbeat_loop(self) -> None:
+        """Beat ``heartbeat_interval`` after the last beat that got through (at once when
+        the socket dropped). A failed beat is retried soon, each attempt bounded: once the
+        hub is reachable again, a beat gets through within a quarter of its worker timeout
+        (so the worker outlives an outage that ends within three quarters of it after its
+        last beat)."""
+        loop = asyncio.get_running_loop()
+        last_beat = loop.time()  # the registration counts as one
+        retries: Iterator[float] | None = None  # delays between attempts while failing
         while True:
-            interval = self.heartbeat_interval
+            due = next(retries) if retries else last_beat + self.heartbeat_interval - loop.time()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._beat_now.wait(), interval)
+                await asyncio.wait_for(self._beat_now.wait(), max(due, 0.0))
             self._beat_now.clear()
-            worker_id = self.worker_id
-            assert worker_id is not None
+            started = loop.time()
             try:
-                reply = await self.api.heartbeat(worker_id, list(self.runs), retry_for=interval)
-            except NotFound:
-                await self._reincarnate(worker_id)
-                continue
+                await self._beat()
             except AuthError as exc:
                 self._give_up(exc)
                 return
             except (HubUnavailable, ProblemError) as exc:
-                log.warning("Heartbeat failed: %s", exc)
+                level = logging.WARNING if retries is None else logging.DEBUG
+                log.log(level, "Heartbeat failed (retrying): %s", exc)
+                retries = retries or self._beat_retry_delays()
                 continue
-            for task_id in reply.cancelled_tasks:
-                self.cancel_task(task_id)
+            if retries is not None:
+                log.info("Heartbeat got through again")
+            last_beat, retries = started, None
+
+    def _beat_retry_delays(self) -> Iterator[float]:
+        longest = min(self.worker_timeout / 12, self.heartbeat_interval)
+        return Backoff(initial=min(0.2, longest), maximum=longest).delays()
+
+    async def _beat(self) -> None:
+        """One heartbeat attempt, bounded by a sixth of the hub's worker timeout."""
+        worker_id = self.worker_id
+        assert worker_id is not None
+        timeout = min(self.config.http_timeout, self.worker_timeout / 6)
+        try:
+            reply = await self.api.heartbeat(
+                worker_id, self.active_task_ids, retry_for=0, http_timeout=timeout
+            )
+        except NotFound:
+            await self._reincarnate(worker_id)
+            return
+        for task_id in reply.cancelled_tasks:
+            self.cancel_task(task_id, worker_id)
 
     async def _claim_loop(self) -> None:
         while not self._stopping.is_set():
-            free = self.config.concurrency - len(self.runs)
+            free = self.config.concurrency - len(self._runs)
             self._kick.clear()
             if free > 0:
                 worker_id = self.worker_id
@@ -274,10 +369,9 @@ class WorkerEngine:
             self._spawn(self._reject(task, error))
             return
         run = TaskRun(task, spec, self.api, worker_id=worker_id, on_auth_lost=self._give_up)
-        self.runs[task.id] = run
         job = asyncio.create_task(run.execute(), name=f"taskhub-task-{task.id}")
-        self._run_tasks[task.id] = job
-        job.add_done_callback(lambda _job, task_id=task.id: self._finished(task_id))
+        self._runs[run] = job
+        job.add_done_callback(lambda job, run=run: self._finished(run, job))
 
     async def _reject(self, task: ClaimedTask, error: str) -> None:
         log.error("Task %s: %s", task.id, error)
@@ -289,61 +383,79 @@ class WorkerEngine:
         self._background.add(job)
         job.add_done_callback(self._background.discard)
 
-    def _finished(self, task_id: str) -> None:
-        self.runs.pop(task_id, None)
-        job = self._run_tasks.pop(task_id, None)
-        if job is not None and not job.cancelled() and job.exception() is not None:
-            log.error("Task %s: unexpected error", task_id, exc_info=job.exception())
+    def _finished(self, run: TaskRun, job: asyncio.Task[None]) -> None:
+        self._runs.pop(run, None)
+        if not job.cancelled() and job.exception() is not None:
+            log.error("Task %s: unexpected error", run.id, exc_info=job.exception())
         self._kick.set()
 
     # -- shutdown ----------------------------------------------------------------
 
-    async def _finish_runs(self) -> None:
-        """Let in-flight runs finish (heartbeats go on) until the drain timeout or an
-        abort; then signal the rest, report them failed and stop waiting for them."""
-        pending = set(self._run_tasks.values())
-        if pending and self._drain:
-            log.info("Draining %d task(s) (up to %.0fs)", len(pending), self.config.drain_timeout)
-            aborted = asyncio.create_task(self._abort_drain.wait())
-            try:
-                await self._wait_runs(pending, aborted)
-            finally:
-                aborted.cancel()
-        leftovers = list(self._run_tasks.items())
-        for task_id, job in leftovers:
-            run = self.runs.get(task_id)
-            job.cancel()
-            if run is not None:
-                await run.fail(SHUTDOWN_ERROR)
-                run.cancel()
-        await asyncio.gather(*(job for _, job in leftovers), return_exceptions=True)
+    async def _until_drain_over(self, tasks: Iterable[asyncio.Task[Any]]) -> None:
+        """Wait until ``tasks`` are done or the drain is over, whichever comes first."""
+        pending = set(tasks)
+        over = asyncio.create_task(self._drain_over.wait())
+        try:
+            while pending and not over.done():
+                done, _ = await asyncio.wait({*pending, over}, return_when=asyncio.FIRST_COMPLETED)
+                pending -= done
+        finally:
+            over.cancel()
 
-    async def _wait_runs(
-        self, pending: set[asyncio.Task[None]], aborted: asyncio.Task[bool]
-    ) -> None:
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.config.drain_timeout
-        while pending and not aborted.done():
-            remaining = deadline - loop.time()
-            if remaining <= 0:
-                log.warning("Drain timeout: %d task(s) still running", len(pending))
-                return
-            done, _ = await asyncio.wait(
-                [*pending, aborted], timeout=remaining, return_when=asyncio.FIRST_COMPLETED
+    async def _drain(self) -> None:
+        """Let in-flight runs finish (heartbeats go on) until the drain is over."""
+        if self._runs and not self._drain_over.is_set():
+            log.info(
+                "Draining %d task(s) (up to %.0fs)", len(self._runs), self.config.drain_timeout
             )
-            pending -= done
+            await self._until_drain_over(list(self._runs.values()))
 
     async def _leave(self) -> None:
+        """Fail what still runs, leave the job rooms and deregister, within
+        ``LEAVE_SECONDS`` (or by the deadline of a stop's timeout)."""
+        loop = asyncio.get_running_loop()
+        by = loop.time() + LEAVE_SECONDS
+        if self._done_by is not None:
+            by = min(by, self._done_by)
+        await self._abandon_runs(within=max(by - loop.time(), 0.0) / 2)
+        left = max(by - loop.time(), 0.0)
+        await asyncio.gather(self._leave_rooms(left), self._deregister(left))
+
+    async def _abandon_runs(self, *, within: float) -> None:
+        """Stop the runs still going: report their tasks failed (to be retried while they
+        have attempts left; trying for up to ``within`` seconds), and signal them."""
+        leftovers = list(self._runs.items())
+        for _run, job in leftovers:
+            job.cancel()
+        reports = (run.fail(SHUTDOWN_ERROR, within=within) for run, _job in leftovers)
+        await asyncio.gather(*reports, return_exceptions=True)
+        for run, _job in leftovers:
+            run.cancel()
+        await asyncio.gather(*(job for _run, job in leftovers), return_exceptions=True)
+
+    async def _leave_rooms(self, within: float) -> None:
         if self.link is not None:
-            await self.link.leave_all()
-        if self.worker_id is not None and not isinstance(self.fatal, AuthError):
-            try:
-                await self.api.delete_worker(self.worker_id, retry_for=5.0)
-                log.info("Worker %s left the hub", self.worker_id)
-            except (HubUnavailable, ProblemError) as exc:
-                log.warning("Could not remove worker %s: %s", self.worker_id, exc)
+            await self.link.leave_all(within=within)
+
+    async def _deregister(self, within: float) -> None:
+        if self.worker_id is None or isinstance(self.fatal, AuthError):
+            return
+        try:
+            await self.api.delete_worker(self.worker_id, retry_for=within)
+        except NotFound:
+            log.info("Worker %s was no longer known to the hub", self.worker_id)
+        except (HubUnavailable, ProblemError) as exc:
+            log.warning("Could not remove worker %s: %s", self.worker_id, exc)
+        else:
+            log.info("Worker %s left the hub", self.worker_id)
 
     async def _close(self) -> None:
+        for timer in self._timers:
+            timer.cancel()
         if self.link is not None:
-            await self.link.close()
+            timeout = CLOSE_SECONDS
+            if self._done_by is not None:
+                remaining = self._done_by - asyncio.get_running_loop().time()
+                timeout = max(remaining, 0.0) + self._close_margin / 2
+            await self.link.close(within=timeout)
         await self._hub.aclose()

@@ -218,12 +218,13 @@ class TaskRun:
         await self._reporter.close()
         await self._finish(outcome)
 
-    async def fail(self, error: str) -> None:
-        """Report the task failed when the worker gives up on an unfinished run: retried
-        while it has attempts left (as it would be had the worker been killed)."""
+    async def fail(self, error: str, *, within: float = 5.0) -> None:
+        """Report the task failed (trying for up to ``within`` seconds) when the worker
+        gives up on an unfinished run: retried while it has attempts left (as it would be
+        had the worker been killed)."""
         if not self.cancelled:
             body = {"status": "failed", "error": error, "retry": True}
-            await self._report_end(body, retry_for=5.0)
+            await self._report_end(body, retry_for=within)
 
     async def _start(self) -> bool:
         try:

@@ -5,7 +5,9 @@ Retry rule: a connection that was never established is always retried; other tra
 errors and 429/500/502/503/504 answers are retried only for requests that are safe to
 repeat (``idempotent=True``). 401/403/404/409/422 are never retried, nor is a URL that can
 never work (a client refuses one at once: ``check_url``). A request's first retry is
-logged as a warning naming the URL; its final error names the URL too.
+logged as a warning naming the URL; its final error names the URL too. ``retry_for``
+bounds the whole request: each attempt's timeout is cut to what is left of it (unless the
+caller sets ``http_timeout``, e.g. a long-poll that outlasts its retry budget).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ PERMANENT_SLUGS = frozenset({"internal-job-not-configured"})
 NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
 NEVER_WORKS = (httpx.UnsupportedProtocol,)
 RETRY_SECONDS = 30.0  # how long a request retries by default (read when a client is made)
+MIN_ATTEMPT_SECONDS = 0.25  # the least time an attempt gets, however little of its budget is left
 
 
 @dataclass(frozen=True)
@@ -116,6 +119,11 @@ class _Attempts:
         self.idempotent = idempotent
         self.failed = 0  # attempts that failed so far
 
+    def timeout(self, default: float) -> float:
+        """An attempt's timeout: ``default``, cut to what is left of the retry budget (so
+        that ``retry_for`` bounds the whole request, not only the time spent retrying)."""
+        return min(default, max(self.deadline - time.monotonic(), MIN_ATTEMPT_SECONDS))
+
     def next_delay(self, outcome: httpx.Response | Exception) -> float:
         """Seconds to wait before retrying after ``outcome``; raise when it is final (a
         ``ProblemError`` says whether it answered a retry: an earlier attempt may have been
@@ -176,6 +184,7 @@ class AsyncHub:
         backoff: Backoff = Backoff(),
     ) -> None:
         self.url = check_url(url)
+        self.timeout = timeout
         self.retry_for = RETRY_SECONDS if retry_for is None else retry_for
         self.backoff = backoff
         self._http = httpx.AsyncClient(
@@ -199,12 +208,12 @@ class AsyncHub:
             self.backoff,
             idempotent,
         )
-        extra: dict[str, Any] = {} if http_timeout is None else {"timeout": http_timeout}
         while True:
+            timeout = attempts.timeout(self.timeout) if http_timeout is None else http_timeout
             outcome: httpx.Response | Exception
             try:
                 outcome = await self._http.request(
-                    method, path, json=json, headers=headers, **extra
+                    method, path, json=json, headers=headers, timeout=timeout
                 )
                 if outcome.status_code < 400:
                     return outcome
@@ -229,6 +238,7 @@ class SyncHub:
         backoff: Backoff = Backoff(),
     ) -> None:
         self.url = check_url(url)
+        self.timeout = timeout
         self.retry_for = RETRY_SECONDS if retry_for is None else retry_for
         self.backoff = backoff
         self._http = httpx.Client(
@@ -252,11 +262,13 @@ class SyncHub:
             self.backoff,
             idempotent,
         )
-        extra: dict[str, Any] = {} if http_timeout is None else {"timeout": http_timeout}
         while True:
+            timeout = attempts.timeout(self.timeout) if http_timeout is None else http_timeout
             outcome: httpx.Response | Exception
             try:
-                outcome = self._http.request(method, path, json=json, headers=headers, **extra)
+                outcome = self._http.request(
+                    method, path, json=json, headers=headers, timeout=timeout
+                )
                 if outcome.status_code < 400:
                     return outcome
             except httpx.TransportError as exc:

@@ -20,7 +20,9 @@ from app.sdk.http import Backoff
 
 log = logging.getLogger("taskhub.sdk")
 Callback = Callable[[], None]
+CancelNotice = Callable[[str, str | None], None]  # (task id, worker id if the notice says)
 ACK_TIMEOUT = 10.0
+SHUTDOWN_TIMEOUT = 5.0
 
 
 class SocketLink:
@@ -31,7 +33,7 @@ class SocketLink:
         *,
         path: str = "socket.io",
         on_task_available: Callback,
-        on_task_cancelled: Callable[[str], None],
+        on_task_cancelled: CancelNotice,
         on_joined: Callback,
         on_dropped: Callback,
     ) -> None:
@@ -74,25 +76,29 @@ class SocketLink:
     def start(self) -> None:
         self._spawn(self._connect_until_up())
 
-    async def leave_all(self) -> None:
+    async def leave_all(self, within: float = ACK_TIMEOUT) -> None:
+        """Leave every job room, waiting (in parallel) up to ``within`` seconds for the
+        acks."""
+        self._listening.clear()
         if not self._sio.connected:
             return
-        for job in self._jobs:
-            with contextlib.suppress(Exception):
-                await self._sio.call(
-                    "leave_job_room",
-                    {"job_name": job, "worker_id": self._worker_id},
-                    timeout=ACK_TIMEOUT,
-                )
-        self._listening.clear()
+        leaving = [self._leave(job, within) for job in self._jobs]
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.gather(*leaving), within)
 
-    async def close(self) -> None:
+    async def _leave(self, job: str, within: float) -> None:
+        with contextlib.suppress(Exception):
+            payload = {"job_name": job, "worker_id": self._worker_id}
+            await self._sio.call("leave_job_room", payload, timeout=within)
+
+    async def close(self, within: float = SHUTDOWN_TIMEOUT) -> None:
+        """Stop reconnecting and disconnect (waiting up to ``within`` seconds for that)."""
         self._closed = True
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         with contextlib.suppress(Exception):
-            await asyncio.wait_for(self._sio.shutdown(), 5.0)
+            await asyncio.wait_for(self._sio.shutdown(), within)
 
     def _spawn(self, coroutine: Any) -> None:
         task = asyncio.create_task(coroutine)
@@ -151,6 +157,9 @@ class SocketLink:
         self._on_task_available()
 
     async def _task_cancelled(self, data: Any = None) -> None:
-        task_id = data.get("task_id") if isinstance(data, dict) else None
-        if isinstance(task_id, str):
-            self._on_task_cancelled(task_id)
+        """Passes on the task id, and the worker id the notice is meant for: the socket
+        stays in the notice room of an id the worker had before it registered again."""
+        if not isinstance(data, dict) or not isinstance(data.get("task_id"), str):
+            return
+        worker_id = data.get("worker_id")
+        self._on_task_cancelled(data["task_id"], worker_id if isinstance(worker_id, str) else None)

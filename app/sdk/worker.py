@@ -30,6 +30,11 @@ class Worker:
     From a script, serving in a background thread: ``with worker: ...``.
     In asyncio: ``await worker.serve()`` or ``async with worker: ...``.
 
+    Stopping (``stop()``, a signal, or cancelling ``serve()``): no new claims, in-flight
+    runs finish up to ``drain_timeout``, then the worker reports what still runs failed
+    (retried while attempts are left) and leaves the hub. A hard stop (``drain=False``, a
+    second signal or cancel) skips the drain and is done within a few seconds.
+
     ``server_timeout`` is the hub's ``TASKHUB_WORKER_TIMEOUT_SECONDS``; the heartbeat
     interval (default a quarter of it) may be at most a third of it.
     """
@@ -73,11 +78,12 @@ class Worker:
             sockets=sockets,
             socketio_path=socketio_path,
             http_timeout=http_timeout,
+            server_timeout=server_timeout,
         )
         self._specs: dict[str, JobSpec] = {}
         self._engine: WorkerEngine | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._stop_request: bool | None = None  # drain flag of a stop() before serving began
+        self._stop_request: tuple[bool, float | None] | None = None  # a stop() before serving
         self._thread: threading.Thread | None = None
         self._settled = threading.Event()  # ready, or serving ended
         self._error: BaseException | None = None
@@ -127,14 +133,15 @@ class Worker:
     @property
     def active_tasks(self) -> list[str]:
         """Ids of the tasks running now."""
-        return list(self._engine.runs) if self._engine else []
+        return self._engine.active_task_ids if self._engine else []
 
     # -- asyncio -----------------------------------------------------------------
 
     async def serve(self, *, handle_signals: bool | None = None) -> None:
         """Serve until ``stop()`` (or SIGINT/SIGTERM when ``handle_signals``; default: when
         running in the main thread). Returns after the drain; raises if the worker had to
-        give up (e.g. ``AuthError``)."""
+        give up (e.g. ``AuthError``). Cancelled, it stops as ``stop()`` does (cancelled
+        again: as ``stop(drain=False)``), then raises ``CancelledError``."""
         if handle_signals is None:
             handle_signals = threading.current_thread() is threading.main_thread()
         await self._serve(self._begin(), handle_signals)
@@ -173,21 +180,24 @@ class Worker:
         asyncio.run(self.serve())
 
     def start(self, timeout: float | None = None) -> Worker:
-        """Serve from a background thread; returns once registered (raises start-up errors)."""
+        """Serve from a background thread; returns once registered (raises start-up errors;
+        after a ``TimeoutError`` the worker stops instead of going on in the background)."""
         engine = self._begin()
         self._thread = threading.Thread(
             target=self._thread_main, args=(engine,), name="taskhub-worker", daemon=True
         )
         self._thread.start()
         if not self._settled.wait(timeout):
+            self.stop(drain=False)
             raise TimeoutError(f"the worker did not start within {timeout}s")
         if self._error is not None:
             raise self._error
         return self
 
     def close(self, timeout: float | None = None, *, drain: bool = True) -> None:
-        """Stop the background worker (draining by default) and wait for it to leave."""
-        self.stop(drain=drain)
+        """Stop the background worker (draining by default) and wait for it to leave; with
+        a ``timeout``, the worker cuts its drain short so as to have left by then."""
+        self.stop(drain=drain, timeout=timeout)
         self.wait(timeout)
 
     def wait(self, timeout: float | None = None) -> None:
@@ -217,17 +227,20 @@ class Worker:
 
     # -- from any thread ------------------------------------------------------------
 
-    def stop(self, *, drain: bool = True) -> None:
+    def stop(self, *, drain: bool = True, timeout: float | None = None) -> None:
         """Ask the worker to stop: no new claims, in-flight runs finish (up to
-        ``drain_timeout``) unless ``drain=False``, then it leaves the hub. Thread-safe."""
+        ``drain_timeout``) unless ``drain=False``, then it leaves the hub. With a
+        ``timeout``, it cuts the drain short so as to be done within about that many
+        seconds. Thread-safe."""
         engine, loop = self._engine, self._loop
         if engine is None or loop is None:
-            self._stop_request = (
-                drain if self._stop_request is None else self._stop_request and drain
-            )
+            if self._stop_request is not None:
+                drain = drain and self._stop_request[0]
+                timeout = _sooner(timeout, self._stop_request[1])
+            self._stop_request = (drain, timeout)
             return
         with contextlib.suppress(RuntimeError):  # the loop has finished already
-            loop.call_soon_threadsafe(lambda: engine.request_stop(drain=drain))
+            loop.call_soon_threadsafe(lambda: engine.request_stop(drain=drain, within=timeout))
 
     # -- internals --------------------------------------------------------------------
 
@@ -245,7 +258,8 @@ class Worker:
         loop = asyncio.get_running_loop()
         self._loop = loop
         if self._stop_request is not None:
-            engine.request_stop(drain=self._stop_request)
+            drain, within = self._stop_request
+            engine.request_stop(drain=drain, within=within)
         installed = self._install_signals(loop, engine) if handle_signals else []
         try:
             await engine.run()
@@ -273,7 +287,7 @@ class Worker:
                 engine.request_stop(drain=False)
                 return
             received.append(sig)
-            log.info("%s: draining (send it again to stop at once)", sig.name)
+            log.info("%s: draining (send it again to stop without draining)", sig.name)
             engine.request_stop()
 
         installed = []
@@ -282,3 +296,8 @@ class Worker:
                 loop.add_signal_handler(sig, on_signal, sig)
                 installed.append(sig)
         return installed
+
+
+def _sooner(a: float | None, b: float | None) -> float | None:
+    """The shorter of two optional timeouts."""
+    return b if a is None else a if b is None else min(a, b)

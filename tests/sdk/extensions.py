@@ -97,6 +97,20 @@ class Gate(Extension):
         return "passed"
 
 
+class Stubborn(Extension):
+    """Looks at cancellation only between long chunks of work: waits at the gate of its
+    attempt (``{key}-{attempt}``), then returns its attempt, or "stopped" if cancelled."""
+
+    category = "modifiers"
+    key: str
+
+    def run(self, ctx: TaskContext) -> Any:
+        at = f"{self.key}-{ctx.attempt}"
+        STARTED[at].set()
+        GATES[at].wait(30)
+        return "stopped" if ctx.cancelled else {"attempt": ctx.attempt}
+
+
 class AsyncSpin(Extension):
     """Spins until cancelled (observed with ``await ctx.wait_cancelled_async``)."""
 

@@ -1,13 +1,28 @@
 """Graceful stop: no new claims, in-flight runs finish (heartbeats go on meanwhile) up to
-the drain timeout, then the worker leaves the hub."""
+the drain timeout, then the worker leaves the hub. A stop without drain is done within its
+timeout even when the hub does not answer. Cancelling ``serve()`` stops the worker too."""
 
 from __future__ import annotations
 
+import asyncio
 import time
+from pathlib import Path
 
-from app.sdk import Client, Worker
-from tests.sdk.conftest import SWEEPING_TIMEOUT, Hub, wait_status
+import pytest
+
+from app.sdk import AsyncClient, Client, Worker
+from app.sdk.engine import SHUTDOWN_ERROR
+from tests.sdk.conftest import (
+    HUB_ENV,
+    SWEEPING_TIMEOUT,
+    Hub,
+    async_eventually,
+    eventually,
+    wait_status,
+)
 from tests.sdk.extensions import GATES, OBSERVED_CANCEL, STARTED, Echo, Gate, Slow
+from tests.sdk.partition import PartitionProxy
+from tests.support.server import HubServer, provisioned_database
 
 
 def test_stop_finishes_in_flight_tasks_and_claims_no_more(hub: Hub, room: str, key: str) -> None:
@@ -54,3 +69,79 @@ def test_heartbeats_go_on_during_the_drain(sweeping_hub: Hub, room: str) -> None
         worker.stop()
         task = handle.wait(timeout=15)
     assert task.status == "completed", task.error
+
+
+def test_a_hard_stop_while_the_hub_is_down_is_done_within_its_timeout(
+    tmp_path: Path, room: str
+) -> None:
+    """The worker is retrying its claim against a hub that went away: a stop without drain
+    cuts that short, and the worker is done within the timeout it was given."""
+    with (
+        provisioned_database("sqlite", tmp_path) as url,
+        HubServer(url, log_dir=tmp_path, env=HUB_ENV) as server,
+    ):
+        worker = Worker(server.base_url, server.admin_token, [Echo], room=room, poll_interval=0.3)
+        worker.start(timeout=10)
+        server.stop()
+        time.sleep(1)  # the claims and heartbeats now fail and are retried
+        worker.close(timeout=5, drain=False)  # TimeoutError if it is not done by then
+
+
+def test_a_hard_stop_during_a_network_partition_is_done_within_its_timeout(
+    sqlite_hub: Hub, room: str
+) -> None:
+    """Nothing answers, not even the socket's acks: each step of leaving the hub gives up in
+    time for the worker to be done within its timeout."""
+    hub = sqlite_hub
+    with PartitionProxy(hub.server.port) as proxy:
+        jobs = [Echo, Gate, Slow]  # three rooms to leave, none of them answering
+        worker = Worker(proxy.url, hub.user_token, jobs, room=room, poll_interval=0.3)
+        worker.start(timeout=10)
+        eventually(lambda: worker.listening, 10, "the worker to join its rooms")
+        proxy.partition()
+        time.sleep(1)  # the claim in flight now hangs
+        worker.close(timeout=5, drain=False)  # TimeoutError if it is not done by then
+
+
+async def test_cancelling_serve_stops_the_worker_as_stop_does(
+    hub: Hub, room: str, key: str
+) -> None:
+    """The task awaiting ``serve()`` is cancelled (e.g. by ``asyncio.timeout`` or a task
+    group): the worker drains its runs, reports them and leaves the hub, then the
+    cancellation goes on."""
+    worker = Worker(hub.url, hub.user_token, [Gate], room=room)
+    serving = asyncio.create_task(worker.serve(handle_signals=False))
+    async with AsyncClient(hub.url, hub.user_token) as client:
+        await async_eventually(lambda: worker.worker_id, 10, "the worker to register")
+        worker_id = worker.worker_id
+        handle = await client.submit(Gate(key=key), room=room)
+        await async_eventually(STARTED[key].is_set, 10, "the run to start")
+        serving.cancel()
+        await asyncio.sleep(0.2)  # the cancellation lands while the run goes on
+        GATES[key].set()
+        with pytest.raises(asyncio.CancelledError):
+            await serving
+        assert (await handle.wait(timeout=1)).status == "completed"
+    assert worker_id not in hub.worker_ids()
+
+
+async def test_cancelling_serve_again_stops_without_draining(
+    sqlite_hub: Hub, room: str, key: str
+) -> None:
+    hub = sqlite_hub
+    worker = Worker(hub.url, hub.user_token, [Gate], room=room)
+    serving = asyncio.create_task(worker.serve(handle_signals=False))
+    async with AsyncClient(hub.url, hub.user_token) as client:
+        await async_eventually(lambda: worker.worker_id, 10, "the worker to register")
+        worker_id = worker.worker_id
+        handle = await client.submit(Gate(key=key), room=room)
+        await async_eventually(STARTED[key].is_set, 10, "the run to start")
+        serving.cancel()
+        await asyncio.sleep(0.2)  # draining now
+        serving.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await serving
+        task = await handle.wait(timeout=1)
+    assert (task.status, task.error) == ("failed", SHUTDOWN_ERROR)
+    assert OBSERVED_CANCEL[key].is_set(), "the abandoned run was told to stop"
+    assert worker_id not in hub.worker_ids()

@@ -4,6 +4,7 @@ was lost is repeated without losing its tasks."""
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -18,7 +19,8 @@ from app.sdk.api import WorkerApi
 from app.sdk.errors import HubUnavailable
 from app.sdk.http import AsyncHub
 from tests.sdk.conftest import HUB_ENV, Hub, eventually
-from tests.sdk.extensions import GATES, OBSERVED_CANCEL, STARTED, Echo, Gate
+from tests.sdk.extensions import GATES, OBSERVED_CANCEL, STARTED, Echo, Gate, Stubborn
+from tests.sdk.partition import PartitionProxy
 from tests.support.server import Backend, HubServer, provisioned_database
 
 FAST_POLL = 0.3
@@ -157,6 +159,130 @@ def test_worker_forgotten_by_the_hub_registers_again(hub: Hub, room: str, key: s
     assert task["result"] is None, "the lost run's outcome did not overwrite the failure"
 
 
+def test_a_task_claimed_again_while_its_earlier_run_goes_on_is_tracked_as_its_own_run(
+    hub: Hub, room: str, key: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The hub forgets the worker while a run that looks at cancellation only now and then
+    is going on: the task goes back to the queue and the worker, registered again, claims
+    it again. Both runs hold a slot until they return; the retry stays tracked (its lease
+    kept, cancellable, drained) after the earlier run returns, and completes."""
+    with (
+        Worker(
+            hub.url,
+            hub.user_token,
+            [Stubborn, Echo],
+            room=room,
+            concurrency=2,
+            heartbeat_interval=0.3,
+            poll_interval=FAST_POLL,
+        ) as worker,
+        Client(hub.url, hub.user_token) as client,
+        hub.rest() as rest,
+    ):
+        first_id = worker.worker_id
+        handle = client.submit(Stubborn(key=key), room=room, max_attempts=3)
+        assert STARTED[f"{key}-1"].wait(10)
+        assert rest.delete(f"/workers/{first_id}").status_code == 204
+        assert STARTED[f"{key}-2"].wait(10), "the retry runs while the first run goes on"
+        assert hub.task(handle.id)["worker_id"] == worker.worker_id != first_id
+        later = client.submit(Echo(text="later"), room=room)
+        time.sleep(1)  # several polls: claimed by now, were a slot free
+        assert hub.task(later.id)["status"] == "pending", "the two runs fill both slots"
+        GATES[f"{key}-1"].set()  # the first run returns; its outcome is dropped
+        assert later.result(timeout=10)["echo"] == "later", "its slot is free again"
+        eventually(lambda: worker.active_tasks == [handle.id], 5, "only the retry to be held")
+        GATES[f"{key}-2"].set()
+        assert handle.result(timeout=10) == {"attempt": 2}
+        eventually(lambda: not worker.active_tasks, 5, "the retry to be released")
+    assert "InvalidStateError" not in caplog.text
+
+
+def deliver_cancel_notice(worker: Worker, task_id: str, worker_id: str) -> None:
+    """Hand the worker a ``task_cancelled`` notice as its socket would: the hub sends one to
+    ``worker:{id}`` when an attempt's lease runs out, and a socket stays in that room after
+    the worker registered again under another id."""
+    engine, loop = worker._engine, worker._loop
+    assert engine is not None and engine.link is not None and loop is not None
+    notice = {"task_id": task_id, "job_name": "", "worker_id": worker_id}
+    asyncio.run_coroutine_threadsafe(engine.link._task_cancelled(notice), loop).result(5)
+
+
+def test_a_late_cancel_notice_for_an_earlier_worker_id_spares_the_tasks_retry(
+    sqlite_hub: Hub, room: str, key: str
+) -> None:
+    hub = sqlite_hub
+    with (
+        Worker(
+            hub.url, hub.user_token, [Stubborn], room=room, concurrency=2, heartbeat_interval=0.3
+        ) as worker,
+        Client(hub.url, hub.user_token) as client,
+        hub.rest() as rest,
+    ):
+        first_id = worker.worker_id
+        assert first_id is not None
+        handle = client.submit(Stubborn(key=key), room=room, max_attempts=2)
+        assert STARTED[f"{key}-1"].wait(10)
+        assert rest.delete(f"/workers/{first_id}").status_code == 204
+        assert STARTED[f"{key}-2"].wait(10)
+        deliver_cancel_notice(worker, handle.id, first_id)  # about attempt 1, arriving late
+        GATES[f"{key}-1"].set()
+        GATES[f"{key}-2"].set()
+        assert handle.result(timeout=10) == {"attempt": 2}
+
+
+PARTITION_TIMEOUT = 4.5  # the hub's worker timeout in the partition test
+PARTITION_ENV = {
+    **HUB_ENV,
+    "TASKHUB_WORKER_TIMEOUT_SECONDS": str(PARTITION_TIMEOUT),
+    "TASKHUB_SWEEPER_INTERVAL_SECONDS": "0.5",
+}
+
+
+def last_heartbeat(server: HubServer, worker_id: str | None) -> str | None:
+    with httpx.Client(
+        base_url=server.base_url, headers=server.admin_headers, trust_env=False
+    ) as rest:
+        items = rest.get("/v1/joblib/workers", params={"limit": 500}).json()["items"]
+    return next((item["last_heartbeat"] for item in items if item["id"] == worker_id), None)
+
+
+def test_a_worker_cut_off_for_half_the_hubs_timeout_keeps_its_registration(
+    tmp_path: Path, room: str, key: str
+) -> None:
+    """Sockets off, a heartbeat every third of the hub's timeout: after a partition of half
+    that timeout, starting just after a beat, a beat gets through before the hub gives up
+    on the worker, although the beats sent meanwhile hang on dead connections."""
+    with (
+        provisioned_database("sqlite", tmp_path) as url,
+        HubServer(url, log_dir=tmp_path, env=PARTITION_ENV) as server,
+        PartitionProxy(server.port) as proxy,
+        Worker(
+            proxy.url,
+            server.admin_token,
+            [Gate],
+            room=room,
+            sockets=False,
+            server_timeout=PARTITION_TIMEOUT,
+            heartbeat_interval=PARTITION_TIMEOUT / 3,
+            poll_interval=0.5,
+        ) as worker,
+        Client(server.base_url, server.admin_token) as client,
+    ):
+        worker_id = worker.worker_id
+        handle = client.submit(Gate(key=key), room=room)
+        assert STARTED[key].wait(10)
+        beat = last_heartbeat(server, worker_id)
+        eventually(lambda: last_heartbeat(server, worker_id) != beat, 5, "a heartbeat")
+        beaten_at = time.monotonic()
+        proxy.partition()
+        time.sleep(PARTITION_TIMEOUT / 2)
+        proxy.heal()
+        time.sleep(max(beaten_at + PARTITION_TIMEOUT + 1 - time.monotonic(), 0))  # and a sweep
+        GATES[key].set()
+        assert handle.result(timeout=10) == "passed"
+        assert worker.worker_id == worker_id, "the same registration all along"
+
+
 def test_waiting_on_an_unreachable_hub_times_out_as_promised() -> None:
     """``wait(timeout)`` raises ``TimeoutError`` at its deadline, not ``HubUnavailable``
     after the client's own (longer) retry budget."""
@@ -174,6 +300,18 @@ async def test_the_async_client_times_out_on_an_unreachable_hub_too() -> None:
         async with AsyncClient(url, "t") as client:
             with pytest.raises(TimeoutError, match="unreachable"):
                 await client.wait("00000000-0000-0000-0000-000000000000", timeout=1)
+
+
+def test_a_worker_that_does_not_start_in_time_stops_trying() -> None:
+    """``start(timeout)`` raises ``TimeoutError``, and no worker goes on registering in the
+    background (to serve unseen once the hub is reachable)."""
+    with socket.socket() as unused:
+        unused.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{unused.getsockname()[1]}"
+        worker = Worker(url, "t", [Echo], sockets=False)
+        with pytest.raises(TimeoutError, match="did not start"):
+            worker.start(timeout=0.5)
+        worker.wait(timeout=5)  # TimeoutError while it still tries
 
 
 class LosesFirstClaimAnswer(httpx.AsyncBaseTransport):
