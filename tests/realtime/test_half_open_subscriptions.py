@@ -24,9 +24,9 @@ from app.realtime.redis_clients import (
 from app.realtime.waiters import TaskWaiters
 from app.realtime.wake_bus import RedisWakeBus
 from tests.realtime.hubs import served
-from tests.realtime.tcp_proxy import TcpProxy
 from tests.support.server import RedisServer
 from tests.support.sockets import SocketProbe
+from tests.support.tcp_proxy import TcpProxy
 
 QUICK = Liveness(ping_after=0.3, answer_within=0.5)
 # Found dead after QUICK's 0.8 s, one listener retry (1 s) later subscribed again: well
@@ -90,7 +90,7 @@ async def test_a_wake_bus_whose_subscription_went_half_open_wakes_waiters_again(
     channel = f"test-{uuid.uuid4().hex[:8]}:task-ended"
     with RedisServer(tmp_path) as server, TcpProxy(server.port) as proxy:
         waiters = TaskWaiters()
-        bus = RedisWakeBus(proxy.url, channel, waiters, liveness=QUICK)
+        bus = RedisWakeBus(proxy.url("redis"), channel, waiters, liveness=QUICK)
         other_replica = redis.Redis.from_url(server.url)
         await bus.start()
         try:
@@ -118,7 +118,7 @@ async def test_a_socket_io_listener_whose_subscription_went_half_open_delivers_a
     channel = f"test-{uuid.uuid4().hex[:8]}:socketio"
     with RedisServer(tmp_path) as server, TcpProxy(server.port) as proxy:
         here = TaskhubRedisManager(
-            proxy.url, channel=channel, redis_options=redis_options(), liveness=QUICK
+            proxy.url("redis"), channel=channel, redis_options=redis_options(), liveness=QUICK
         )
         sio = socketio.AsyncServer(async_mode="asgi", client_manager=here)
 

@@ -19,9 +19,9 @@ import pytest
 
 from app.settings import Settings
 from tests.realtime.hubs import Replica, hub_database, hub_settings, new_user, replicas
-from tests.realtime.tcp_proxy import TcpProxy
 from tests.support.server import RedisServer
 from tests.support.sockets import SocketProbe
+from tests.support.tcp_proxy import TcpProxy
 
 GRACE = 1.0
 # Long enough that a removal due after GRACE would have happened.
@@ -99,7 +99,7 @@ async def test_a_worker_that_joined_while_redis_was_unreachable_is_kept_once_it_
     with RedisServer(tmp_path) as redis, TcpProxy(redis.port) as to_redis:
         async with hub_database() as (url, namespace):
             a_settings = hub_settings(url, redis.url, namespace, GRACE)
-            b_settings = hub_settings(url, to_redis.url, namespace, GRACE)
+            b_settings = hub_settings(url, to_redis.url("redis"), namespace, GRACE)
             async with replicas(a_settings, b_settings) as (a, b):
                 worker = await a_worker(a_settings, a)
                 old = await worker.socket("old-on-a", a)
@@ -133,7 +133,7 @@ async def test_a_worker_is_removed_after_the_grace_of_its_last_socket_though_a_r
     caplog.set_level(logging.WARNING, logger="app.realtime.presence")
     with RedisServer(tmp_path) as redis, TcpProxy(redis.port) as to_redis:
         async with hub_database() as (url, namespace):
-            settings = hub_settings(url, to_redis.url, namespace, GRACE)
+            settings = hub_settings(url, to_redis.url("redis"), namespace, GRACE)
             async with replicas(settings) as (hub,), SocketProbe("browser") as browser:
                 worker = await a_worker(settings, hub)
                 await browser.connect(hub.base_url, worker.token)

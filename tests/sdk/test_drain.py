@@ -21,8 +21,8 @@ from tests.sdk.conftest import (
     wait_status,
 )
 from tests.sdk.extensions import GATES, OBSERVED_CANCEL, STARTED, Echo, Gate, Slow
-from tests.sdk.partition import PartitionProxy
 from tests.support.server import HubServer, provisioned_database
+from tests.support.tcp_proxy import TcpProxy
 
 
 def test_stop_finishes_in_flight_tasks_and_claims_no_more(hub: Hub, room: str, key: str) -> None:
@@ -93,9 +93,9 @@ def test_a_hard_stop_during_a_network_partition_is_done_within_its_timeout(
     """Nothing answers, not even the socket's acks: each step of leaving the hub gives up in
     time for the worker to be done within its timeout."""
     hub = sqlite_hub
-    with PartitionProxy(hub.server.port) as proxy:
+    with TcpProxy(hub.server.port) as proxy:
         jobs = [Echo, Gate, Slow]  # three rooms to leave, none of them answering
-        worker = Worker(proxy.url, hub.user_token, jobs, room=room, poll_interval=0.3)
+        worker = Worker(proxy.url("http"), hub.user_token, jobs, room=room, poll_interval=0.3)
         worker.start(timeout=10)
         eventually(lambda: worker.listening, 10, "the worker to join its rooms")
         proxy.partition()

@@ -20,8 +20,8 @@ from app.sdk.errors import HubUnavailable
 from app.sdk.http import AsyncHub
 from tests.sdk.conftest import HUB_ENV, Hub, eventually
 from tests.sdk.extensions import GATES, OBSERVED_CANCEL, STARTED, Echo, Gate, Stubborn
-from tests.sdk.partition import PartitionProxy
 from tests.support.server import Backend, HubServer, provisioned_database
+from tests.support.tcp_proxy import TcpProxy
 
 FAST_POLL = 0.3
 
@@ -255,9 +255,9 @@ def test_a_worker_cut_off_for_half_the_hubs_timeout_keeps_its_registration(
     with (
         provisioned_database("sqlite", tmp_path) as url,
         HubServer(url, log_dir=tmp_path, env=PARTITION_ENV) as server,
-        PartitionProxy(server.port) as proxy,
+        TcpProxy(server.port) as proxy,
         Worker(
-            proxy.url,
+            proxy.url("http"),
             server.admin_token,
             [Gate],
             room=room,

@@ -1,11 +1,14 @@
-"""A TCP proxy on 127.0.0.1 in front of a server (a private ``redis-server``), for network
-faults that a real Redis cannot be asked to show:
+"""A TCP proxy on 127.0.0.1 in front of a server (a private ``redis-server``, a hub), for
+network faults a real server cannot be asked to show:
 
 - ``black_hole()``: the connections it carries now go half-open: whatever either side sends
-  is swallowed and nothing is closed (Redis restarted or failed over behind a partition, a
-  NAT or load balancer that silently forgot an idle connection); new connections go through;
+  is swallowed and nothing is closed (Redis failed over behind a partition, a NAT that
+  silently forgot an idle connection); new connections go through;
+- ``partition()``: the same for every connection, and for every one opened until
+  ``heal()`` (a dead network link: nothing answered, closed or refused); connections that
+  saw the partition stay dead after ``heal()``;
 - ``cut()``: every connection is reset and new ones are closed at once, until ``mend()``
-  (Redis unreachable for a moment, its data kept).
+  (the server unreachable for a moment, its data kept).
 
 It runs its own event loop in a thread, so a server process can go through it while the
 test blocks (``HubServer.start``), and tests of either colour can drive it.
@@ -40,21 +43,23 @@ class _Link:
 
 
 class TcpProxy:
-    """Use as ``with TcpProxy(redis.port) as proxy: ... proxy.url ...``."""
+    """Use as ``with TcpProxy(server.port) as proxy: ... proxy.url("redis") ...``."""
 
     def __init__(self, target_port: int) -> None:
         self.target_port = target_port
         self.port = 0
         self._links: list[_Link] = []
         self._refusing = False
+        self._partitioned = False
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
         self._server: asyncio.Server | None = None
 
-    @property
-    def url(self) -> str:
-        """A Redis URL that goes through the proxy."""
-        return f"redis://{HOST}:{self.port}/0"
+    def url(self, scheme: str) -> str:
+        """A URL that goes through the proxy (``redis`` or ``http``)."""
+        return (
+            f"redis://{HOST}:{self.port}/0" if scheme == "redis" else f"http://{HOST}:{self.port}"
+        )
 
     def start(self) -> TcpProxy:
         self._thread.start()
@@ -64,12 +69,22 @@ class TcpProxy:
 
     def black_hole(self) -> None:
         """Swallow everything sent on the connections open now, closing none of them."""
+        self._call(self._silence)
 
-        async def silence() -> None:
-            for link in self._links:
-                link.silent = True
+    def partition(self) -> None:
+        """Every connection goes dead, and so does every one opened until ``heal()``."""
 
-        self._call(silence)
+        async def partition() -> None:
+            self._partitioned = True
+            await self._silence()
+
+        self._call(partition)
+
+    def heal(self) -> None:
+        async def heal() -> None:
+            self._partitioned = False
+
+        self._call(heal)
 
     def cut(self) -> None:
         """Reset every connection; close new ones at once until ``mend``."""
@@ -109,6 +124,10 @@ class TcpProxy:
         """Run the coroutine ``make()`` on the proxy's loop and wait for its result."""
         return asyncio.run_coroutine_threadsafe(make(), self._loop).result(10)
 
+    async def _silence(self) -> None:
+        for link in self._links:
+            link.silent = True
+
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         if self._refusing:
             writer.transport.abort()
@@ -118,7 +137,7 @@ class TcpProxy:
         except OSError:
             writer.transport.abort()
             return
-        link = _Link(writer, up_writer)
+        link = _Link(writer, up_writer, silent=self._partitioned)
         self._links.append(link)
         link.pumps = [
             asyncio.create_task(self._pump(reader, up_writer, link)),
