@@ -74,6 +74,9 @@ def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
     )
     if problem is not None:
         return _refuse(problem)
+    problem = _internal_jobs_problem(settings)
+    if problem is not None:
+        return _refuse(problem)
     _ready_schema(settings)
     if settings.redis_url:
         problem = _redis_problem(settings.redis_url)
@@ -87,6 +90,17 @@ def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
     if new_token:
         print(f"  admin token (shown once): {new_token}", flush=True)
     return serving.serve(settings)
+
+
+def _internal_jobs_problem(settings: Settings) -> str | None:
+    """Why the ``@internal`` job modules cannot be loaded (before anything is created)."""
+    from app.dispatch.registry import BUILT_IN_MODULES, InternalRegistry, JobModulesUnusable
+
+    try:
+        InternalRegistry.from_modules([*BUILT_IN_MODULES, *settings.internal_job_modules])
+    except JobModulesUnusable as exc:
+        return f"TASKHUB_INTERNAL_JOB_MODULES: cannot load {exc}"
+    return None
 
 
 def _redis_problem(url: str) -> str | None:

@@ -73,11 +73,16 @@ class Settings(DatabaseSettings):
 
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=1, le=65535)
-    log_level: str = "info"
+    log_level: Literal["critical", "error", "warning", "info", "debug", "trace"] = "info"
     log_format: Literal["text", "json"] = "text"
     access_log: bool = False
     workers: int = Field(default=1, ge=1)
     graceful_shutdown_seconds: float = Field(default=10, ge=0)
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _lower_case_level(cls, value: object) -> object:
+        return value.strip().lower() if isinstance(value, str) else value
 
     @field_validator("allowed_categories", "internal_job_modules", mode="before")
     @classmethod

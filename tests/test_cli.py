@@ -372,6 +372,38 @@ async def test_an_invalid_setting_is_named_not_a_traceback(tmp_path: Path) -> No
 
 
 @pytest.mark.parametrize(
+    ("settings", "fragments"),
+    [
+        ({"log_level": "verbose"}, ("invalid settings", "TASKHUB_LOG_LEVEL")),
+        (
+            {"internal_job_modules": "no_such_module"},
+            ("TASKHUB_INTERNAL_JOB_MODULES", "no_such_module"),
+        ),
+        (
+            {"internal_job_modules": "json"},  # importable, but no JOBS list
+            ("TASKHUB_INTERNAL_JOB_MODULES", "json"),
+        ),
+    ],
+    ids=["unknown log level", "missing job module", "module without jobs"],
+)
+async def test_serve_refuses_settings_it_could_not_run_with_before_anything_is_created(
+    tmp_path: Path, settings: dict[str, str], fragments: tuple[str, ...]
+) -> None:
+    """(Seen: a traceback after the admin token and the "listening" line.)"""
+    url = f"sqlite+aiosqlite:///{tmp_path / 'taskhub.db'}"
+    result = await taskhub(url, tmp_path, "serve", "--port", str(free_port()), **settings)
+    assert_clean_failure(result, *fragments)
+    assert result.returncode == 2
+    assert len(result.stderr.strip().splitlines()) == 1, str(result)
+    assert result.stdout == "", str(result)
+    assert await asyncio.to_thread(os.listdir, tmp_path) == [], "nothing is created"
+
+
+async def test_the_log_level_may_be_written_in_capitals() -> None:
+    assert Settings(log_level="DEBUG").log_level == "debug"
+
+
+@pytest.mark.parametrize(
     ("setting", "value"),
     [
         ("database_url", "postgresql://postgres:secret@127.0.0.1/taskhub"),  # psycopg2

@@ -10,6 +10,10 @@ from app.dispatch.definitions import InternalJob
 BUILT_IN_MODULES = ("internal_jobs.jobs",)
 
 
+class JobModulesUnusable(ValueError):
+    """A module of ``TASKHUB_INTERNAL_JOB_MODULES`` cannot be imported, or has no ``JOBS``."""
+
+
 class InternalRegistry:
     """Submitting to an ``@internal`` job missing here is refused with 503
     ``internal-job-not-configured`` and leaves no task behind."""
@@ -21,10 +25,14 @@ class InternalRegistry:
 
     @classmethod
     def from_modules(cls, modules: Iterable[str]) -> InternalRegistry:
-        """Collect the ``JOBS`` list of each module."""
+        """Collect the ``JOBS`` list of each module (``JobModulesUnusable`` naming the first
+        module that cannot be imported or has no such list)."""
         jobs: list[type[InternalJob]] = []
         for module in modules:
-            jobs.extend(importlib.import_module(module).JOBS)
+            try:
+                jobs.extend(importlib.import_module(module).JOBS)
+            except Exception as exc:
+                raise JobModulesUnusable(f"{module}: {type(exc).__name__}: {exc}") from exc
         return cls(jobs)
 
     def register(self, job: type[InternalJob]) -> None:
