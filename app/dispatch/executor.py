@@ -24,6 +24,7 @@ from app.domain.records import TaskRecord
 from app.domain.services import internal_tasks
 from app.domain.states import TaskStatus
 from app.persistence.database import Database, is_connection_lost
+from app.persistence.types import dump_json
 from app.realtime.publisher import Publisher
 
 log = logging.getLogger(__name__)
@@ -88,7 +89,8 @@ async def execute(runtime: InternalRuntime, task_id: UUID, attempt: int) -> None
     try:
         if definition is None:
             raise LookupError(f"no executor for {record.job_name} in this process")
-        outcome = {"result": await definition.model_validate(record.payload).execute(ctx)}
+        result = await definition.model_validate(record.payload).execute(ctx)
+        outcome = {"result": _as_stored(result)}
     except Exception as exc:
         log.warning("internal task %s failed: %s", task_id, exc)
         outcome = {"error": str(exc) or type(exc).__name__}
@@ -101,6 +103,16 @@ async def execute(runtime: InternalRuntime, task_id: UUID, attempt: int) -> None
         previous=TaskStatus.RUNNING,
     )
     await runtime.publisher.publish(events)
+
+
+def _as_stored(result: Any) -> Any:
+    """``result`` if the database can store it as JSON, else ``ValueError`` (ending the
+    task failed: written as it is, the write would fail and leave it running)."""
+    try:
+        dump_json(result)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"The job's result is not JSON: {exc}") from exc
+    return result
 
 
 async def retried_write(

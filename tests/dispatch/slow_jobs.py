@@ -44,4 +44,13 @@ class Tally(InternalJob):
         return {"runs": len(Path(self.path).read_text().splitlines())}
 
 
-JOBS: list[type[InternalJob]] = [Sleep, Tally]
+class NotJson(InternalJob):
+    """Return what JSON cannot hold (a set)."""
+
+    category: ClassVar[str] = "modifiers"
+
+    def run(self, ctx: InternalContext) -> dict[str, Any]:
+        return {"tags": {"a", "b"}}
+
+
+JOBS: list[type[InternalJob]] = [Sleep, Tally, NotJson]

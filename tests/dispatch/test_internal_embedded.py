@@ -3,6 +3,7 @@
 from datetime import datetime, timedelta
 from uuid import UUID, uuid4
 
+import pytest
 from sqlalchemy import update
 
 from app.dispatch.executor import retried_write
@@ -11,10 +12,18 @@ from app.domain.states import TaskStatus
 from app.persistence.models import task_table
 from app.persistence.types import utcnow
 from app.sweeper import UNDISPATCHED_GRACE
+from tests.dispatch import slow_jobs
 from tests.support.api import assert_problem
 
 SUMMARY = "@internal:analysis:RoomSummary"
+NOT_JSON = "@internal:modifiers:NotJson"
 VALIDATE = "@internal:analysis:ValidatePayload"
+
+
+@pytest.fixture
+def settings(settings):
+    """The suite's, with the test jobs (``tests/dispatch/slow_jobs.py``) loaded too."""
+    return settings.model_copy(update={"internal_job_modules": [slow_jobs.MODULE]})
 
 
 async def wait_done(client, task_id: str) -> dict:
@@ -181,3 +190,12 @@ async def test_one_task_that_cannot_be_marked_does_not_hold_up_the_others(
     assert f"could not dispatch internal task {first}" in caplog.text
     for task in tasks:
         assert (await wait_done(bob, task["id"]))["status"] == "completed"
+
+
+async def test_a_result_that_is_not_json_ends_the_task_failed_saying_so(bob):
+    """(Seen: the write of such a result raised, and the task stayed running until the
+    internal timeout, an hour later, failed "Internal worker timeout".)"""
+    task = await bob.submit(NOT_JSON, payload={})
+    done = await wait_done(bob, task["id"])
+    assert done["status"] == "failed", done
+    assert "not JSON" in done["error"] and "set" in done["error"]
