@@ -56,7 +56,7 @@ class Hub:
             shared,
         )
         self.sweeper = Sweeper(
-            self.settings, self.db, self.publisher, dispatch=self.internal.dispatch_undispatched
+            self.settings, self.db, self.publisher, dispatch=self.internal.dispatch_missed
         )
         self.due_announcer = DueTaskAnnouncer(
             self.db, self.publisher, dispatch=self.internal.dispatch_due

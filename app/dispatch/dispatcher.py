@@ -37,32 +37,41 @@ class InternalDispatcher:
     def has_executor(self, full_name: str) -> bool:
         return self.registry.has_executor(full_name)
 
-    async def dispatch_undispatched(
-        self, before: datetime, among: list[UUID] | None = None
+    async def dispatch_missed(self, before: datetime) -> tuple[int, EventBatch]:
+        """The sweeper's fallback: ``dispatch`` the pending tasks due since before
+        ``before`` that nobody dispatched (their submit's process died between its commit
+        and the enqueue; they came due while no hub ran): how many, and their events. Their
+        ``run_at`` becomes now, so that the internal timeout counts from this dispatch."""
+        return await self._dispatch_pending(before, late=True)
+
+    async def dispatch_due(self, task_ids: list[UUID]) -> EventBatch:
+        """``dispatch`` the delayed tasks of ``task_ids`` that just came due."""
+        _count, events = await self._dispatch_pending(utcnow(), among=task_ids)
+        return events
+
+    async def _dispatch_pending(
+        self, before: datetime, *, among: list[UUID] | None = None, late: bool = False
     ) -> tuple[int, EventBatch]:
-        """``dispatch`` the pending tasks due since before ``before`` (of ``among`` only,
-        when given): how many, and their events. The sweeper's fallback, and the due-task
-        announcer's delayed tasks; one another replica dispatched meanwhile is no longer
-        pending, so it is not enqueued again. One that fails (its status write could not
-        be made) is logged and left pending for the sweeper's next cycle; the others go on,
-        and their events are kept."""
+        """Pending tasks due since before ``before`` (of ``among`` only, when given); one
+        another replica dispatched meanwhile is no longer pending, so it is not enqueued
+        again. One that fails (its status write could not be made) is logged and left
+        pending for the sweeper's next cycle; the others go on, and their events are kept."""
         records = await internal_tasks.undispatched(self.db, before, among=among)
         events = EventBatch()
         for record in records:
             try:
-                _updated, dispatched = await self.dispatch(record)
+                _updated, dispatched = await self.dispatch(record, late=late)
             except Exception:
                 log.exception("could not dispatch internal task %s; left pending", record.id)
                 continue
             events.extend(dispatched)
         return len(records), events
 
-    async def dispatch_due(self, task_ids: list[UUID]) -> EventBatch:
-        """``dispatch_undispatched`` for the tasks that just came due."""
-        _count, events = await self.dispatch_undispatched(utcnow(), among=task_ids)
-        return events
-
-    async def dispatch(self, record: TaskRecord) -> tuple[TaskRecord, EventBatch]:
+    async def dispatch(
+        self, record: TaskRecord, *, late: bool = False
+    ) -> tuple[TaskRecord, EventBatch]:
+        """Enqueue the task, then mark it claimed (or failed when the broker refuses it);
+        ``late``: its ``run_at`` becomes now."""
         task: Any = self.broker.find_task(TASK_NAME)
         try:
             await task.kiq(str(record.id), record.attempt)
@@ -70,7 +79,9 @@ class InternalDispatcher:
             log.exception("could not enqueue internal task %s", record.id)
             updated, events = await internal_tasks.mark_dispatch_failed(self.db, record.id)
         else:
-            updated, events = await internal_tasks.mark_dispatched(self.db, record.id)
+            updated, events = await internal_tasks.mark_dispatched(
+                self.db, record.id, run_at=utcnow() if late else None
+            )
         if updated is None:  # the executor already moved it on; report what it did
             return await get_task(self.db, record.id), events
         return updated, events

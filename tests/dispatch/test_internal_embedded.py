@@ -185,7 +185,7 @@ async def test_one_task_that_cannot_be_marked_does_not_hold_up_the_others(
         return await mark_dispatched(db, task_id)
 
     monkeypatch.setattr(internal_tasks, "mark_dispatched", failing_for_the_first)
-    count, _events = await app.hub.internal.dispatch_undispatched(utcnow())
+    count, _events = await app.hub.internal.dispatch_missed(utcnow())
     assert count == 2
     assert f"could not dispatch internal task {first}" in caplog.text
     for task in tasks:

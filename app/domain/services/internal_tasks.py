@@ -58,16 +58,16 @@ async def _write(
     return record, events
 
 
-async def mark_dispatched(db: Database, task_id: UUID) -> tuple[TaskRecord | None, EventBatch]:
+async def mark_dispatched(
+    db: Database, task_id: UUID, *, run_at: datetime | None = None
+) -> tuple[TaskRecord | None, EventBatch]:
     """PENDING → CLAIMED once the broker took the message (the executor may be faster:
-    then the task is already RUNNING or done and this changes nothing)."""
-    return await _write(
-        db,
-        task_id,
-        (TaskStatus.PENDING,),
-        [],
-        {"status": TaskStatus.CLAIMED.value, "claim_token": uuid4()},
-    )
+    then the task is already RUNNING or done and this changes nothing). ``run_at``: when
+    it was dispatched late, from when the internal timeout counts (the sweeper's)."""
+    values: dict[str, Any] = {"status": TaskStatus.CLAIMED.value, "claim_token": uuid4()}
+    if run_at is not None:
+        values["run_at"] = run_at
+    return await _write(db, task_id, (TaskStatus.PENDING,), [], values)
 
 
 def internal_job_ids() -> Select[tuple[UUID]]:

@@ -174,7 +174,8 @@ async def fail_stuck_internal_tasks(db: Database, cutoff: datetime) -> EventBatc
                 .where(
                     is_active(),
                     task.c.job_id.in_(internal_job_ids()),
-                    # (a delayed task was dispatched when it came due, at ``run_at``)
+                    # (a delayed task was dispatched when it came due, at ``run_at``; one
+                    # dispatched late, by the sweeper, got that moment as its ``run_at``)
                     func.coalesce(task.c.started_at, task.c.run_at, task.c.created_at) < cutoff,
                 )
                 .values(
