@@ -8,7 +8,7 @@ from uuid import UUID
 
 from taskiq import AsyncBroker
 
-from app.dispatch.broker import make_broker
+from app.dispatch.broker import ResilientStreamBroker, make_broker
 from app.dispatch.dispatcher import InternalDispatcher
 from app.dispatch.executor import InternalRuntime
 from app.dispatch.registry import BUILT_IN_MODULES, InternalRegistry
@@ -56,7 +56,11 @@ class Hub:
             shared,
         )
         self.sweeper = Sweeper(
-            self.settings, self.db, self.publisher, dispatch=self.internal.dispatch_missed
+            self.settings,
+            self.db,
+            self.publisher,
+            dispatch=self.internal.dispatch_missed,
+            trim=self.broker.trim_done if isinstance(self.broker, ResilientStreamBroker) else None,
         )
         self.due_announcer = DueTaskAnnouncer(
             self.db, self.publisher, dispatch=self.internal.dispatch_due

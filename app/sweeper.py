@@ -43,6 +43,7 @@ class SweepReport:
     tasks_failed: int = 0
     internal_dispatched: int = 0
     tasks_purged: int = 0
+    internal_messages_trimmed: int = 0
     events: EventBatch = field(default_factory=EventBatch)
 
 
@@ -56,13 +57,16 @@ class Sweeper:
         db: Database,
         publisher: Publisher,
         dispatch: Callable[[datetime], Awaitable[tuple[int, EventBatch]]] | None = None,
+        trim: Callable[[], Awaitable[int]] | None = None,
     ) -> None:
         """``dispatch(before)`` hands the ``@internal`` tasks due since before ``before``
-        that are still pending to the broker (without it, none are)."""
+        that are still pending to the broker (without it, none are); ``trim()`` drops the
+        broker's messages every executor has acknowledged (Redis), last in each cycle."""
         self.settings = settings
         self.db = db
         self.publisher = publisher
         self._dispatch = dispatch
+        self._trim = trim
         self._task: asyncio.Task[None] | None = None
 
     async def run_once(self) -> SweepReport:
@@ -111,6 +115,8 @@ class Sweeper:
             report.tasks_purged = await sweeps.purge_old_tasks(
                 self.db, now - retention, self.settings.retention_batch_size
             )
+        if self._trim is not None:
+            report.internal_messages_trimmed = await self._trim()
         metrics.record_sweep(report)
         if len(report.events) or report.tasks_purged:
             log.info(

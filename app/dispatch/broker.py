@@ -14,6 +14,7 @@ from collections.abc import AsyncGenerator
 from typing import Any
 from uuid import UUID
 
+from redis.asyncio import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
@@ -73,6 +74,34 @@ class ResilientStreamBroker(RedisStreamBroker):  # type: ignore[misc]
             return await super()._declare_consumer_group()
         finally:
             self.consumer_id = first
+
+    async def trim_done(self) -> int:
+        """Drop the messages of the stream that every consumer group has acknowledged (the
+        stream keeps them otherwise: ``XACK`` does not delete, and a length cap would drop
+        messages no executor has taken yet); how many went. Nothing while no group exists:
+        the messages wait for the first executor."""
+        async with Redis(connection_pool=self.connection_pool) as redis:
+            try:
+                groups = await redis.xinfo_groups(self.queue_name)
+            except ResponseError:  # no stream yet
+                return 0
+            if not groups:
+                return 0
+            floor = min([await self._oldest_kept(redis, group) for group in groups], key=_id)
+            return int(await redis.xtrim(self.queue_name, minid=floor, approximate=False))
+
+    async def _oldest_kept(self, redis: Redis, group: dict[str, Any]) -> bytes:
+        """The oldest message ``group`` still needs: its oldest unacknowledged one, else the
+        last one delivered (those after it are not delivered yet)."""
+        pending = await redis.xpending(self.queue_name, group["name"])
+        return pending["min"] if pending["pending"] else group["last-delivered-id"]
+
+
+def _id(message_id: bytes | str) -> tuple[int, int]:
+    """A stream message id, ordered as Redis orders them."""
+    text = message_id.decode() if isinstance(message_id, bytes) else message_id
+    milliseconds, _, sequence = text.partition("-")
+    return int(milliseconds), int(sequence or 0)
 
 
 def make_broker(settings: Settings) -> AsyncBroker:

@@ -58,3 +58,21 @@ async def test_a_task_dispatched_late_is_timed_from_its_dispatch(app, alice):
     report = await sweeper.run_once()  # no taskiq worker has started it yet
     assert report.tasks_failed == 0
     assert (await alice.task(task["id"]))["status"] == "claimed"
+
+
+async def test_messages_every_executor_acknowledged_are_trimmed_from_the_stream(app, alice):
+    """``XACK`` keeps a message in the stream: the sweeper drops the acknowledged ones,
+    and never one an executor has not taken yet."""
+    hub = app.hub
+    stream, group = hub.settings.redis_key("internal"), hub.settings.redis_key("executors")
+    for _ in range(3):
+        await alice.submit(SUMMARY, payload={})
+    async with redis.Redis.from_url(REDIS_URL) as client:
+        assert (await hub.sweeper.run_once()).internal_messages_trimmed == 0  # none taken yet
+        taken = await client.xreadgroup(group, "executor", {stream: ">"}, count=2)
+        first, second = (message_id for message_id, _fields in taken[0][1])
+        await client.xack(stream, group, first, second)  # the third is not taken yet
+        assert (await hub.sweeper.run_once()).internal_messages_trimmed == 1
+        assert await client.xlen(stream) == 2  # the last delivered one, and the waiting one
+        left = await client.xreadgroup(group, "executor", {stream: ">"})
+        assert len(left[0][1]) == 1  # the waiting one is still there to be taken
