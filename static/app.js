@@ -15,6 +15,9 @@ const SHARED_ROOMS = ["@global", "@internal"]; // their jobs are listed in every
 const PAGE = 50;
 const MAX_PAGE = 500; // the hub's largest page
 const QUEUE_REFRESH_MS = 250;
+// Tasks of a shared (@global, @internal) job queue up with those of other rooms, whose
+// events this room never hears: their places are read again this often while shown.
+const SHARED_QUEUE_REFRESH_MS = 3000;
 const CONNECTION_LABELS = {
   connecting: "Connecting…",
   connected: "Connected",
@@ -132,7 +135,7 @@ function start(token) {
     state: setConnection,
     taskStatus: onTaskStatus,
     jobsInvalidate: () => scheduleJobsRefresh(),
-    synced: () => session.room && refreshAll(),
+    synced: () => session.room && refreshAll({ keepLoaded: true }),
     refused: () => signOut("The hub refused this token. Sign in again."),
     joinFailed: (room, error) => toast(`Could not follow room ${room}: ${error.message}`),
   });
@@ -219,6 +222,7 @@ const roomState = {
   form: null, // its SchemaForm
   loaded: 0, // tasks fetched from the server so far (for "Load more")
   total: 0, // the server's count of them when last fetched
+  listRequest: 0, // bumped on every refetch of the list: an older answer is dropped
   queueRefresh: null, // a timer: queue places to read again (refreshQueueSoon)
 };
 
@@ -254,9 +258,10 @@ function closeRoom() {
   session.live?.setRooms([]);
 }
 
-function refreshAll() {
+/** Everything the room shows; after a reconnect (`keepLoaded`), as many tasks as shown. */
+function refreshAll({ keepLoaded = false } = {}) {
   refreshJobs();
-  refreshTasks();
+  refreshTasks({ keepLoaded });
 }
 
 let jobsTimer;
@@ -293,28 +298,50 @@ function drawJobs() {
   updateJobNote();
 }
 
-async function refreshTasks() {
+/** Read the list again for the current room and filter: the first page, or with
+ * `keepLoaded` as many tasks as were loaded (a reconnect must not undo "Load more").
+ * Only the answer to the latest request is used (filter changes may overtake). */
+async function refreshTasks({ keepLoaded = false } = {}) {
   const { generation } = roomState;
+  roomState.listRequest += 1;
+  const request = roomState.listRequest;
+  const since = taskList.mark(); // events from now on may be newer than the answer
+  const wanted = keepLoaded ? Math.max(PAGE, roomState.loaded) : PAGE;
   try {
-    const page = await session.api.tasks(session.room, { status: taskList.filter, limit: PAGE });
-    if (generation !== roomState.generation) return;
-    taskList.reset(page.items);
-    roomState.loaded = page.items.length;
-    updateTaskCount(page.total);
+    const { items, total } = await fetchTasks(taskList.filter, wanted);
+    if (generation !== roomState.generation || request !== roomState.listRequest) return;
+    taskList.reset(items, since);
+    roomState.loaded = items.length;
+    updateTaskCount(total);
   } catch (error) {
     failed(error, "Could not load the tasks");
   }
 }
 
+/** The newest `wanted` tasks with `status` (in pages of at most MAX_PAGE). */
+async function fetchTasks(status, wanted) {
+  const items = [];
+  let total = 0;
+  while (items.length < wanted) {
+    const limit = Math.min(MAX_PAGE, wanted - items.length);
+    const page = await session.api.tasks(session.room, { status, limit, offset: items.length });
+    items.push(...page.items);
+    total = page.total;
+    if (page.items.length < limit) break;
+  }
+  return { items, total };
+}
+
 async function loadMoreTasks() {
-  const { generation } = roomState;
+  const { generation, listRequest } = roomState;
   try {
     const page = await session.api.tasks(session.room, {
       status: taskList.filter,
       limit: PAGE,
       offset: roomState.loaded,
     });
-    if (generation !== roomState.generation) return;
+    // A refetch since (filter change, reconnect) has replaced what this page continues.
+    if (generation !== roomState.generation || listRequest !== roomState.listRequest) return;
     taskList.addSnapshots(page.items, { quiet: true });
     roomState.loaded += page.items.length;
     updateTaskCount(page.total);
@@ -333,11 +360,16 @@ function updateTaskCount(total = roomState.total) {
 
 function onTaskStatus(event) {
   if (event.room_id !== session.room) return;
-  const wasPending = taskList.statusOf(event.id) === "pending";
+  const known = taskList.statusOf(event.id);
   const isNew = taskList.applyEvent(event);
   updateTaskCount();
   if (isNew) fillPayload(event.id, roomState.generation); // events carry no payload
-  if (wasPending || event.status === "pending") refreshQueueSoon();
+  // A task the list did not know (older than the loaded pages) may have left the queue
+  // too: the places of those behind it moved all the same.
+  const leftQueue = known === "pending" || (!known && event.status !== "pending");
+  if (event.status === "pending" || (leftQueue && taskList.hasPending((n) => n === event.name))) {
+    refreshQueueSoon();
+  }
 }
 
 async function fillPayload(id, generation) {
@@ -361,11 +393,21 @@ function refreshQueueSoon() {
     roomState.queueRefresh = null;
     try {
       const page = await session.api.tasks(session.room, { status: "pending", limit: MAX_PAGE });
-      if (generation === roomState.generation) taskList.addSnapshots(page.items, { quiet: true });
+      if (generation !== roomState.generation) return;
+      // New places for the tasks shown; the list does not grow by the others.
+      const shown = page.items.filter((task) => taskList.has(task.id));
+      taskList.addSnapshots(shown, { quiet: true });
     } catch (error) {
       signedOutBy(error);
     }
   }, QUEUE_REFRESH_MS);
+}
+
+/** Pending tasks of shared jobs wait behind tasks of other rooms, which this room hears
+ * nothing of: read their places again now and then, while the page is seen. */
+function refreshSharedQueues() {
+  const shared = (name) => SHARED_ROOMS.some((room) => name.startsWith(`${room}:`));
+  if (session.room && !document.hidden && taskList.hasPending(shared)) refreshQueueSoon();
 }
 
 function announceTask(task, previous) {
@@ -380,7 +422,8 @@ async function cancelTask(task, view) {
   try {
     taskList.addSnapshots([await session.api.cancel(task.id)]);
   } catch (error) {
-    if (!signedOutBy(error)) view.showMessage(`Could not cancel: ${error.message}`);
+    if (error instanceof ApiError && error.status === 403) view.forbidCancel(error.message);
+    else if (!signedOutBy(error)) view.showMessage(`Could not cancel: ${error.message}`);
   }
 }
 
@@ -520,6 +563,7 @@ function init() {
   window.addEventListener("popstate", show);
   // Relative "seen … ago" times of the workers.
   setInterval(() => session.room && renderWorkers($("#workers"), roomState.workers), 5000);
+  setInterval(refreshSharedQueues, SHARED_QUEUE_REFRESH_MS);
   const token = localStorage.getItem(TOKEN_KEY);
   if (token) start(token);
   else show();

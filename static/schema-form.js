@@ -189,7 +189,7 @@ export class SchemaForm {
   #field(f, depth) {
     const { prop } = f;
     if (Array.isArray(prop.enum) || "const" in prop) return this.#choice(f);
-    if (prop.type === "boolean") return this.#boolean(f);
+    if (prop.type === "boolean") return prop.nullable ? this.#nullableBoolean(f) : this.#boolean(f);
     if (prop.type === "integer" || prop.type === "number") return this.#number(f);
     if (prop.type === "string") return this.#text(f);
     const isObject = prop.type === "object" || (!prop.type && prop.properties);
@@ -206,13 +206,20 @@ export class SchemaForm {
     container.append(fieldset);
     const inner = this.#object(prop, path, fieldset, dflt, depth + 1);
     fieldset.append(errorEl);
+    // An optional group is sent only once one of its fields was edited: left alone, the
+    // hub's default applies (often null), and its required fields are not asked for.
+    let touched = false;
+    const touch = () => { touched = true; };
+    fieldset.addEventListener("input", touch);
+    fieldset.addEventListener("change", touch);
     const node = {
       path,
       errorEl,
       focusTarget: fieldset.querySelector("input, select, textarea"),
       read(errors) {
+        if (!required && !touched) return { present: false };
         const result = inner.read(errors);
-        return { present: result.present || required, value: result.value };
+        return { present: true, value: result.value };
       },
     };
     this.nodes.push(node);
@@ -293,6 +300,19 @@ export class SchemaForm {
     const input = this.#input(f, { type: "checkbox", checked: f.dflt === true });
     const read = () => ({ present: true, value: input.checked });
     return this.#wrap({ ...f, required: false }, input, read, { inline: true });
+  }
+
+  /** true, false or not set: a checkbox cannot leave a nullable boolean unset. */
+  #nullableBoolean(f) {
+    const select = h("select", { id: this.#id(f.path), name: f.path.join(".") });
+    const options = [["", "(not set)", null], ["true", "Yes", true], ["false", "No", false]];
+    for (const [value, label, meaning] of options) {
+      select.append(h("option", { value, selected: f.dflt === meaning }, label));
+    }
+    return this.#wrap(f, select, () => {
+      if (select.value === "") return { present: false }; // null when required (#wrap)
+      return { present: true, value: select.value === "true" };
+    });
   }
 
   #choice(f) {

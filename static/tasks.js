@@ -46,17 +46,38 @@ export class TaskList {
     this.filter = "";
     this.tasks = new Map();
     this.views = new Map();
+    this.events = 0; // events applied so far: `mark()` before a fetch, `reset(…, since)`
+    this.lastEvent = new Map(); // task id -> the count of events when its last one came
   }
 
-  /** Replace the list with a fetched page (keeping newer states we already know). */
-  reset(items) {
+  /** A point in the stream of events; give it to `reset` to keep what comes after it. */
+  mark() {
+    return this.events;
+  }
+
+  /** Replace the list with a fetched page, keeping newer states we already know, and the
+   * tasks an event brought or changed after `since` (a `mark()` taken before the request:
+   * the page may not know them yet) while they match the filter. Items are updated in
+   * place: open details, messages and the keyboard focus stay. */
+  reset(items, since = Infinity) {
     const old = this.tasks;
     this.tasks = new Map();
-    for (const view of this.views.values()) view.root.remove();
-    this.views.clear();
     for (const task of items) {
       const known = old.get(task.id);
       this.tasks.set(task.id, notOlder(task, known) ? { ...known, ...task } : known);
+    }
+    for (const [id, task] of old) {
+      if (!this.tasks.has(id) && this.lastEvent.get(id) > since && this.#visible(task)) {
+        this.tasks.set(id, task);
+      }
+    }
+    for (const [id, view] of this.views) {
+      if (this.tasks.has(id)) continue;
+      view.root.remove();
+      this.views.delete(id);
+    }
+    for (const id of this.lastEvent.keys()) {
+      if (!this.tasks.has(id)) this.lastEvent.delete(id);
     }
     this.render();
   }
@@ -80,6 +101,8 @@ export class TaskList {
     if (known?.version != null && task.version != null && task.version < known.version) {
       return false; // a late event: the list already shows a later state
     }
+    this.events += 1;
+    this.lastEvent.set(task.id, this.events);
     this.#store({ ...known, ...task }, known);
     this.render();
     return !known;
@@ -96,6 +119,11 @@ export class TaskList {
   setFilter(status) {
     this.filter = status;
     this.render();
+  }
+
+  /** Is a pending task of a job whose full name passes `test` in the list? */
+  hasPending(test) {
+    return [...this.tasks.values()].some((t) => t.status === "pending" && test(t.job_name));
   }
 
   get size() {
@@ -209,6 +237,13 @@ class TaskView {
     this.message.textContent = text;
   }
 
+  /** The hub refused to cancel this task for this person (not theirs): no more Cancel. */
+  forbidCancel(reason) {
+    this.cancelForbidden = true;
+    this.#setCancellable(false);
+    this.showMessage(`You may not cancel this task: ${reason}`);
+  }
+
   #updateProgress(task) {
     const shown = task.status === "running" || (task.progress != null && task.status !== "pending");
     this.progress.hidden = !shown;
@@ -260,6 +295,6 @@ class TaskView {
 
   #setCancellable(cancellable) {
     if (!cancellable && document.activeElement === this.cancelButton) this.title.focus();
-    this.cancelButton.hidden = !cancellable;
+    this.cancelButton.hidden = !cancellable || this.cancelForbidden;
   }
 }
