@@ -531,20 +531,20 @@ async def stamp_revision(database_url: str, revision: str) -> None:
 async def test_a_database_migrated_by_a_newer_taskhub_is_one_line_asking_to_upgrade(
     migrated_url: str, tmp_path: Path, command: list[str]
 ) -> None:
-    """A revision this code does not know (``0009``, say) was written by a newer Taskhub:
+    """A revision this code does not know (``9999``, say) was written by a newer Taskhub:
     ``taskhub migrate`` cannot help (only the newer code knows that revision), so every
     command says to upgrade Taskhub, on both engines, and leaves the database as it was."""
-    await stamp_revision(migrated_url, "0009")
+    await stamp_revision(migrated_url, "9999")
     extra = ["--port", str(free_port())] if command == ["serve"] else []
     result = await taskhub(migrated_url, tmp_path, *command, *extra, time_limit=30)
-    assert_clean_failure(result, "migrated by a newer Taskhub", "0009", "upgrade Taskhub")
+    assert_clean_failure(result, "migrated by a newer Taskhub", "9999", "upgrade Taskhub")
     assert result.returncode == 2
     assert len(result.stderr.strip().splitlines()) == 1, str(result)
     assert "taskhub migrate" not in result.stderr
     assert "listening" not in result.stdout and "th_" not in result.stdout, str(result)
     db = Database(Settings(database_url=migrated_url))
     try:
-        assert await current_revision(db) == "0009"
+        assert await current_revision(db) == "9999"
     finally:
         await db.dispose()
 

@@ -30,6 +30,7 @@ SUBMITTERS = 4
 LOAD_SECONDS = 1.5
 # Submits before the kill: enough that the kill lands mid-stream, not on an idle server.
 MIN_ACKNOWLEDGED = 40
+SLOW_MACHINE_SECONDS = 20.0
 PAGE = 500
 
 
@@ -91,6 +92,10 @@ async def all_room_tasks(client: httpx.AsyncClient) -> tuple[list[dict[str, Any]
     return items, totals.pop()
 
 
+def acknowledged_so_far(submitters: list[Submitter]) -> int:
+    return sum(len(submitter.acknowledged) for submitter in submitters)
+
+
 @pytest.mark.parametrize("backend", ["sqlite", "postgres"])
 async def test_sigkill_under_submit_load_loses_no_acknowledged_task(
     backend: Backend, tmp_path: Path
@@ -116,6 +121,11 @@ async def test_sigkill_under_submit_load_loses_no_acknowledged_task(
                 for s in submitters
             ]
             await asyncio.sleep(LOAD_SECONDS)
+            # On a loaded machine, give the load a while longer to reach its size.
+            deadline = time.monotonic() + SLOW_MACHINE_SECONDS
+            while acknowledged_so_far(submitters) < MIN_ACKNOWLEDGED:
+                assert time.monotonic() < deadline, acknowledged_so_far(submitters)
+                await asyncio.sleep(0.1)
             assert not any(run.done() for run in runs), [s.stopped_by for s in submitters]
             killed_at = time.monotonic()
             await asyncio.to_thread(server.kill)
