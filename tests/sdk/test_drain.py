@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from app.sdk import AsyncClient, Client, Worker
+from app.sdk.client import AsyncTaskHandle
 from app.sdk.engine import SHUTDOWN_ERROR
 from tests.sdk.conftest import (
     HUB_ENV,
@@ -103,19 +104,27 @@ def test_a_hard_stop_during_a_network_partition_is_done_within_its_timeout(
         worker.close(timeout=5, drain=False)  # TimeoutError if it is not done by then
 
 
+async def a_run_under_way(
+    hub: Hub, room: str, key: str, client: AsyncClient
+) -> tuple[asyncio.Task[None], str | None, AsyncTaskHandle]:
+    """A worker serving ``Gate`` from a task of its own, running one task held at its gate:
+    the serving task, the worker's id and the task's handle."""
+    worker = Worker(hub.url, hub.user_token, [Gate], room=room)
+    serving = asyncio.create_task(worker.serve(handle_signals=False))
+    await async_eventually(lambda: worker.worker_id, 10, "the worker to register")
+    handle = await client.submit(Gate(key=key), room=room)
+    await async_eventually(STARTED[key].is_set, 10, "the run to start")
+    return serving, worker.worker_id, handle
+
+
 async def test_cancelling_serve_stops_the_worker_as_stop_does(
     hub: Hub, room: str, key: str
 ) -> None:
     """The task awaiting ``serve()`` is cancelled (e.g. by ``asyncio.timeout`` or a task
     group): the worker drains its runs, reports them and leaves the hub, then the
     cancellation goes on."""
-    worker = Worker(hub.url, hub.user_token, [Gate], room=room)
-    serving = asyncio.create_task(worker.serve(handle_signals=False))
     async with AsyncClient(hub.url, hub.user_token) as client:
-        await async_eventually(lambda: worker.worker_id, 10, "the worker to register")
-        worker_id = worker.worker_id
-        handle = await client.submit(Gate(key=key), room=room)
-        await async_eventually(STARTED[key].is_set, 10, "the run to start")
+        serving, worker_id, handle = await a_run_under_way(hub, room, key, client)
         serving.cancel()
         await asyncio.sleep(0.2)  # the cancellation lands while the run goes on
         GATES[key].set()
@@ -129,13 +138,8 @@ async def test_cancelling_serve_again_stops_without_draining(
     sqlite_hub: Hub, room: str, key: str
 ) -> None:
     hub = sqlite_hub
-    worker = Worker(hub.url, hub.user_token, [Gate], room=room)
-    serving = asyncio.create_task(worker.serve(handle_signals=False))
     async with AsyncClient(hub.url, hub.user_token) as client:
-        await async_eventually(lambda: worker.worker_id, 10, "the worker to register")
-        worker_id = worker.worker_id
-        handle = await client.submit(Gate(key=key), room=room)
-        await async_eventually(STARTED[key].is_set, 10, "the run to start")
+        serving, worker_id, handle = await a_run_under_way(hub, room, key, client)
         serving.cancel()
         await asyncio.sleep(0.2)  # draining now
         serving.cancel()
