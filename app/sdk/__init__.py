@@ -29,6 +29,7 @@ from app.sdk.errors import (
     TaskCancelled,
     TaskFailed,
     TaskhubError,
+    WorkerNotFound,
 )
 from app.sdk.extension import Extension
 from app.sdk.models import Task
@@ -54,4 +55,5 @@ __all__ = [
     "TaskHandle",
     "TaskhubError",
     "Worker",
+    "WorkerNotFound",
 ]

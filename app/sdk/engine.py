@@ -5,9 +5,10 @@ Loops (asyncio tasks): the heartbeat (``heartbeat_interval`` after the last beat
 through, retried soon while it fails, also through the drain; its reply lists cancelled
 tasks), and the claimer (batch-claims as many tasks as there are free slots; woken by
 ``task_available``, a finished run or a reconnect, and every ``poll_interval`` anyway). A
-worker the hub no longer knows (404, e.g. after a long network partition) registers again
-under a fresh id; the runs of its earlier id are signalled, and tracked until they return
-(each run on its own: the hub may hand the same task to the new id meanwhile).
+worker the hub no longer knows (404 ``worker-not-found``, e.g. after a long network
+partition; not any 404, a proxy's say) registers again under a fresh id; the runs of its
+earlier id are signalled, and tracked until they return (each run on its own: the hub may
+hand the same task to the new id meanwhile).
 
 A stop ends claiming. A claim in flight and the running tasks may finish until the drain
 is over: ``drain_timeout`` after the stop, at once for a hard stop (``drain=False``), or in
@@ -25,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.sdk.api import WorkerApi
-from app.sdk.errors import AuthError, HubUnavailable, NotFound, ProblemError
+from app.sdk.errors import AuthError, HubUnavailable, NotFound, ProblemError, WorkerNotFound
 from app.sdk.execution import TaskRun
 from app.sdk.extension import JobSpec
 from app.sdk.http import AsyncHub, Backoff
@@ -331,7 +332,7 @@ class WorkerEngine:
             reply = await self.api.heartbeat(
                 worker_id, self.active_task_ids, retry_for=0, http_timeout=timeout
             )
-        except NotFound:
+        except WorkerNotFound:
             await self._reincarnate(worker_id)
             return
         for task_id in reply.cancelled_tasks:
@@ -346,7 +347,7 @@ class WorkerEngine:
                 assert worker_id is not None
                 try:
                     claimed = await self.api.claim(worker_id, free)
-                except NotFound:
+                except WorkerNotFound:
                     await self._reincarnate(worker_id)
                     continue
                 except AuthError as exc:

@@ -67,6 +67,11 @@ class NotFound(ProblemError):
     """404: the worker, job or task does not exist (any more)."""
 
 
+class WorkerNotFound(NotFound):
+    """404 ``worker-not-found``: the hub no longer knows this worker (e.g. the sweeper
+    removed it after a long partition). Any other 404 — a proxy's, say — is not this."""
+
+
 class Conflict(ProblemError):
     """409: the request conflicts with the current state."""
 
@@ -107,6 +112,7 @@ _BY_STATUS: dict[int, type[ProblemError]] = {401: AuthError, 403: AuthError, 404
 _BY_SLUG: dict[str, type[ProblemError]] = {
     "stale-claim": StaleClaim,
     "invalid-task-transition": InvalidTransition,
+    "worker-not-found": WorkerNotFound,
 }
 
 

@@ -1,13 +1,15 @@
 """Socket.IO is only a hint: without it tasks still complete (polling); after a drop the
-worker re-joins its rooms; a worker the hub forgot registers again; a claim whose answer
-was lost is repeated without losing its tasks."""
+worker re-joins its rooms; a worker the hub forgot registers again (a proxy's 404 is no such
+news); a claim whose answer was lost is repeated without losing its tasks."""
 
 from __future__ import annotations
 
 import asyncio
 import socket
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -157,6 +159,95 @@ def test_worker_forgotten_by_the_hub_registers_again(hub: Hub, room: str, key: s
     task = hub.task(in_flight.id)
     assert (task["status"], task["error"]) == ("failed", "Worker disconnected")
     assert task["result"] is None, "the lost run's outcome did not overwrite the failure"
+
+
+class ForwardingProxy(ThreadingHTTPServer):
+    """An HTTP reverse proxy in front of the hub that, while ``refusing_heartbeats`` is
+    set, answers worker heartbeats with its own plain 404 (a proxy mid-redeploy, say)."""
+
+    daemon_threads = True
+
+    def __init__(self, upstream: str) -> None:
+        self.upstream = httpx.Client(base_url=upstream, timeout=10.0, trust_env=False)
+        self.refusing_heartbeats = threading.Event()
+        self.refused = 0
+        super().__init__(("127.0.0.1", 0), _ProxyHandler)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+
+class _ProxyHandler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: ForwardingProxy
+
+    def _forward(self) -> None:
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        if (
+            self.server.refusing_heartbeats.is_set()
+            and self.command == "PATCH"
+            and self.path.startswith("/v1/joblib/workers/")
+        ):
+            self.server.refused += 1
+            self._answer(404, {"Content-Type": "text/html"}, b"<h1>404 Not Found</h1>")
+            return
+        headers = {k: v for k, v in self.headers.items() if k.lower() not in HOP_HEADERS}
+        reply = self.server.upstream.request(self.command, self.path, headers=headers, content=body)
+        kept = {k: v for k, v in reply.headers.items() if k.lower() not in HOP_HEADERS}
+        self._answer(reply.status_code, kept, reply.content)
+
+    def _answer(self, status: int, headers: dict[str, str], body: bytes) -> None:
+        self.send_response(status)
+        for name, value in headers.items():
+            self.send_header(name, value)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _forward
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+HOP_HEADERS = {"connection", "content-length", "transfer-encoding", "keep-alive", "host"}
+
+
+def test_a_404_that_is_not_worker_not_found_is_a_failed_heartbeat_not_a_forgotten_worker(
+    hub: Hub, room: str, key: str
+) -> None:
+    """Only the hub's ``worker-not-found`` makes the worker register again (dropping its
+    runs); a proxy's plain 404 is retried like any failed beat, and the run goes on."""
+    proxy = ForwardingProxy(hub.url)
+    threading.Thread(target=proxy.serve_forever, daemon=True).start()
+    try:
+        with (
+            Worker(
+                proxy.url,
+                hub.user_token,
+                [Gate],
+                room=room,
+                sockets=False,
+                heartbeat_interval=0.3,
+                poll_interval=FAST_POLL,
+            ) as worker,
+            Client(hub.url, hub.user_token) as client,
+        ):
+            first_id = worker.worker_id
+            handle = client.submit(Gate(key=key), room=room)
+            assert STARTED[key].wait(10)
+            proxy.refusing_heartbeats.set()
+            eventually(lambda: proxy.refused >= 3, 10, "three refused heartbeats")
+            proxy.refusing_heartbeats.clear()
+            GATES[key].set()
+            assert handle.result(timeout=10) == "passed"
+            assert worker.worker_id == first_id
+            assert not OBSERVED_CANCEL[key].is_set()
+    finally:
+        proxy.shutdown()
+        proxy.server_close()
+        proxy.upstream.close()
 
 
 def test_a_task_claimed_again_while_its_earlier_run_goes_on_is_tracked_as_its_own_run(
