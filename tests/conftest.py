@@ -141,6 +141,10 @@ def published(recorder: EventRecorder) -> list[Event]:
     return recorder.events
 
 
+# The fixtures a test's backend comes from (``empty_url``: a migration test's own database).
+BACKEND_PARAMETERS = ("database_url", "empty_url")
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """A ``postgres_only`` test is not collected for SQLite at all (deselected, not skipped)."""
     sqlite_only_variants = [
@@ -148,7 +152,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         for item in items
         if item.get_closest_marker("postgres_only") is not None
         and getattr(item, "callspec", None) is not None
-        and item.callspec.params.get("database_url") == "sqlite"  # type: ignore[attr-defined]
+        and "sqlite" in (item.callspec.params.get(name) for name in BACKEND_PARAMETERS)  # type: ignore[attr-defined]
     ]
     if sqlite_only_variants:
         config.hook.pytest_deselected(items=sqlite_only_variants)

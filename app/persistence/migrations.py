@@ -9,8 +9,7 @@ from pathlib import Path
 from alembic import command
 from alembic.config import Config
 from alembic.script import ScriptDirectory
-from sqlalchemy import text
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy import inspect, text
 
 from app.persistence.database import Database
 
@@ -78,11 +77,14 @@ def refuse_unknown(revisions: Iterable[str]) -> None:
 
 
 async def current_revision(db: Database) -> str | None:
-    try:
-        async with db.read() as conn:
-            return await conn.scalar(text("SELECT version_num FROM alembic_version"))
-    except DBAPIError:
-        return None
+    """The database's revision; None when it has no ``alembic_version`` table (never
+    migrated). Any other failure to read it — a role without rights on it, say — is raised
+    as it is, not taken for an empty database."""
+    async with db.read() as conn:
+        sa = await conn.sa()
+        if not await sa.run_sync(lambda sync: inspect(sync).has_table("alembic_version")):
+            return None
+        return await conn.scalar(text("SELECT version_num FROM alembic_version"))
 
 
 async def check_schema_current(db: Database) -> None:

@@ -18,7 +18,8 @@ from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import MetaData, String, delete, insert, inspect, select, text, update
-from sqlalchemy.engine import Connection
+from sqlalchemy.engine import Connection, make_url
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.sql.elements import ClauseElement
 
 from app.persistence import migrations
@@ -358,3 +359,29 @@ async def test_schema_check_refuses_an_unmigrated_database(
     await downgrade(empty_url, "base")
     with pytest.raises(migrations.SchemaOutdated, match="taskhub migrate"):
         await migrations.check_schema_current(database)
+
+
+@pytest.mark.postgres_only
+async def test_a_role_that_may_not_read_the_revision_is_told_so_not_sent_to_migrate(
+    empty_url: str, database: Database
+) -> None:
+    """Only a missing ``alembic_version`` means "never migrated"; a role without rights on
+    it hears PostgreSQL's refusal (``taskhub serve`` prints it), not "run taskhub migrate"."""
+    await upgrade(empty_url)
+    role = f"taskhub_no_rights_{new_id().hex[-8:]}"
+    async with database.write() as conn:
+        await conn.execute(text(f"CREATE ROLE {role} LOGIN"))
+    limited = Database(
+        Settings(
+            database_url=make_url(empty_url)
+            .set(username=role)
+            .render_as_string(hide_password=False)
+        )
+    )
+    try:
+        with pytest.raises(DBAPIError, match="permission denied for table alembic_version"):
+            await migrations.check_schema_current(limited)
+    finally:
+        await limited.dispose()
+        async with database.write() as conn:
+            await conn.execute(text(f"DROP ROLE {role}"))
