@@ -54,8 +54,11 @@ async def room_page(_request: Request) -> Response:
 
 async def readyz(request: Request) -> Response:
     """Ready when the database and (if configured) Redis — which also carries the taskiq
-    broker — answer within two seconds."""
+    broker — answer within two seconds, until a graceful shutdown begins (a load balancer
+    then stops sending new work to a replica whose keep-alive connections are still open)."""
     hub: Hub = request.app.state.hub
+    if hub.draining:
+        return problem_response(503, "not-ready", "Service Unavailable", "shutting down")
     checks: dict[str, Awaitable[Any]] = {"database": _ping_database(hub)}
     if hub.wake_bus is not None:
         checks["redis"] = hub.wake_bus.ping()

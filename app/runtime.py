@@ -40,6 +40,7 @@ class Hub:
     executor: InternalRuntime  # runs ``@internal`` tasks here on the embedded (in-memory) broker
     wake_bus: RedisWakeBus | None = None
     known_jobs: KnownJobs = field(default_factory=KnownJobs)
+    draining: bool = False  # a graceful shutdown has begun (``/readyz`` answers 503)
     presence: WorkerPresence = field(init=False)
     sweeper: Sweeper = field(init=False)
     due_announcer: DueTaskAnnouncer = field(init=False)
@@ -119,6 +120,7 @@ class Hub:
     async def begin_shutdown(self) -> None:
         """Answer every waiting long-poll now and stop the background timers (graceful
         shutdown; ``close`` follows once the server's connections are done)."""
+        self.draining = True
         self.waiters.release_all()
         await self.sweeper.stop()
         await self.due_announcer.stop()

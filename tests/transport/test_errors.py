@@ -113,3 +113,10 @@ async def test_health_endpoints_need_no_token(http):
     ready = await http.get("/readyz")
     assert ready.status_code == 200
     assert ready.json()["checks"]["database"] == "ok"
+
+
+async def test_readyz_is_not_ready_once_a_graceful_shutdown_begins(app, http):
+    await app.begin_shutdown()
+    problem = assert_problem(await http.get("/readyz"), 503, "not-ready")
+    assert problem["detail"] == "shutting down"
+    assert (await http.get("/healthz")).status_code == 200, "alive while it drains"
