@@ -121,6 +121,7 @@ class Hub:
         """Answer every waiting long-poll now and stop the background timers (graceful
         shutdown; ``close`` follows once the server's connections are done)."""
         self.draining = True
+        self.presence.stop_grace_periods()
         self.waiters.release_all()
         await self.sweeper.stop()
         await self.due_announcer.stop()

@@ -139,6 +139,7 @@ class WorkerPresence:
         self._sockets: defaultdict[UUID, set[str]] = defaultdict(set)
         self._pending: dict[UUID, asyncio.Task[None]] = {}
         self._sharing: asyncio.Task[None] | None = None
+        self._stopping = False
 
     def start(self) -> None:
         """Keep this replica's sockets shared (with Redis)."""
@@ -172,9 +173,16 @@ class WorkerPresence:
             except Exception as exc:
                 log.warning("could not share worker %s's socket yet (%s)", worker_id, exc)
 
+    def stop_grace_periods(self) -> None:
+        """A graceful shutdown has begun: the server now closes its sockets itself, so a
+        socket that ends from here on starts no grace period (its worker reconnects to
+        another replica, or here once restarted; the sweeper's heartbeat timeout still
+        removes one that never does). Grace periods already running go on."""
+        self._stopping = True
+
     async def detach(self, sid: str, workers: set[UUID]) -> None:
         """The socket ``sid`` is gone; start the grace period of workers it was the last
-        socket of."""
+        socket of (unless the server is stopping: ``stop_grace_periods``)."""
         disconnected_at = utcnow()
         for worker_id in workers:
             sockets = self._sockets.get(worker_id)
@@ -183,7 +191,7 @@ class WorkerPresence:
                 if sockets:
                     continue
                 del self._sockets[worker_id]
-            if worker_id not in self._pending:
+            if worker_id not in self._pending and not self._stopping:
                 self._pending[worker_id] = asyncio.create_task(
                     self._expire(worker_id, disconnected_at), name=f"grace-{worker_id}"
                 )

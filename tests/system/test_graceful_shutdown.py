@@ -1,6 +1,7 @@
 """SIGTERM to a real ``taskhub serve`` (SQLite and PostgreSQL): a waiting long-poll is
 answered at once with the task's current state, Socket.IO clients are disconnected, and the
-process exits with status 0 — well before uvicorn's graceful timeout."""
+process exits with status 0 — well before uvicorn's graceful timeout; the workers whose
+sockets it closed keep their registration and tasks."""
 
 from __future__ import annotations
 
@@ -8,12 +9,18 @@ import asyncio
 import signal
 import time
 from collections.abc import Callable
+from pathlib import Path
+from uuid import UUID
 
 import httpx
 import socketio
+from sqlalchemy import select
 
+from app.persistence.database import Database
+from app.persistence.models import task_table, worker_table
+from app.settings import Settings
 from tests.support.metrics import Samples
-from tests.support.server import HubServer
+from tests.support.server import HubServer, running_hub
 from tests.support.sockets import SocketProbe
 
 JOB = "lab:modifiers:Slow"
@@ -92,3 +99,67 @@ async def test_sigterm_answers_long_polls_closes_sockets_and_exits_zero(
     returncode = await asyncio.to_thread(hub_server.stop)
     assert not hub_server.killed, hub_server.output()
     assert returncode == 0, hub_server.output()
+
+
+async def test_workers_whose_sockets_the_stopping_hub_closes_keep_their_tasks(
+    tmp_path: Path,
+) -> None:
+    """The hub closes its sockets itself as it stops: that starts no disconnect grace, so a
+    worker whose socket it closed keeps its registration and its running task even while
+    a slow request holds the stop up well past the grace (the worker reconnects to another
+    replica, or to this one once it is back)."""
+    grace = 0.5
+    env = {"TASKHUB_SOCKET_DISCONNECT_GRACE_SECONDS": str(grace)}
+    with running_hub("sqlite", tmp_path, env=env) as server:
+        headers = server.admin_headers
+        async with httpx.AsyncClient(
+            base_url=f"{server.base_url}/v1/joblib", headers=headers, timeout=10, trust_env=False
+        ) as http:
+            body = {"category": "modifiers", "name": "Slow", "schema": {}}
+            worker_id = (await http.put("/rooms/lab/jobs", json=body)).json()["worker_id"]
+            task_id = (await http.post(f"/rooms/lab/tasks/{JOB}", json={})).json()["id"]
+            claimed = (await http.post("/tasks/claim", json={"worker_id": worker_id})).json()
+            token = claimed["task"]["claim_token"]
+            running = {"status": "running", "claim_token": token}
+            assert (await http.patch(f"/tasks/{task_id}", json=running)).status_code == 200
+
+        worker_socket = socketio.AsyncClient(reconnection=False)
+        await worker_socket.connect(
+            server.base_url, auth={"token": server.admin_token}, transports=["websocket"]
+        )
+        joined = await worker_socket.call(
+            "join_job_room", {"job_name": JOB, "worker_id": worker_id}, timeout=10
+        )
+        assert joined is not None, "the socket now stands for the worker"
+        # Another client's request still in flight: its body comes slowly, so uvicorn
+        # waits for it (up to its graceful timeout) before the hub closes.
+        _reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        writer.write(
+            f"PATCH /v1/joblib/workers/{worker_id} HTTP/1.1\r\nHost: hub\r\n"
+            f"Authorization: Bearer {server.admin_token}\r\nContent-Type: application/json\r\n"
+            "Content-Length: 20\r\n\r\n{".encode()
+        )
+        await writer.drain()
+        assert server.process is not None
+        server.process.send_signal(signal.SIGTERM)
+        await asyncio.sleep(grace * 6)  # the socket is closed, the slow request holds on
+        writer.close()
+        assert await asyncio.to_thread(server.stop) == 0, server.output()
+        await worker_socket.disconnect()
+
+        db = Database(Settings(database_url=server.database_url))
+        try:
+            async with db.read() as conn:
+                sa = await conn.sa()
+                workers = (await sa.execute(select(worker_table.c.id))).scalars().all()
+                task = (
+                    await sa.execute(
+                        select(task_table.c.status, task_table.c.error).where(
+                            task_table.c.id == UUID(task_id)
+                        )
+                    )
+                ).one()
+        finally:
+            await db.dispose()
+    assert workers == [UUID(worker_id)], server.output()
+    assert tuple(task) == ("running", None), server.output()
