@@ -15,7 +15,11 @@ It speaks only the public protocol (REST + Socket.IO, see PROTOCOL.md)::
     Client(url, token).submit(Rotate(angle=45), room="lab").result()  # anywhere else
 """
 
-from app.sdk.client import AsyncClient, AsyncTaskHandle, Client, TaskHandle
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from app.sdk.context import TaskContext
 from app.sdk.errors import (
     AuthError,
@@ -33,7 +37,30 @@ from app.sdk.errors import (
 )
 from app.sdk.extension import Extension
 from app.sdk.models import Task
-from app.sdk.worker import Worker
+
+if TYPE_CHECKING:
+    from app.sdk.client import AsyncClient, AsyncTaskHandle, Client, TaskHandle
+    from app.sdk.worker import Worker
+
+# Imported on first use: they pull in httpx, python-socketio's client and aiohttp, which
+# the hub's own processes (``taskhub serve``, ``migrate``, ``users`` …) never need.
+_LAZY = {
+    "AsyncClient": "app.sdk.client",
+    "AsyncTaskHandle": "app.sdk.client",
+    "Client": "app.sdk.client",
+    "TaskHandle": "app.sdk.client",
+    "Worker": "app.sdk.worker",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "AsyncClient",
