@@ -14,6 +14,10 @@ const ROOMS_KEY = "taskhub.rooms";
 const SHARED_ROOMS = ["@global", "@internal"]; // their jobs are listed in every room
 const PAGE = 50;
 const MAX_PAGE = 500; // the hub's largest page
+// The most tasks the list keeps (more only after "Load more" past it): live events of a
+// busy room would otherwise grow it, and the work of every event, without end. The oldest
+// go first; "Load more" brings them back.
+const LIVE_KEEP = MAX_PAGE;
 const QUEUE_REFRESH_MS = 250;
 // Tasks of a shared (@global, @internal) job queue up with those of other rooms, whose
 // events this room never hears: their places are read again this often while shown.
@@ -220,7 +224,7 @@ const roomState = {
   selected: null, // full name of the job whose form is shown
   job: null, // that job (with its schema)
   form: null, // its SchemaForm
-  loaded: 0, // tasks fetched from the server so far (for "Load more")
+  loaded: 0, // tasks fetched from the server so far (for "Load more"): set by setLoaded
   total: 0, // the server's count of them when last fetched
   listRequest: 0, // bumped on every refetch of the list: an older answer is dropped
   queueRefresh: null, // a timer: queue places to read again (refreshQueueSoon)
@@ -229,7 +233,24 @@ const roomState = {
 const taskList = new TaskList($("#tasks"), $("#tasks-empty"), {
   cancel: cancelTask,
   changed: announceTask,
+  dropped: onTasksDropped,
+  ignoredOlder: () => onTasksDropped(0, 1), // the hub has a task older than all shown
 });
+
+/** Tasks fetched so far; the list keeps as many (at least LIVE_KEEP). */
+function setLoaded(count) {
+  roomState.loaded = count;
+  taskList.limit = Math.max(LIVE_KEEP, count);
+}
+
+/** The full list let its oldest tasks go (`shown` of them matched the filter): "Load more"
+ * continues right after the oldest task shown, and is offered for those past it (at least
+ * `atLeast`). */
+function onTasksDropped(shown, atLeast = 0) {
+  const older = Math.max(atLeast, roomState.total - roomState.loaded + shown);
+  setLoaded(taskList.size);
+  roomState.total = roomState.loaded + older;
+}
 
 function openRoom(room) {
   session.room = room;
@@ -237,7 +258,7 @@ function openRoom(room) {
   roomState.jobs = null;
   roomState.selected = null;
   roomState.job = null;
-  roomState.loaded = 0;
+  setLoaded(0);
   roomState.total = 0;
   rememberRoom(room);
   document.title = `${room} · Taskhub`;
@@ -310,9 +331,10 @@ async function refreshTasks({ keepLoaded = false } = {}) {
   try {
     const { items, total } = await fetchTasks(taskList.filter, wanted);
     if (generation !== roomState.generation || request !== roomState.listRequest) return;
-    taskList.reset(items, since);
-    roomState.loaded = items.length;
-    updateTaskCount(total);
+    setLoaded(items.length);
+    roomState.total = total;
+    taskList.reset(items, since); // tasks events brought meanwhile may make it drop some
+    updateTaskCount();
   } catch (error) {
     failed(error, "Could not load the tasks");
   }
@@ -342,9 +364,10 @@ async function loadMoreTasks() {
     });
     // A refetch since (filter change, reconnect) has replaced what this page continues.
     if (generation !== roomState.generation || listRequest !== roomState.listRequest) return;
+    setLoaded(roomState.loaded + page.items.length); // the list keeps them
+    roomState.total = page.total;
     taskList.addSnapshots(page.items, { quiet: true });
-    roomState.loaded += page.items.length;
-    updateTaskCount(page.total);
+    updateTaskCount();
   } catch (error) {
     failed(error, "Could not load more tasks");
   }
@@ -361,11 +384,11 @@ function updateTaskCount(total = roomState.total) {
 function onTaskStatus(event) {
   if (event.room_id !== session.room) return;
   const known = taskList.statusOf(event.id);
-  const isNew = taskList.applyEvent(event);
+  const isNew = taskList.applyEvent(event); // false too for an old task a full list ignores
   updateTaskCount();
   if (isNew) fillPayload(event.id, roomState.generation); // events carry no payload
-  // A task the list did not know (older than the loaded pages) may have left the queue
-  // too: the places of those behind it moved all the same.
+  // A task the list did not know (older than the loaded pages, or dropped from the list)
+  // may have left the queue too: the places of those behind it moved all the same.
   const leftQueue = known === "pending" || (!known && event.status !== "pending");
   if (event.status === "pending" || (leftQueue && taskList.hasPending((n) => n === event.name))) {
     refreshQueueSoon();
@@ -375,7 +398,10 @@ function onTaskStatus(event) {
 async function fillPayload(id, generation) {
   try {
     const task = await session.api.task(id);
-    if (generation === roomState.generation) taskList.addSnapshots([task], { quiet: true });
+    // Not for a task the list has dropped since (it would come back).
+    if (generation === roomState.generation && taskList.has(id)) {
+      taskList.addSnapshots([task], { quiet: true });
+    }
   } catch (error) {
     // The payload is only shown in the task's details (the live state is already there),
     // but a token the hub no longer accepts signs the page out.

@@ -1,5 +1,6 @@
 // The room's task list: a store of tasks by id, kept up to date from REST snapshots and
-// live task_status_event payloads, and its view (newest first, filtered by status).
+// live task_status_event payloads, and its view (newest first, filtered by status). It
+// keeps at most `limit` tasks: past that, the oldest go (see `#trim`).
 
 import { h } from "./dom.js";
 import { clock, duration, jobLabel, json, shortId } from "./format.js";
@@ -33,12 +34,21 @@ function notOlder(state, known) {
   return attempts !== 0 ? attempts > 0 : RANK[state.status] >= RANK[known.status];
 }
 
+/** The hub's order of its pages (what "Load more" continues), to the microsecond. */
 function newestFirst(a, b) {
-  return Date.parse(b.created_at) - Date.parse(a.created_at) || (a.id < b.id ? 1 : -1);
+  return Date.parse(b.created_at) - Date.parse(a.created_at)
+    || microseconds(b.created_at) - microseconds(a.created_at)
+    || (a.id < b.id ? 1 : -1);
+}
+
+/** The microseconds of a timestamp past its milliseconds (Date.parse stops there). */
+function microseconds(timestamp) {
+  const fraction = /\.(\d+)/.exec(timestamp)?.[1] ?? "";
+  return Number(fraction.slice(3, 6).padEnd(3, "0"));
 }
 
 export class TaskList {
-  /** handlers: { cancel(task), changed(task, previous) } */
+  /** handlers: { cancel(task), changed(task, previous), dropped(shown), ignoredOlder() } */
   constructor(listEl, emptyEl, handlers) {
     this.listEl = listEl;
     this.emptyEl = emptyEl;
@@ -48,6 +58,8 @@ export class TaskList {
     this.views = new Map();
     this.events = 0; // events applied so far: `mark()` before a fetch, `reset(…, since)`
     this.lastEvent = new Map(); // task id -> the count of events when its last one came
+    this.limit = null; // how many tasks the store keeps at most (null: all)
+    this.dropped = 0; // tasks let go so far to stay within `limit`
   }
 
   /** A point in the stream of events; give it to `reset` to keep what comes after it. */
@@ -79,33 +91,47 @@ export class TaskList {
     for (const id of this.lastEvent.keys()) {
       if (!this.tasks.has(id)) this.lastEvent.delete(id);
     }
+    const shown = this.#trim();
     this.render();
+    if (shown != null) this.handlers.dropped?.(shown);
   }
 
   /** Merge fetched tasks (a submit or cancel reply; with `quiet`, a further page). */
   addSnapshots(items, { quiet = false } = {}) {
+    const changes = [];
     for (const task of items) {
       const known = this.tasks.get(task.id);
-      if (notOlder(task, known)) this.#store({ ...known, ...task }, known, quiet);
+      if (notOlder(task, known)) changes.push(this.#store({ ...known, ...task }, known));
       else if (task.payload && !known.payload) {
         this.tasks.set(task.id, { ...known, payload: task.payload }); // an event's task
       }
     }
+    const shown = this.#trim();
     this.render();
+    if (!quiet) this.#announce(changes);
+    if (shown != null) this.handlers.dropped?.(shown);
   }
 
-  /** Apply a live event; returns true when the task was new to the list. */
+  /** Apply a live event; returns true when the task was new to the list (and stays). */
   applyEvent(event) {
     const task = taskFromEvent(event);
     const known = this.tasks.get(task.id);
     if (known?.version != null && task.version != null && task.version < known.version) {
       return false; // a late event: the list already shows a later state
     }
+    if (!known && this.#full() && this.#olderThanAll(task)) {
+      // It would be the first to go; the hub has it, past the oldest task shown.
+      if (this.#visible(task)) this.handlers.ignoredOlder?.();
+      return false;
+    }
     this.events += 1;
     this.lastEvent.set(task.id, this.events);
-    this.#store({ ...known, ...task }, known);
+    const change = this.#store({ ...known, ...task }, known);
+    const shown = this.#trim();
     this.render();
-    return !known;
+    this.#announce([change]);
+    if (shown != null) this.handlers.dropped?.(shown);
+    return !known && this.tasks.has(task.id);
   }
 
   has(id) {
@@ -130,10 +156,54 @@ export class TaskList {
     return [...this.tasks.values()].filter((task) => this.#visible(task)).length;
   }
 
-  #store(task, previous, quiet = false) {
+  /** Store a task's new state; returns the change to announce once the list is trimmed. */
+  #store(task, previous) {
     this.tasks.set(task.id, task);
     if (previous?.status === "pending" && task.status !== "pending") this.#moveQueue(previous);
-    if (!quiet) this.handlers.changed?.(task, previous);
+    return [task, previous];
+  }
+
+  /** Tell the handlers of the changes to tasks still in the list (not of dropped ones). */
+  #announce(changes) {
+    for (const [task, previous] of changes) {
+      if (this.tasks.has(task.id)) this.handlers.changed?.(task, previous);
+    }
+  }
+
+  #full() {
+    return this.limit != null && this.tasks.size >= this.limit;
+  }
+
+  #olderThanAll(task) {
+    for (const other of this.tasks.values()) {
+      if (newestFirst(task, other) <= 0) return false;
+    }
+    return true;
+  }
+
+  /** Keep at most `limit` tasks: drop those hidden by the filter first, then the oldest
+   * shown, never a pinned one (open details, the keyboard focus). Returns how many of the
+   * dropped were shown, or null when none went. */
+  #trim() {
+    if (this.limit == null || this.tasks.size <= this.limit) return null;
+    const oldestFirst = [...this.tasks.values()].sort(newestFirst).reverse();
+    const hidden = oldestFirst.filter((task) => !this.#visible(task));
+    const visible = oldestFirst.filter((task) => this.#visible(task));
+    let shown = 0;
+    let dropped = 0;
+    for (const task of [...hidden, ...visible]) {
+      if (this.tasks.size <= this.limit) break;
+      const view = this.views.get(task.id);
+      if (view?.pinned) continue;
+      view?.root.remove();
+      this.views.delete(task.id);
+      this.tasks.delete(task.id);
+      this.lastEvent.delete(task.id);
+      dropped += 1;
+      if (this.#visible(task)) shown += 1;
+    }
+    this.dropped += dropped;
+    return dropped ? shown : null;
   }
 
   /** A task left the queue: those behind it in its job's queue move up one place. */
@@ -200,6 +270,7 @@ class TaskView {
     this.cancelButton = h("button", { type: "button", class: "danger small" }, "Cancel");
     this.cancelButton.addEventListener("click", () => handlers.cancel(this.task, this));
     this.message = h("p", { class: "task-message", role: "alert" });
+    this.details = h("details", { class: "payload" }, h("summary", {}, "Payload"), this.payload);
     this.root = h(
       "li",
       { class: "task", id, "aria-labelledby": `${id}-title`, dataset: { taskId: task.id } },
@@ -207,9 +278,7 @@ class TaskView {
       this.progress,
       this.times,
       this.outcome,
-      h("div", { class: "task-foot" },
-        h("details", { class: "payload" }, h("summary", {}, "Payload"), this.payload),
-        this.cancelButton),
+      h("div", { class: "task-foot" }, this.details, this.cancelButton),
       this.message,
     );
   }
@@ -228,9 +297,14 @@ class TaskView {
     this.#updateTimes(task);
     this.#updateOutcome(task);
     if (task.payload) this.payload.textContent = json(task.payload);
-    this.root.querySelector(".payload").hidden = !task.payload;
+    this.details.hidden = !task.payload;
     this.cancelButton.setAttribute("aria-label", `Cancel ${name} ${shortId(task.id)}`);
     this.#setCancellable(ACTIVE.has(task.status));
+  }
+
+  /** Kept however old: the person is reading (open details) or using (focus) it. */
+  get pinned() {
+    return this.details.open || this.root.contains(document.activeElement);
   }
 
   showMessage(text) {

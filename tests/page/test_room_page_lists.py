@@ -1,10 +1,13 @@
 """The room page's task list against a real hub, without a worker (tasks stay pending
 unless a test moves them): refetches that race with live events and with each other, a
-reconnect after "Load more", queue places behind tasks the page does not show, and a task
-that is not the viewer's to cancel."""
+reconnect after "Load more", queue places behind tasks the page does not show, a task
+that is not the viewer's to cancel, and the bound on a list that live events grow (the
+oldest tasks go, except one the viewer has open; "Load more" brings them back; events
+of tasks gone do not)."""
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from playwright.sync_api import Page, expect
@@ -15,6 +18,7 @@ from tests.page.conftest import PageHub
 DISCONNECTED = r"net::ERR_INTERNET_DISCONNECTED"
 FORBIDDEN = r"status of 403"
 EMPTY = {"type": "object", "properties": {}}
+LIVE_KEEP = 500  # app.js: the most tasks the list keeps from live events
 
 # Hold back the answers of the page's fetches whose URL contains `pattern`: each request
 # reaches the hub (its snapshot is taken) and then waits for `window.__held.shift()()`.
@@ -61,6 +65,17 @@ def job_with_tasks(hub: PageHub, room: str, count: int, token: str = "") -> tupl
     return job, tasks
 
 
+def submit(hub: PageHub, room: str, job: str, count: int, token: str = "") -> list:
+    """Submit ``count`` tasks of ``job``, several at a time (in no particular order)."""
+    url = f"/rooms/{room}/tasks/{job}"
+
+    def post(_: int) -> Any:
+        return rest.post(url, json={"payload": {}}).raise_for_status().json()
+
+    with hub.rest(token or hub.alice) as rest, ThreadPoolExecutor(8) as pool:
+        return list(pool.map(post, range(count)))
+
+
 def cancel(hub: PageHub, tasks: list[dict[str, Any]], token: str = "") -> None:
     with hub.rest(token or hub.alice) as rest:
         for task in tasks:
@@ -71,6 +86,32 @@ def open_room(hub: PageHub, pages: Pages, room: str, token: str = "") -> Page:
     page = pages.open(f"/?room={room}")
     sign_in(page, token or hub.alice)
     return page
+
+
+def shown_ids(page: Page) -> list[str]:
+    return page.locator("li.task").evaluate_all("(items) => items.map((i) => i.dataset.taskId)")
+
+
+def wait_shown(page: Page, tasks: list[dict[str, Any]]) -> None:
+    """Wait until every one of ``tasks`` is in the list (their events have come)."""
+    ids = [task["id"] for task in tasks]
+    page.wait_for_function(
+        """(ids) => ids.every((id) => document.querySelector(`li.task[data-task-id="${id}"]`))""",
+        arg=ids,
+    )
+
+
+def live_overflow(hub: PageHub, pages: Pages, room: str, older: int) -> tuple[Page, list, list]:
+    """A page open on ``room`` whose list live events overfill: ``older`` tasks submitted
+    (and shown) first, then LIVE_KEEP newer ones; returns the page and both batches."""
+    job, _ = job_with_tasks(hub, room, 0)
+    page = open_room(hub, pages, room)
+    expect(page.locator("#tasks-count")).to_have_text("0 tasks")  # the list is read
+    first = submit(hub, room, job, older)
+    wait_shown(page, first)
+    newer = submit(hub, room, job, LIVE_KEEP)
+    wait_shown(page, newer)
+    return page, first, newer
 
 
 def test_a_task_that_arrives_while_the_list_is_read_again_stays_in_it(
@@ -191,3 +232,62 @@ def test_cancel_is_withdrawn_from_a_task_the_hub_does_not_let_the_viewer_cancel(
     expect(item.get_by_role("button", name="Cancel")).to_be_hidden()
     expect(item).to_have_attribute("data-status", "pending")
     pages.assert_no_console_errors(allowed=[FORBIDDEN])
+
+
+def test_live_events_keep_the_newest_tasks_and_load_more_brings_back_the_older(
+    hub: PageHub, room: str, pages: Pages
+) -> None:
+    page, oldest, newer = live_overflow(hub, pages, room, 20)
+
+    expect(page.locator("li.task")).to_have_count(LIVE_KEEP)
+    assert set(shown_ids(page)) == {task["id"] for task in newer}
+    expect(page.locator("#tasks-count")).to_have_text(f"{LIVE_KEEP} tasks")
+    more = page.get_by_role("button", name="Load more")
+    expect(more).to_be_visible()
+
+    more.click()  # continues right after the oldest task shown
+    expect(page.locator("li.task")).to_have_count(LIVE_KEEP + 20)
+    ids = shown_ids(page)
+    assert len(ids) == len(set(ids))
+    assert set(ids[LIVE_KEEP:]) == {task["id"] for task in oldest}
+    expect(page.locator("#tasks-count")).to_have_text(f"{LIVE_KEEP + 20} tasks")
+    expect(more).to_be_hidden()
+    pages.assert_no_console_errors()
+
+
+def test_a_task_with_open_details_stays_while_older_and_newer_ones_go(
+    hub: PageHub, room: str, pages: Pages
+) -> None:
+    job, (before, opened, after) = job_with_tasks(hub, room, 3)
+    page = open_room(hub, pages, room)
+    item = task_item(page, opened["id"])
+    item.locator(".payload summary").click()
+    first = submit(hub, room, job, 1)
+    wait_shown(page, first)
+    newer = submit(hub, room, job, LIVE_KEEP - 1)  # one too many with the three
+    wait_shown(page, newer)
+
+    expect(page.locator("li.task")).to_have_count(LIVE_KEEP)
+    for gone in (before, after, *first):
+        expect(task_item(page, gone["id"])).to_have_count(0)
+    expect(item.locator(".payload")).to_have_attribute("open", "")
+    expect(page.locator("#tasks-count")).to_have_text(f"{LIVE_KEEP} tasks")
+    pages.assert_no_console_errors()
+
+
+def test_an_event_of_a_dropped_task_does_not_bring_it_back(
+    hub: PageHub, room: str, pages: Pages
+) -> None:
+    page, oldest, _ = live_overflow(hub, pages, room, 5)
+    expect(page.locator("li.task")).to_have_count(LIVE_KEEP)
+    with hub.rest(hub.alice) as rest:
+        (newest,) = rest.get(f"/rooms/{room}/tasks", params={"limit": 1}).json()["items"]
+    place = task_item(page, newest["id"]).locator(".queue")  # the last in the queue
+    expect(place).to_have_text(f"#{LIVE_KEEP + 5} in queue")
+
+    cancel(hub, oldest[:1])  # its event comes; the queue places move all the same
+    expect(place).to_have_text(f"#{LIVE_KEEP + 4} in queue")
+    expect(task_item(page, oldest[0]["id"])).to_have_count(0)
+    expect(page.locator("li.task")).to_have_count(LIVE_KEEP)
+    expect(page.locator("#tasks-count")).to_have_text(f"{LIVE_KEEP} tasks")
+    pages.assert_no_console_errors()
