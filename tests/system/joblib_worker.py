@@ -47,7 +47,18 @@ class Explode(Extension):
         raise RuntimeError(f"boom-{self.n}")
 
 
-EXTENSIONS: dict[str, type[Extension]] = {"Scale": Scale, "Explode": Explode}
+class Garble(Extension):
+    """A modifier that fails with a message the hub could not store as it is: a NUL
+    character and ``length`` characters in all."""
+
+    category: ClassVar[Category] = Category.MODIFIER
+    length: int = 70_000
+
+    def run(self, vis: Any, **kwargs: Any) -> Any:
+        raise RuntimeError(("garbled\x00" + "x" * self.length)[: self.length])
+
+
+EXTENSIONS: dict[str, type[Extension]] = {"Scale": Scale, "Explode": Explode, "Garble": Garble}
 
 
 class RestApi:

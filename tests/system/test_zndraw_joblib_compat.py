@@ -25,6 +25,7 @@ PREFIX = "/v1/joblib"
 ROOM = "room1"
 SCALE = "@global:modifiers:Scale"
 EXPLODE = "@global:modifiers:Explode"
+GARBLE = "@global:modifiers:Garble"
 TERMINAL = {"completed", "failed", "cancelled"}
 TASKS = 20
 
@@ -179,17 +180,26 @@ def test_job_manager_serves_tasks_and_disconnects_cleanly(
     assert manager.call("stopped") is False  # the SDK never decided its registration was lost
     assert manager.call("problems") == [f"Task {failing} failed: boom-7"]
 
+    # A failure report is never refused for its text (the SDK would not send it again, and
+    # the task would stay running): a NUL becomes U+FFFD, an over-long text is cut.
+    assert manager.call("register", name="Garble") == worker_id
+    garbled = manager.call("submit", name="Garble", params={"length": 70_000}, room=ROOM)
+    task = wait_terminal(client, garbled, timeout=20)
+    assert task["status"] == "failed", task
+    assert task["error"].startswith("garbled\ufffdxxx"), task["error"][:40]
+    assert task["error"].endswith("characters cut)"), task["error"][-60:]
+    assert len(task["error"]) <= 65_536
+
     assert manager.call("disconnect") is None
     assert worker_id not in listed_workers(client)
     names = room_job_names(client)
-    assert SCALE not in names
-    assert EXPLODE not in names
+    assert not {SCALE, EXPLODE, GARBLE} & names
     gone = client.get(f"{PREFIX}/rooms/{ROOM}/jobs/{SCALE}")
     assert gone.status_code == 404, gone.text
     history = client.get(f"{PREFIX}/rooms/{ROOM}/tasks", params={"limit": 500})
     assert history.status_code == 200, history.text
-    assert history.json()["total"] == TASKS + 1  # soft delete keeps the task history
-    assert manager.call("problems") == [f"Task {failing} failed: boom-7"]
+    assert history.json()["total"] == TASKS + 2  # soft delete keeps the task history
+    assert manager.call("problems")[0] == f"Task {failing} failed: boom-7"
     assert manager.close() == 0
 
 

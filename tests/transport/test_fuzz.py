@@ -231,10 +231,19 @@ async def test_nul_characters_are_a_422_not_a_500(
     assert await snapshot(app) == before
 
 
-async def test_nul_in_a_task_update_is_a_422(alice: ApiClient, known: dict[str, str]) -> None:
-    response = await alice.patch(
-        f"/tasks/{known['task_id']}", json={"status": "failed", "error": "boom\u0000"}
-    )
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"status": "completed", "result": {"text": "a\u0000b"}},
+        {"progress": 0.5, "progress_message": "a\u0000b"},
+        {"status": "failed", "error": "kept", "progress_message": "a\u0000b"},
+    ],
+)
+async def test_nul_in_a_task_update_is_a_422(
+    alice: ApiClient, known: dict[str, str], body: dict[str, Any]
+) -> None:
+    """(Only a failure report's ``error`` is kept, its NUL replaced: ``test_tasks.py``.)"""
+    response = await alice.patch(f"/tasks/{known['task_id']}", json=body)
     assert response.status_code == 422, response.text
     assert_problem(response)
 

@@ -224,6 +224,29 @@ async def test_failure_stores_the_error(alice, job):
 
 
 @pytest.mark.parametrize(
+    ("error", "stored"),
+    [
+        ("bad\u0000byte", "bad\ufffdbyte"),
+        ("", None),
+        ("x" * 65_536, "x" * 65_536),
+        ("y" * 70_000, "y" * (65_536 - 64) + f"\n… ({70_000 - 65_536 + 64} more characters cut)"),
+    ],
+    ids=["nul", "empty", "longest-kept", "too-long"],
+)
+async def test_a_failure_report_is_never_refused_for_its_text(alice, job, error, stored):
+    """zndraw-joblib's worker does not send a refused failure report again (its task would
+    stay running): a NUL becomes U+FFFD, an over-long text is cut, saying so, and an empty
+    one is no error, as the reference keeps it."""
+    task = await alice.submit(JOB)
+    await alice.claim(job["worker_id"])
+    await alice.transition(task["id"], "running")
+    failed = await alice.transition(task["id"], "failed", error=error)
+    assert failed.status_code == 200, failed.text
+    assert (failed.json()["status"], failed.json()["error"]) == ("failed", stored)
+    assert (await alice.task(task["id"]))["error"] == stored
+
+
+@pytest.mark.parametrize(
     ("path", "target"),
     [
         ([], "running"),

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 from uuid import UUID
@@ -101,6 +101,15 @@ def _has_nul(value: Any) -> bool:
     return any("\x00" in text for text in _strings(value))
 
 
+def _replace_nul(data: dict[str, Any], fields: Iterable[str]) -> None:
+    """U+0000 becomes U+FFFD in these top-level text fields (a model's ``NUL_REPLACED``:
+    text that must be kept rather than refused)."""
+    for name in fields:
+        value = data.get(name)
+        if isinstance(value, str):
+            data[name] = value.replace("\x00", "\ufffd")
+
+
 def _nested_deeper_than(value: Any, limit: int) -> bool:
     """Whether a decoded JSON value has objects or arrays nested more than ``limit`` deep
     (the value itself at depth 1)."""
@@ -180,6 +189,8 @@ class ApiRequest:
                 "Request body must be a JSON object.",
                 errors=[{"loc": ["body"], "msg": "Input should be a JSON object"}],
             )
+        if b"\\u0000" in raw:
+            _replace_nul(data, getattr(model, "NUL_REPLACED", ()))
         if b"\\u0000" in raw and _has_nul(data):
             raise ValidationFailed(
                 "Request body must not contain NUL characters.",

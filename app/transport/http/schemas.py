@@ -4,7 +4,7 @@ these same models."""
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
-from typing import Any, Generic, TypeVar
+from typing import Any, ClassVar, Generic, TypeVar
 from uuid import UUID
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -19,6 +19,7 @@ T = TypeVar("T")
 Attempts = Field(default=None, ge=1, le=MAX_ATTEMPTS_LIMIT)
 MAX_DELAY_SECONDS = 366 * 24 * 3600
 MAX_PRIORITY = 1_000_000
+MAX_ERROR_CHARS = 65_536
 
 
 class WorkerOut(BaseModel):
@@ -237,16 +238,34 @@ class TaskClaimOut(BaseModel):
 
 class TaskUpdateIn(BaseModel):
     """A transition (``status``), or — without ``status``, while running — a progress
-    report. ``result`` goes with ``completed``."""
+    report. ``result`` goes with ``completed``.
+
+    A worker's failure report is never refused for its text: zndraw-joblib's worker does
+    not send a refused one again, so its task would stay running while the worker lives.
+    NUL characters in ``error`` become U+FFFD (``NUL_REPLACED``), a text longer than
+    ``MAX_ERROR_CHARS`` is cut (saying so), and an empty one is no error (as the reference
+    keeps it)."""
+
+    NUL_REPLACED: ClassVar[tuple[str, ...]] = ("error",)
 
     status: TaskStatus | None = None
-    error: str | None = Field(default=None, max_length=65_536)
+    error: str | None = None
     claim_token: UUID | None = None
     result: Any = None
     progress: float | None = Field(default=None, ge=0, le=1)
     progress_message: str | None = Field(default=None, max_length=1_000)
     # With "failed": try again later while attempts remain (the task goes back to pending).
     retry: bool = False
+
+    @field_validator("error")
+    @classmethod
+    def _storable_error(cls, error: str | None) -> str | None:
+        if not error:
+            return None
+        if len(error) <= MAX_ERROR_CHARS:
+            return error
+        kept = MAX_ERROR_CHARS - 64  # room for the note
+        return f"{error[:kept]}\n… ({len(error) - kept} more characters cut)"
 
     @model_validator(mode="after")
     def _consistent(self) -> TaskUpdateIn:
