@@ -4,7 +4,8 @@ Serve it (next to the README quick start; ``$T`` is a token)::
 
     taskhub worker examples.rotate:Rotate --url http://127.0.0.1:8000 --token $T --room lab
 
-Submit a task from Python (``python -m examples.rotate --token $T`` does exactly this)::
+Submit a task from Python (``python -m examples.rotate --token $T`` does much the same,
+with two points)::
 
     from app.sdk import Client
     from examples.rotate import Rotate

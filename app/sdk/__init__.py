@@ -4,15 +4,15 @@ It speaks only the public protocol (REST + Socket.IO, see PROTOCOL.md)::
 
     from app.sdk import Client, Extension, TaskContext, Worker
 
-    class Rotate(Extension):
+    class Spin(Extension):
         category = "modifiers"
         angle: float = 90.0
 
         def run(self, ctx: TaskContext) -> dict:
-            return {"rotated_by": self.angle}
+            return {"spun_by": self.angle}
 
-    Worker(url, token, [Rotate], room="lab").run_forever()          # a worker process
-    Client(url, token).submit(Rotate(angle=45), room="lab").result()  # anywhere else
+    Worker(url, token, [Spin], room="lab").run_forever()          # a worker process
+    Client(url, token).submit(Spin(angle=45), room="lab").result()  # anywhere else
 """
 
 from __future__ import annotations

@@ -61,7 +61,7 @@ async def refuse(base_url: str, auth: Any) -> None:
 async def test_connect_without_a_valid_token_is_refused(
     shared_server: HubServer, alice_token: str, lab: str
 ) -> None:
-    for auth in (None, {}, {"token": ""}, {"token": "th_not-a-real-token"}):
+    for auth in (None, {}, {"token": ""}, {"token": "th_not-a-real-token"}, {"token": "\ud800"}):
         await refuse(shared_server.base_url, auth)
 
     async with SocketProbe("alice") as accepted:  # the same server takes a valid token
@@ -184,6 +184,18 @@ async def test_an_event_sent_with_several_arguments_is_answered_422(
             ack = await probe.call(event, ({"room_id": lab}, "extra"))
             assert_problem_ack(ack, 422, "validation-error")
         assert await probe.call("room_join", {"room_id": lab}) == {"room_id": lab}
+
+
+async def test_an_event_the_protocol_does_not_have_is_answered_404(
+    shared_server: HubServer, alice_token: str
+) -> None:
+    """Every client event gets an acknowledgement: an unknown one a 404 naming the events."""
+    async with SocketProbe("alice") as probe:
+        await probe.connect(shared_server.base_url, alice_token)
+        for data in ({"room_id": "lab"}, None, ({"a": 1}, "extra")):
+            ack = await probe.call("join_room", data)
+            assert_problem_ack(ack, 404, "not-found")
+            assert "room_join" in ack["detail"]
 
 
 async def test_leaving_rooms_stops_their_events(

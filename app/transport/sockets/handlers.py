@@ -27,6 +27,7 @@ from app.transport.http.problems import problem_body
 
 log = logging.getLogger(__name__)
 Ack = Callable[[str, Any], Awaitable[dict[str, Any]]]
+CLIENT_EVENTS = ("join_job_room", "leave_job_room", "room_join", "room_leave")
 
 
 @dataclass
@@ -100,8 +101,20 @@ class SocketHandlers:
         self._recheck: asyncio.Task[None] | None = None
         sio.on("connect", self.connect)
         sio.on("disconnect", self.disconnect)
-        for name in ("join_job_room", "leave_job_room", "room_join", "room_leave"):
+        for name in CLIENT_EVENTS:
             sio.on(name, _acknowledged(getattr(self, name)))
+        sio.on("*", self.unknown_event)
+
+    async def unknown_event(self, event: str, sid: str, *_data: Any) -> dict[str, Any]:
+        """Every client event is answered: one the protocol does not have with a 404."""
+        with bound(socket_request_id(sid)):
+            log.debug("unknown socket event %.100r", event)
+        return problem_body(
+            404,
+            "not-found",
+            "Not Found",
+            f"No such event: {event[:100]!r}. Events: {', '.join(CLIENT_EVENTS)}.",
+        )
 
     async def connect(self, sid: str, environ: dict[str, Any], auth: Any = None) -> None:
         with bound(socket_request_id(sid)):
