@@ -16,7 +16,7 @@ import signal
 import socket
 import sys
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +32,7 @@ from app.persistence.migrations import current_revision, head_revision
 from app.settings import Settings
 from tests.support.api import ApiClient, assert_problem
 from tests.support.databases import create_postgres_database, drop_postgres_database
+from tests.support.server import Backend, provisioned_database
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 HOST = "127.0.0.1"
@@ -227,9 +228,14 @@ def assert_clean_failure(result: Result, *fragments: str) -> None:
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
-async def empty_url(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[str]:
+def backend(request: pytest.FixtureRequest) -> Backend:
+    return request.param  # type: ignore[no-any-return]
+
+
+@pytest.fixture
+async def empty_url(backend: Backend, tmp_path: Path) -> AsyncIterator[str]:
     """A database of its own for this test, with no schema yet."""
-    if request.param == "sqlite":
+    if backend == "sqlite":
         yield f"sqlite+aiosqlite:///{tmp_path / 'taskhub.db'}"
         return
     url = await create_postgres_database("taskhub_cli")
@@ -240,12 +246,26 @@ async def empty_url(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIter
 
 
 @pytest.fixture
-async def migrated_url(empty_url: str, tmp_path: Path) -> str:
-    """The same database after ``taskhub migrate``."""
+def migrated_url(backend: Backend, tmp_path: Path) -> Iterator[str]:
+    """A database of its own at this code's head: a copy of one that ``taskhub migrate``
+    built once per test process."""
+    with provisioned_database(backend, tmp_path, migrated=True) as url:
+        yield url
+
+
+async def test_migrate_brings_an_empty_database_to_this_codes_head(
+    empty_url: str, tmp_path: Path
+) -> None:
     result = await taskhub(empty_url, tmp_path, "migrate")
     assert result.returncode == 0, str(result)
     assert head_revision() in result.stdout
-    return empty_url
+    db = Database(Settings(database_url=empty_url))
+    try:
+        assert await current_revision(db) == head_revision()
+    finally:
+        await db.dispose()
+    again = await taskhub(empty_url, tmp_path, "migrate")
+    assert again.returncode == 0, str(again)
 
 
 async def test_users_create_prints_a_token_that_authenticates(

@@ -16,6 +16,7 @@ import asyncio
 import atexit
 import os
 import secrets
+import shutil
 import signal
 import socket
 import subprocess
@@ -136,10 +137,17 @@ def revoke_token(database_url: str, token: str) -> None:
 
 
 @contextmanager
-def provisioned_database(backend: Backend, directory: Path) -> Iterator[str]:
-    """A fresh, ready-to-serve database URL for ``backend``; PostgreSQL ones are dropped after."""
+def provisioned_database(
+    backend: Backend, directory: Path, *, migrated: bool = False
+) -> Iterator[str]:
+    """A fresh, ready-to-serve database URL for ``backend``; PostgreSQL ones are dropped after.
+    PostgreSQL's is migrated; SQLite's is a new file (``taskhub serve`` migrates it), or with
+    ``migrated`` a copy of a migrated one."""
     if backend == "sqlite":
-        yield f"sqlite+aiosqlite:///{directory / 'hub.db'}"
+        path = directory / "hub.db"
+        if migrated:
+            shutil.copyfile(migrated_sqlite_template(), path)
+        yield f"sqlite+aiosqlite:///{path}"
         return
     if backend != "postgres":
         raise ValueError(f"unknown backend {backend!r}")
@@ -164,6 +172,21 @@ def migrated_template() -> str:
         atexit.register(lambda: asyncio.run(drop_postgres_database(url)))
         _template_url.append(url)
     return _template_url[0]
+
+
+_sqlite_template: list[Path] = []
+
+
+def migrated_sqlite_template() -> Path:
+    """An SQLite file migrated by ``taskhub migrate``, once per test process (removed at
+    exit); tests that need a migrated file get copies of it."""
+    if not _sqlite_template:
+        directory = Path(tempfile.mkdtemp(prefix="taskhub-template-"))
+        path = directory / "template.db"
+        migrate(f"sqlite+aiosqlite:///{path}")
+        atexit.register(shutil.rmtree, directory, True)
+        _sqlite_template.append(path)
+    return _sqlite_template[0]
 
 
 class HubServer:
