@@ -172,7 +172,14 @@ def create_app(settings: Settings | None = None, *, drain_on_signals: bool = Fal
     settings = settings or Settings()
     hub = Hub.create(settings)
     manager = socket_manager(settings) if settings.redis_url else None
-    sio = socketio.AsyncServer(async_mode="asgi", client_manager=manager)
+    sio = socketio.AsyncServer(
+        async_mode="asgi",
+        client_manager=manager,
+        # Loggers of the process's logging set-up (a bool would have the libraries add a
+        # stderr handler of their own, past the log format and the secrets filter).
+        logger=logging.getLogger("socketio.server"),
+        engineio_logger=logging.getLogger("engineio.server"),
+    )
     sockets = SocketHandlers(sio, hub)
     hub.publisher.add_sink(SocketSink(sio))
     return TaskhubApp(sio, hub, sockets, drain_on_signals=drain_on_signals)

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from functools import cached_property
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, ValidationError, ValidationInfo, field_validator
+from pydantic_core import PydanticUseDefault
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from app.domain.naming import MAX_CATEGORY_LENGTH
@@ -15,6 +16,20 @@ DEFAULT_SQLITE_URL = "sqlite+aiosqlite:///taskhub.db"
 DATABASE_DRIVERS = ("sqlite+aiosqlite", "postgresql+asyncpg")
 DATABASE_URL_FORMS = "sqlite+aiosqlite:///path/to/file.db or postgresql+asyncpg://user@host/db"
 REDIS_SCHEMES = ("redis", "rediss", "unix")
+DAY_SECONDS = 24 * 3600
+# A bound on every duration setting, far past any sensible value and well inside what
+# datetime arithmetic, asyncio and Redis take (a lease or timeout is added to "now").
+MAX_DURATION_SECONDS = 366 * DAY_SECONDS
+MAX_RETENTION_SECONDS = 100 * 366 * DAY_SECONDS
+MAX_SQLITE_BUSY_TIMEOUT_MS = DAY_SECONDS * 1000  # SQLite takes 0 for more than 2**31 - 1
+
+
+def duration(
+    default: float, *, allow_zero: bool = False, most: float = MAX_DURATION_SECONDS
+) -> Any:
+    """A setting in seconds: finite, above zero (or at least zero), at most ``most``."""
+    lowest: dict[str, float] = {"ge": 0} if allow_zero else {"gt": 0}
+    return Field(default=default, allow_inf_nan=False, le=most, **lowest)
 
 
 class DatabaseSettings(BaseSettings):
@@ -49,27 +64,29 @@ class Settings(DatabaseSettings):
     admin_token: str | None = Field(default=None, repr=False)
     allowed_categories: Annotated[list[str], NoDecode] = ["modifiers", "selections", "analysis"]
 
-    worker_timeout_seconds: float = Field(default=60, gt=0)
-    task_lease_seconds: float = Field(default=120, gt=0)
-    sweeper_interval_seconds: float = Field(default=30, gt=0)
+    worker_timeout_seconds: float = duration(60)
+    task_lease_seconds: float = duration(120)
+    sweeper_interval_seconds: float = duration(30)
     sweeper_enabled: bool = True
-    internal_task_timeout_seconds: float = Field(default=3600, gt=0)
-    long_poll_max_wait_seconds: int = Field(default=60, ge=0)
-    socket_disconnect_grace_seconds: float = Field(default=5, ge=0)
+    internal_task_timeout_seconds: float = duration(3600)
+    long_poll_max_wait_seconds: int = Field(default=60, ge=0, le=MAX_DURATION_SECONDS)
+    socket_disconnect_grace_seconds: float = duration(5, allow_zero=True)
     internal_job_modules: Annotated[list[str], NoDecode] = []
-    internal_redelivery_seconds: float = Field(default=600, gt=0)
-    retry_backoff_seconds: float = Field(default=1.0, ge=0)
-    retry_backoff_max_seconds: float = Field(default=300.0, ge=0)
-    task_retention_seconds: float = Field(default=30 * 24 * 3600, ge=0)
+    internal_redelivery_seconds: float = duration(600)
+    retry_backoff_seconds: float = duration(1.0, allow_zero=True)
+    retry_backoff_max_seconds: float = duration(300.0, allow_zero=True)
+    task_retention_seconds: float = duration(
+        30 * DAY_SECONDS, allow_zero=True, most=MAX_RETENTION_SECONDS
+    )
     retention_batch_size: int = Field(default=1000, gt=0)
 
     max_body_bytes: int = Field(default=1_048_576, gt=0)
     db_pool_size: int = Field(default=10, gt=0)
     sqlite_synchronous: str = "FULL"
-    sqlite_busy_timeout_ms: int = Field(default=5000, ge=0)
+    sqlite_busy_timeout_ms: int = Field(default=5000, ge=0, le=MAX_SQLITE_BUSY_TIMEOUT_MS)
     sqlite_cache_size_mb: int = Field(default=64, ge=1)
     sqlite_mmap_size_mb: int = Field(default=256, ge=0)
-    auth_cache_seconds: float = Field(default=5.0, ge=0)
+    auth_cache_seconds: float = duration(5.0, allow_zero=True)
 
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=1, le=65535)
@@ -77,7 +94,7 @@ class Settings(DatabaseSettings):
     log_format: Literal["text", "json"] = "text"
     access_log: bool = False
     workers: int = Field(default=1, ge=1)
-    graceful_shutdown_seconds: float = Field(default=10, ge=0)
+    graceful_shutdown_seconds: float = duration(10, allow_zero=True)
 
     @field_validator("log_level", mode="before")
     @classmethod
@@ -86,9 +103,13 @@ class Settings(DatabaseSettings):
 
     @field_validator("allowed_categories", "internal_job_modules", mode="before")
     @classmethod
-    def _split_categories(cls, value: object) -> object:
+    def _split_categories(cls, value: object, info: ValidationInfo) -> object:
+        """A comma or JSON list; an empty ``TASKHUB_ALLOWED_CATEGORIES`` (an unset compose
+        variable) is the default, as an empty ``TASKHUB_REDIS_URL`` is unset."""
         if isinstance(value, str):
             stripped = value.strip()
+            if not stripped and info.field_name == "allowed_categories":
+                raise PydanticUseDefault()
             if stripped.startswith("["):
                 import json
 
@@ -99,6 +120,8 @@ class Settings(DatabaseSettings):
     @field_validator("allowed_categories")
     @classmethod
     def _check_categories(cls, value: list[str]) -> list[str]:
+        if not value:
+            raise ValueError("no category at all; leave it empty for the default ones")
         for category in value:
             if not 0 < len(category) <= MAX_CATEGORY_LENGTH or ":" in category:
                 raise ValueError(

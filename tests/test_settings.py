@@ -15,6 +15,18 @@ def test_categories_are_a_comma_or_json_list(monkeypatch, raw, categories):
     assert Settings().allowed_categories == categories
 
 
+@pytest.mark.parametrize("raw", ["", "  "])
+def test_empty_categories_mean_the_default_ones(monkeypatch, raw):
+    """(An unset compose variable: seen refusing every job, "not one of: .")"""
+    monkeypatch.setenv("TASKHUB_ALLOWED_CATEGORIES", raw)
+    assert Settings().allowed_categories == ["modifiers", "selections", "analysis"]
+
+
+@pytest.mark.parametrize("raw", ["[]", ","])
+def test_a_list_of_no_category_is_refused(monkeypatch, raw):
+    assert "no category at all" in refusal(monkeypatch, "TASKHUB_ALLOWED_CATEGORIES", raw)
+
+
 @pytest.mark.parametrize("raw", ["c" * 65, "a:b", '["ok", ""]'])
 def test_a_category_that_could_not_name_a_job_is_refused(monkeypatch, raw):
     monkeypatch.setenv("TASKHUB_ALLOWED_CATEGORIES", raw)
@@ -92,3 +104,42 @@ def test_a_redis_url_that_is_not_one_is_refused(monkeypatch, url):
     described = refusal(monkeypatch, "TASKHUB_REDIS_URL", url)
     assert "redis://host:port/db" in described
     assert "secret" not in described
+
+
+DURATIONS = [
+    "TASKHUB_WORKER_TIMEOUT_SECONDS",
+    "TASKHUB_TASK_LEASE_SECONDS",
+    "TASKHUB_SWEEPER_INTERVAL_SECONDS",
+    "TASKHUB_INTERNAL_TASK_TIMEOUT_SECONDS",
+    "TASKHUB_LONG_POLL_MAX_WAIT_SECONDS",
+    "TASKHUB_SOCKET_DISCONNECT_GRACE_SECONDS",
+    "TASKHUB_INTERNAL_REDELIVERY_SECONDS",
+    "TASKHUB_RETRY_BACKOFF_SECONDS",
+    "TASKHUB_RETRY_BACKOFF_MAX_SECONDS",
+    "TASKHUB_TASK_RETENTION_SECONDS",
+    "TASKHUB_AUTH_CACHE_SECONDS",
+    "TASKHUB_GRACEFUL_SHUTDOWN_SECONDS",
+    "TASKHUB_SQLITE_BUSY_TIMEOUT_MS",
+]
+
+
+@pytest.mark.parametrize("variable", DURATIONS)
+@pytest.mark.parametrize("value", ["inf", "-inf", "nan", "1e12"])
+def test_a_duration_that_is_not_finite_or_absurdly_long_is_refused(monkeypatch, variable, value):
+    """(Seen: a lease of inf or 1e12 seconds, 500s on every claim and heartbeat.)"""
+    refusal(monkeypatch, variable, value)
+
+
+@pytest.mark.parametrize(
+    ("variable", "longest"),
+    [
+        ("TASKHUB_TASK_LEASE_SECONDS", "31622400"),  # 366 days
+        ("TASKHUB_WORKER_TIMEOUT_SECONDS", "31622400"),
+        ("TASKHUB_TASK_RETENTION_SECONDS", "3162240000"),  # 100 years
+        ("TASKHUB_SQLITE_BUSY_TIMEOUT_MS", "86400000"),  # a day
+    ],
+)
+def test_durations_are_accepted_up_to_their_documented_bound(monkeypatch, variable, longest):
+    monkeypatch.setenv(variable, longest)
+    name = variable.removeprefix("TASKHUB_").lower()
+    assert getattr(Settings(), name) == float(longest)

@@ -16,6 +16,9 @@ from app.observability.request_id import current_request_id
 LogFormat = Literal["text", "json"]
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s [%(request_id)s] %(message)s"
 UVICORN_LOGGERS = ("uvicorn", "uvicorn.error", "uvicorn.access")
+# python-socketio's and python-engineio's loggers (``create_app`` hands the ``.server`` ones
+# to its server); their ``info`` lines are one per packet, so they show from ``debug`` on.
+SOCKETIO_LOGGERS = ("socketio", "socketio.server", "engineio", "engineio.server")
 
 
 class RequestIdFilter(logging.Filter):
@@ -41,15 +44,31 @@ def redact(text: str) -> str:
     return text
 
 
+_TRACEBACKS = logging.Formatter()  # formats exception text before it is redacted
+
+
 class SecretsFilter(logging.Filter):
     """Redacts tokens from every record (at debug, uvicorn logs request headers and
-    WebSocket frames, Socket.IO's CONNECT with its auth among them)."""
+    WebSocket frames, Socket.IO's CONNECT with its auth among them): its message as
+    formatted (an argument may be any object, e.g. a websockets ``Frame``), its exception
+    and stack text."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if isinstance(record.msg, str):
-            record.msg = redact(record.msg)
-        if isinstance(record.args, tuple):
+        if isinstance(record.args, tuple):  # keeps uvicorn's access fields (JSON) in place
             record.args = tuple(redact(a) if isinstance(a, str) else a for a in record.args)
+        try:
+            message, broken = record.getMessage(), False
+        except Exception:  # arguments that do not fit the message: both, as text
+            message, broken = f"{record.msg} (arguments: {record.args!r})", True
+        redacted = redact(message)
+        if broken or redacted != message:
+            record.msg, record.args = redacted, None
+        if record.exc_info and not record.exc_text:
+            record.exc_text = _TRACEBACKS.formatException(record.exc_info)
+        if record.exc_text:
+            record.exc_text = redact(record.exc_text)
+        if record.stack_info:
+            record.stack_info = redact(record.stack_info)
         return True
 
 
@@ -68,9 +87,9 @@ class JsonFormatter(logging.Formatter):
         }
         if record.name == "uvicorn.access" and isinstance(record.args, tuple):
             line.update(_access_fields(record.args))
-        if record.exc_info:
-            line["exception"] = self.formatException(record.exc_info)
-        elif record.exc_text:
+        if record.exc_info and not record.exc_text:
+            record.exc_text = self.formatException(record.exc_info)
+        if record.exc_text:  # as SecretsFilter left it
             line["exception"] = record.exc_text
         if record.stack_info:
             line["stack"] = self.formatStack(record.stack_info)
@@ -94,6 +113,7 @@ def log_config(log_format: LogFormat, level: str) -> dict[str, Any]:
         else {"format": TEXT_FORMAT, "datefmt": "%Y-%m-%dT%H:%M:%S%z"}
     )
     level = level.upper()
+    socketio_level = "WARNING" if level == "INFO" else level
     return {
         "version": 1,
         "disable_existing_loggers": False,
@@ -109,9 +129,17 @@ def log_config(log_format: LogFormat, level: str) -> dict[str, Any]:
         },
         "root": {"handlers": ["stderr"], "level": level},
         "loggers": {
-            # uvicorn's loggers write through the root handler (no handlers of their own).
-            name: {"handlers": [], "level": level, "propagate": True}
-            for name in UVICORN_LOGGERS
+            # uvicorn's and Socket.IO's loggers write through the root handler (no handlers
+            # of their own: this also drops any stderr handler python-socketio or
+            # python-engineio added to its default logger).
+            **{
+                name: {"handlers": [], "level": level, "propagate": True}
+                for name in UVICORN_LOGGERS
+            },
+            **{
+                name: {"handlers": [], "level": socketio_level, "propagate": True}
+                for name in SOCKETIO_LOGGERS
+            },
         },
     }
 

@@ -38,7 +38,8 @@ CLAIM_SECONDS = Histogram(
 LONG_POLL_SECONDS = Histogram(
     "taskhub_long_poll_seconds",
     "How long long-polls (GET /tasks/{id} with Prefer: wait) waited; outcome woken (the "
-    "task ended), timeout, or shutdown (released by a graceful shutdown).",
+    "task ended), timeout, shutdown (released by a graceful shutdown), or abandoned (the "
+    "client hung up).",
     ["outcome"],
     buckets=(0.01, 0.05, 0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0),
 )
@@ -58,6 +59,8 @@ OUTBOX_DROPPED = Counter(
     "for Redis.",
     ["outbox"],
 )
+OUTBOXES = ("socket-events", "wake-ups")  # the names of the outboxes in app.realtime
+LONG_POLL_OUTCOMES = ("woken", "timeout", "shutdown", "abandoned")
 SWEEPER_RUNS = Counter(
     "taskhub_sweeper_runs",
     "Sweeper cycles this process ran (it held the cluster-wide sweeper lease).",
@@ -76,8 +79,10 @@ TASK_TRANSITIONS.labels(NO_STATUS, TaskStatus.PENDING.value)
 _CLAIM_SECONDS_BY_OUTCOME = {
     outcome: CLAIM_SECONDS.labels(outcome) for outcome in ("claimed", "empty")
 }
-for _outcome in ("woken", "timeout", "shutdown"):
+for _outcome in LONG_POLL_OUTCOMES:
     LONG_POLL_SECONDS.labels(_outcome)
+for _outbox in OUTBOXES:
+    OUTBOX_DROPPED.labels(_outbox)
 
 
 def multiprocess_mode() -> bool:
@@ -153,7 +158,7 @@ def claim_latency() -> Iterator[Outcome]:
 @contextmanager
 def long_poll() -> Iterator[Outcome]:
     """A long-poll waiting: counted as a waiter while inside, then its wait is observed
-    under ``outcome.value`` (``woken``, ``timeout`` or ``shutdown``)."""
+    under ``outcome.value`` (one of ``LONG_POLL_OUTCOMES``)."""
     outcome = Outcome()
     started = time.perf_counter()
     LONG_POLL_WAITERS.inc()

@@ -13,7 +13,8 @@ import httpx
 
 from app.observability.logging import JsonFormatter, RequestIdFilter, SecretsFilter, log_config
 from app.observability.request_id import bound
-from tests.support.server import running_hub
+from tests.support.server import run_async, running_hub
+from tests.support.sockets import SocketProbe
 
 
 def format_with(formatter: logging.Formatter, record: logging.LogRecord) -> str:
@@ -83,11 +84,63 @@ def test_tokens_never_reach_a_log_line() -> None:
     ]
 
 
+def test_tokens_in_any_argument_or_traceback_never_reach_a_log_line() -> None:
+    """uvicorn's websockets logs each frame as ``< %s`` with a ``Frame`` object, not a str."""
+
+    class Frame:
+        def __str__(self) -> str:
+            return 'TEXT \'40{"token":"admintoken123"}\' [27 bytes]'
+
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.addFilter(SecretsFilter())
+    handler.setFormatter(JsonFormatter())
+    handler.handle(record("uvicorn.error", "< %s", (Frame(),)))
+    handler.handle(record("uvicorn.error", "%s %s", ("one argument short",)))
+    try:
+        raise ValueError("Authorization: Bearer admintoken123")
+    except ValueError:
+        failed = logging.LogRecord("engineio.server", logging.ERROR, __file__, 1, "x", (), None)
+        failed.exc_info = sys.exc_info()
+    handler.handle(failed)
+    lines = [json.loads(line) for line in stream.getvalue().splitlines()]
+    assert "admintoken123" not in stream.getvalue(), stream.getvalue()
+    assert lines[0]["message"] == '< TEXT \'40{"token":"***"}\' [27 bytes]'
+    assert "one argument short" in lines[1]["message"]
+    assert "ValueError: Authorization: Bearer ***" in lines[2]["exception"]
+
+
 def test_uvicorn_loggers_write_through_the_same_handler() -> None:
     config = log_config("json", "warning")
     assert config["root"]["handlers"] == ["stderr"]
     for name in ("uvicorn", "uvicorn.error", "uvicorn.access"):
         assert config["loggers"][name] == {"handlers": [], "level": "WARNING", "propagate": True}
+
+
+def test_socketio_loggers_write_through_the_same_handler_per_packet_lines_from_debug() -> None:
+    """No handler of python-socketio's or python-engineio's own (one would bypass the
+    format and the secrets filter); their ``info`` lines (one a packet) only at debug."""
+    for level, expected in (("debug", "DEBUG"), ("info", "WARNING"), ("error", "ERROR")):
+        loggers = log_config("json", level)["loggers"]
+        for name in ("socketio", "socketio.server", "engineio", "engineio.server"):
+            assert loggers[name] == {"handlers": [], "level": expected, "propagate": True}
+
+
+def test_a_debug_server_never_logs_a_socket_token(tmp_path: Path) -> None:
+    """At debug uvicorn logs every websocket frame, Socket.IO's CONNECT with its auth."""
+    with running_hub("sqlite", tmp_path, env={"TASKHUB_LOG_LEVEL": "debug"}) as server:
+        token = server.create_user("bob")
+
+        async def connect() -> None:
+            async with SocketProbe("bob") as probe:
+                await probe.connect(server.base_url, token)
+                await probe.room_join("lab")
+
+        run_async(connect())
+        server.stop()
+        output = server.output()
+    assert '40{"token":"***"}' in output, output  # the CONNECT frame was logged, redacted
+    assert token not in output
 
 
 def test_a_json_server_writes_only_json_lines_with_request_ids(tmp_path: Path) -> None:
@@ -100,6 +153,9 @@ def test_a_json_server_writes_only_json_lines_with_request_ids(tmp_path: Path) -
         with httpx.Client(base_url=server.base_url, timeout=10, trust_env=False) as client:
             sent = client.get("/healthz", headers={"X-Request-ID": "probe-42"})
             generated = client.get("/v1/joblib/workers")  # a 401 problem, no id sent
+            # engineio logs this error itself: through the JSON handler, not one of its own
+            bad_transport = client.get("/socket.io/", params={"EIO": "4", "transport": "x"})
+        assert bad_transport.status_code == 400
         assert sent.headers["x-request-id"] == "probe-42"
         assert generated.status_code == 401
         generated_id = generated.headers["x-request-id"]
@@ -116,6 +172,9 @@ def test_a_json_server_writes_only_json_lines_with_request_ids(tmp_path: Path) -
     assert all({"time", "level", "logger", "message", "request_id"} <= set(p) for p in parsed)
     loggers = {p["logger"] for p in parsed}
     assert "uvicorn.error" in loggers, output  # "Started server process", "Shutting down"
+    assert any(
+        p["logger"] == "engineio.server" and "Invalid transport" in p["message"] for p in parsed
+    ), output
     access = [p for p in parsed if p["logger"] == "uvicorn.access"]
     by_id = {p["request_id"]: p for p in access}
     assert by_id["probe-42"]["path"] == "/healthz"

@@ -61,6 +61,25 @@ async def test_metrics_is_unauthenticated_prometheus_text(http: httpx.AsyncClien
         assert name in samples.names, name
 
 
+async def test_every_labelled_series_starts_at_zero(http: httpx.AsyncClient) -> None:
+    """Drops and abandoned long-polls are rare: rate() and alerts need their series first."""
+    response = await http.get("/metrics")
+    samples = Samples(response.text)
+    for outbox in ("socket-events", "wake-ups"):
+        assert samples.value("taskhub_realtime_dropped_total", {"outbox": outbox}) is not None
+    for outcome in ("woken", "timeout", "shutdown", "abandoned"):
+        labels = {"outcome": outcome}
+        assert samples.value("taskhub_long_poll_seconds_count", labels) is not None, outcome
+    for outcome in ("claimed", "empty"):
+        assert samples.value("taskhub_claim_seconds_count", {"outcome": outcome}) is not None
+    (help_line,) = [
+        line
+        for line in response.text.splitlines()
+        if line.startswith("# HELP taskhub_long_poll_seconds ")
+    ]
+    assert all(outcome in help_line for outcome in ("woken", "timeout", "shutdown", "abandoned"))
+
+
 async def test_a_lifecycle_counts_each_transition_by_target_status(alice, http) -> None:
     job = await alice.register()
     before = to_status_counts(await scrape(http))

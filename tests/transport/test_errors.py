@@ -34,6 +34,14 @@ async def test_an_unknown_token_is_refused(http):
     assert_problem(response, 401, "unauthorized")
 
 
+async def test_a_token_that_is_not_utf8_text_is_refused_like_an_unknown_one(http):
+    """Header bytes outside UTF-8 (here a UTF-8-encoded lone surrogate) are not a token."""
+    for token in (b"th_\xed\xa0\x80", b"th_\xff\xfe"):
+        headers = {"Authorization": b"Bearer " + token}
+        response = await http.get("/v1/joblib/workers", headers=headers)
+        assert_problem(response, 401, "unauthorized")
+
+
 async def test_unknown_route_is_a_problem(alice):
     assert_problem(await alice.get("/no/such/thing"), 404, "not-found")
     assert_problem(await alice.delete("/no/such/thing"), 404, "not-found")

@@ -17,6 +17,15 @@ from app.transport.http.openapi import build_openapi, openapi_path
 from tests.support.api import ApiClient
 
 PROBLEM = "application/problem+json"
+# Headers every response may carry, documented once in the README (X-Request-ID).
+UNDOCUMENTED_HEADERS = frozenset({"content-type", "content-length", "x-request-id"})
+# A value for each path parameter, to call every operation.
+PATH_VALUES = {
+    "room_id": "room1",
+    "full_name": "room1:modifiers:Rotate",
+    "task_id": "00000000-0000-0000-0000-000000000000",
+    "worker_id": "00000000-0000-0000-0000-000000000000",
+}
 
 
 async def fetch_document(http: httpx.AsyncClient) -> dict[str, Any]:
@@ -38,11 +47,14 @@ def documented_operations(document: dict[str, Any]) -> set[tuple[str, str]]:
 def assert_matches(
     document: dict[str, Any], method: str, path: str, response: httpx.Response
 ) -> None:
-    """``response`` has a documented status, media type and a body valid against the
-    documented schema ($refs resolved against the document's components)."""
+    """``response`` has a documented status, headers, media type and a body valid against
+    the documented schema ($refs resolved against the document's components)."""
     operation = document["paths"][API_PREFIX + path][method.lower()]
     documented = operation["responses"].get(str(response.status_code))
     assert documented is not None, (method, path, response.status_code, response.text)
+    headers = {name.lower() for name in documented.get("headers", {})}
+    sent = set(response.headers.keys()) - UNDOCUMENTED_HEADERS
+    assert sent <= headers, (method, path, response.status_code, sent - headers)
     if response.status_code == 204:
         assert "content" not in documented
         assert response.content == b""
@@ -75,8 +87,8 @@ async def test_operations_are_secured_and_list_their_errors(http: httpx.AsyncCli
         operation = document["paths"][path][endpoint.method.lower()]
         assert operation["security"] == [{scheme_name: []}]
         statuses = {int(status) for status in operation["responses"]}
-        assert statuses - {200} == {endpoint.status, *endpoint.errors, 401, 422} - {200}
-        for status in {*endpoint.errors, 401, 422}:
+        assert statuses - {200} == {endpoint.status, *endpoint.errors, 401, 413, 422} - {200}
+        for status in {*endpoint.errors, 401, 413, 422}:
             content = operation["responses"][str(status)]["content"]
             assert content == {PROBLEM: {"schema": {"$ref": "#/components/schemas/ProblemOut"}}}
         path_params = {p["name"] for p in operation.get("parameters", ()) if p["in"] == "path"}
@@ -153,6 +165,8 @@ async def test_documented_schemas_match_real_responses(
     submit = "/rooms/{room_id}/tasks/{full_name}"
     task = await check(alice, "POST", submit, f"/rooms/{room}/tasks/{job}", json={"payload": {}})
     await check(alice, "GET", "/tasks/{task_id}", f"/tasks/{task['id']}")
+    waited = {"Prefer": "wait=1"}  # a long-poll that times out: Preference-Applied
+    await check(alice, "GET", "/tasks/{task_id}", f"/tasks/{task['id']}", headers=waited)
     await check(alice, "GET", "/rooms/{room_id}/tasks", f"/rooms/{room}/tasks")
     await check(
         alice,
@@ -191,3 +205,18 @@ async def test_documented_schemas_match_real_responses(
     await check(alice, "POST", submit, f"/rooms/{room}/tasks/{job}", content=b"[")  # 422
     await check(alice, "DELETE", "/workers/{worker_id}", f"/workers/{wid}")  # 204
     await check(alice, "DELETE", "/workers/{worker_id}", f"/workers/{wid}")  # 404
+
+
+async def test_every_operation_documents_the_413_it_answers_to_an_oversized_body(
+    app: Any, http: httpx.AsyncClient, alice: ApiClient
+) -> None:
+    """Any operation refuses a body over TASKHUB_MAX_BODY_BYTES, even one that reads none."""
+    document = await fetch_document(http)
+    oversized = b"{" + b" " * app.hub.settings.max_body_bytes + b"}"
+    for endpoint in ENDPOINTS:
+        path = openapi_path(endpoint.path)
+        actual = path.format(**PATH_VALUES)
+        headers = {"Content-Type": "application/json"}
+        response = await alice.request(endpoint.method, actual, content=oversized, headers=headers)
+        assert response.status_code == 413, (endpoint.method, path, response.text)
+        assert_matches(document, endpoint.method, path, response)

@@ -23,7 +23,10 @@ TOKEN_PREFIX = "th_"
 
 
 def hash_token(token: str) -> str:
-    return hashlib.sha256(token.encode()).hexdigest()
+    """The stored form of ``token``. A lone surrogate (``"\\ud800"`` in a Socket.IO auth,
+    not text) is hashed as is: no issued token has that hash, so it is refused like any
+    wrong token instead of raising."""
+    return hashlib.sha256(token.encode(errors="surrogatepass")).hexdigest()
 
 
 def generate_token() -> str:

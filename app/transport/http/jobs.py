@@ -26,7 +26,7 @@ api = Api()
     status=201,
     body=JobRegisterIn,
     response=JobOut,
-    errors=(400, 403, 404, 409, 413, 422),
+    errors=(400, 403, 404, 409, 422),
 )
 async def register_job(req: ApiRequest) -> Response:
     """Register a job in a room (201 new or revived, 200 identical re-registration)."""

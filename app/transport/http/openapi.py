@@ -22,8 +22,11 @@ from app.transport.http.schemas import ProblemOut
 OPENAPI_VERSION = "3.1.0"
 REF_TEMPLATE = "#/components/schemas/{model}"
 SECURITY_SCHEME = "bearerAuth"
-# Every authenticated operation can answer these, whatever its own list says.
-ALWAYS_ERRORS = (401, 422)
+# Every authenticated operation can answer these, whatever its own list says: 413 for a
+# body over TASKHUB_MAX_BODY_BYTES, declared (any operation) or read (``api.py``).
+ALWAYS_ERRORS = (401, 413, 422)
+# Response headers of problems, by status.
+_PROBLEM_HEADERS: dict[int, dict[str, str]] = {401: {"WWW-Authenticate": "Bearer"}}
 # ``{full_name:path}`` (Starlette) → ``full_name`` (OpenAPI).
 _PATH_PARAM = re.compile(r"{([A-Za-z_][A-Za-z0-9_]*)(?::[A-Za-z_]+)?}")
 # Path parameters the handlers parse as UUIDs (``ApiRequest.uuid``).
@@ -171,10 +174,7 @@ def _responses(
     if ep.response is not None and ep.status != 204:
         success["content"] = {JSON_MEDIA_TYPE: {"schema": ref(ep.response, "serialization")}}
     if ep.headers:
-        success["headers"] = {
-            header: {"description": description, "schema": {"type": "string"}}
-            for header, description in ep.headers.items()
-        }
+        success["headers"] = _headers(ep.headers)
     responses: dict[str, Any] = {str(ep.status): success}
     for status in _OTHER_SUCCESSES.get((ep.method, ep.path), ()):
         responses[str(status)] = {**success, "description": HTTPStatus(status).phrase}
@@ -184,7 +184,16 @@ def _responses(
             "description": HTTPStatus(status).phrase,
             "content": {PROBLEM_MEDIA_TYPE: {"schema": dict(problem)}},
         }
+        if status in _PROBLEM_HEADERS:
+            responses[str(status)]["headers"] = _headers(_PROBLEM_HEADERS[status])
     return responses
+
+
+def _headers(described: dict[str, str]) -> dict[str, Any]:
+    return {
+        header: {"description": description, "schema": {"type": "string"}}
+        for header, description in described.items()
+    }
 
 
 def openapi_endpoint(

@@ -42,7 +42,7 @@ SAFETY_RECHECK_SECONDS = 5.0
     status=202,
     body=TaskSubmitIn,
     response=TaskOut,
-    errors=(400, 404, 413, 422, 503),
+    errors=(400, 404, 422, 503),
     headers={"Location": "URL of the task", "Retry-After": "seconds before polling"},
 )
 async def submit_task(req: ApiRequest) -> Response:
@@ -107,7 +107,13 @@ async def claim_task(req: ApiRequest) -> Response:
     return json_response(reply)
 
 
-@api.route("GET", "/tasks/{task_id}", response=TaskOut, errors=(404, 422))
+@api.route(
+    "GET",
+    "/tasks/{task_id}",
+    response=TaskOut,
+    errors=(404, 422),
+    headers={"Preference-Applied": "wait=N when the answer waited (Prefer: wait=N)"},
+)
 async def get_task(req: ApiRequest) -> Response:
     """Read a task; with ``Prefer: wait=N`` wait until it ends (or N seconds pass)."""
     task_id = req.uuid("task_id")
@@ -184,7 +190,7 @@ def _requested_wait(prefer: str | None, cap: int) -> int:
     "/tasks/{task_id}",
     body=TaskUpdateIn,
     response=TaskOut,
-    errors=(403, 404, 409, 413, 422),
+    errors=(403, 404, 409, 422),
 )
 async def update_task(req: ApiRequest) -> Response:
     """Move a task through its state machine."""

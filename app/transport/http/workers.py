@@ -40,7 +40,7 @@ async def list_workers(req: ApiRequest) -> Response:
     "/workers/{worker_id}",
     body=HeartbeatIn,
     response=HeartbeatOut,
-    errors=(403, 404, 413, 422),
+    errors=(403, 404, 422),
 )
 async def heartbeat(req: ApiRequest) -> Response:
     """Heartbeat: record that the worker is alive, extend its task leases, and learn which
