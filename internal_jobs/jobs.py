@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from jsonschema import Draft202012Validator
 from pydantic import Field
 from sqlalchemy import func, select
 
 from app.dispatch.definitions import InternalContext, InternalJob
+from app.domain.payloads import payload_errors
 from app.domain.services.jobs import find_visible_job
 from app.domain.states import TaskStatus
 from app.persistence.models import job_table, task_table
@@ -91,11 +91,8 @@ class ValidatePayload(InternalJob):
     async def run(self, ctx: InternalContext) -> dict[str, Any]:
         async with ctx.db.read() as conn:
             row = await find_visible_job(conn, ctx.room_id, self.job)
-        validator = Draft202012Validator(row.schema)
-        errors = [
-            {"loc": list(error.absolute_path), "msg": error.message}
-            for error in sorted(validator.iter_errors(self.payload), key=lambda e: e.path)
-        ]
+        # The hub's own validation (RE2 patterns, a budget): the job's schema is any user's.
+        errors = payload_errors((row.id, row.updated_at), row.schema, self.payload)
         return {"job": self.job, "valid": not errors, "errors": errors}
 
 

@@ -1,17 +1,27 @@
 // A form generated from a job's JSON Schema (as pydantic writes it): string, number,
 // integer and boolean properties, enums, defaults, required, nested objects, $ref into
 // $defs, nullable fields (anyOf with null). Anything else (arrays, free objects) is a JSON
-// text field. `read()` validates in the browser; `showErrors()` puts messages (the
+// text field; so is the whole payload when the form would need more than MAX_FIELDS
+// fields. `read()` validates in the browser; `showErrors()` puts messages (the
 // browser's, or the hub's 422 `errors`) next to the field they concern.
 
 import { h, setFieldError } from "./dom.js";
 
 const MAX_DEPTH = 5;
+// The most fields (inputs and groups) one form builds. MAX_DEPTH bounds nesting, not
+// width: a small schema whose levels share `$ref`s names W^6 fields (a 1.5 KB one, 117,649
+// inputs: the tab freezes for seconds, and a shared link does it to whoever opens it).
+// Real jobs have tens of fields; beyond this the whole payload is one JSON text field.
+export const MAX_FIELDS = 500;
 const LARGEST = Number.MAX_SAFE_INTEGER.toLocaleString("en").replaceAll(",", " ");
+
+/** Thrown while building a form that would have more than MAX_FIELDS fields. */
+class TooManyFields extends Error {}
 
 export class SchemaForm {
   #ids = new Map(); // field path (as JSON) -> element id
   #taken = new Set();
+  #fields = 0; // built so far, for MAX_FIELDS
 
   constructor(schema, idPrefix = "field") {
     this.root = schema && typeof schema === "object" ? schema : {};
@@ -20,7 +30,12 @@ export class SchemaForm {
     this.element = h("div", { class: "schema-form" });
     const top = this.#resolve(this.root);
     if (Object.keys(top.properties ?? {}).length) {
-      this.top = this.#object(top, [], this.element, top.default, 0);
+      try {
+        this.top = this.#object(top, [], this.element, top.default, 0);
+      } catch (error) {
+        if (!(error instanceof TooManyFields)) throw error;
+        this.#wholePayload(top); // stopped at MAX_FIELDS + 1: cheap whatever the schema
+      }
     } else if (top.additionalProperties === false) {
       this.element.append(h("p", { class: "hint" }, "This job takes no parameters."));
       this.top = { path: [], read: () => ({ present: true, value: {} }) };
@@ -29,6 +44,19 @@ export class SchemaForm {
       const f = { prop: top, path: [], label: "Payload", container: this.element, required: false };
       this.top = this.#json({ ...f, dflt: top.default });
     }
+  }
+
+  /** Too many fields for a form: start again with the whole payload as JSON. */
+  #wholePayload(top) {
+    this.nodes = [];
+    this.#ids.clear();
+    this.#taken.clear();
+    this.element = h("div", { class: "schema-form" });
+    this.element.append(h("p", { class: "hint" },
+      `This job's schema is too large for a form (over ${MAX_FIELDS} fields): `
+      + "enter the payload as JSON."));
+    const f = { prop: top, path: [], label: "Payload", container: this.element, required: false };
+    this.top = this.#json({ ...f, dflt: top.default });
   }
 
   /** The payload and the browser-side errors: `{ value, errors: [{path, msg}] }`. */
@@ -187,6 +215,8 @@ export class SchemaForm {
   }
 
   #field(f, depth) {
+    this.#fields += 1;
+    if (this.#fields > MAX_FIELDS) throw new TooManyFields();
     const { prop } = f;
     if (Array.isArray(prop.enum) || "const" in prop) return this.#choice(f);
     if (prop.type === "boolean") return prop.nullable ? this.#nullableBoolean(f) : this.#boolean(f);

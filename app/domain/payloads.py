@@ -1,14 +1,18 @@
 """Payloads are validated against their job's JSON Schema (draft 2020-12) at submit, and a
 job's schema must itself be a valid JSON Schema at registration, whose references
 (``$ref``, ``$dynamicRef``) all resolve within it and never loop on the same payload
-(``app/domain/schema_references.py``), and whose patterns run in linear time
-(``app/domain/schema_validator.py``)."""
+(``app/domain/schema_references.py``), that applies a bounded number of its subschemas to
+any one payload value (``app/domain/schema_cost.py``), and whose patterns run in linear
+time (``app/domain/schema_validator.py``). A payload's validation has a budget of keyword
+applications besides."""
 
 from __future__ import annotations
 
+import json
 from collections import OrderedDict
 from typing import Any
 
+import orjson
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 from jsonschema_specifications import REGISTRY as METASCHEMAS
@@ -17,16 +21,83 @@ from referencing.exceptions import Unresolvable
 from referencing.jsonschema import DRAFT202012
 
 from app.domain.errors import ValidationFailed
+from app.domain.schema_cost import MAX_APPLICATIONS_PER_VALUE, applications_per_value
 from app.domain.schema_references import endless_references, unresolved_references
-from app.domain.schema_validator import LinearTimeValidator, unusable_patterns
+from app.domain.schema_validator import (
+    LinearTimeValidator,
+    TooCostly,
+    budget,
+    unusable_patterns,
+)
 
 _MAX_ERRORS = 20
-_CACHE_SIZE = 1024
-_validators: OrderedDict[Any, Any] = OrderedDict()
+# A bound on one payload's validation, whatever its schema: a few seconds of the event loop
+# at most (2 to 4 µs a keyword here). A body-sized payload of 60,000 3-D points against its
+# plain schema makes about 420,000.
+MAX_KEYWORD_APPLICATIONS = 1_000_000
+
+
+class _Validators:
+    """Compiled validators by job version, least recently used dropped first once their
+    schemas pass ``budget`` bytes (compact JSON; each holds its schema, parsed: up to ~24
+    times that in memory) or ``most`` of them are kept."""
+
+    def __init__(self, budget: int = 16 * 1024 * 1024, most: int = 1024) -> None:
+        self._entries: OrderedDict[Any, tuple[Any, int]] = OrderedDict()
+        self._budget, self._most, self._bytes = budget, most, 0
+
+    def get(self, version: Any, schema: dict[str, Any]) -> Any:
+        entry = self._entries.get(version)
+        if entry is not None:
+            self._entries.move_to_end(version)
+            return entry[0]
+        validator = LinearTimeValidator(schema, registry=_WITHIN_THE_SCHEMA)
+        size = schema_bytes(schema)
+        self._entries[version] = (validator, size)
+        self._bytes += size
+        while len(self._entries) > 1 and (
+            self._bytes > self._budget or len(self._entries) > self._most
+        ):
+            _old, (_validator, dropped) = self._entries.popitem(last=False)
+            self._bytes -= dropped
+        return validator
+
+
+_validators = _Validators()
 # No retrieval: a reference to anything but the schema itself or the JSON Schema
 # metaschemas does not resolve (the library's default would fetch URLs, blocking the hub,
 # from wherever a schema points).
 _WITHIN_THE_SCHEMA: Registry[Any] = METASCHEMAS
+
+
+# A job's schema, as compact JSON, at registration (422 beyond). Real ones (pydantic's) are
+# a few KiB; parsed, a schema takes up to ~24 times its JSON in memory (``[{}, {}, …]``, a
+# dict per 3 bytes), and every process caches the schemas it validates against.
+MAX_SCHEMA_BYTES = 256 * 1024
+
+
+def schema_bytes(schema: Any) -> int:
+    """The size of ``schema`` as compact JSON, in bytes (UTF-8)."""
+    try:
+        return len(orjson.dumps(schema, option=orjson.OPT_NON_STR_KEYS))
+    except orjson.JSONEncodeError:  # integers beyond 64 bits
+        return len(json.dumps(schema, separators=(",", ":"), ensure_ascii=False).encode())
+
+
+def check_schema_size(schema: dict[str, Any]) -> None:
+    """422 for a schema larger than ``MAX_SCHEMA_BYTES`` as compact JSON."""
+    size = schema_bytes(schema)
+    if size > MAX_SCHEMA_BYTES:
+        raise ValidationFailed(
+            f"The job's schema is too large: at most {MAX_SCHEMA_BYTES} bytes "
+            f"({MAX_SCHEMA_BYTES // 1024} KiB) as compact JSON.",
+            errors=[
+                {
+                    "loc": ["body", "schema"],
+                    "msg": f"{size} bytes as compact JSON; at most {MAX_SCHEMA_BYTES}",
+                }
+            ],
+        )
 
 
 def check_schema(schema: dict[str, Any]) -> None:
@@ -69,19 +140,51 @@ def check_schema(schema: dict[str, Any]) -> None:
                 for path in endless[:_MAX_ERRORS]
             ],
         )
+    heaviest = applications_per_value(schema, registry.resolver(base))
+    if heaviest > MAX_APPLICATIONS_PER_VALUE:
+        raise ValidationFailed(
+            f"The job's schema applies more than {MAX_APPLICATIONS_PER_VALUE:,} of its "
+            "subschemas to one payload value (its references multiply): validating a payload "
+            "would take too long.",
+            errors=[
+                {
+                    "loc": ["body", "schema"],
+                    "msg": f"more than {MAX_APPLICATIONS_PER_VALUE:,} subschemas for one value",
+                }
+            ],
+        )
 
 
 def validate_payload(version: Any, schema: dict[str, Any], payload: dict[str, Any]) -> None:
     """Raise 422 listing the failing paths. ``version`` identifies this schema of this job
     (e.g. ``(job_id, updated_at)``) so its compiled validator is reused."""
-    validator = _validators.get(version)
-    if validator is None:
-        validator = LinearTimeValidator(schema, registry=_WITHIN_THE_SCHEMA)
-        _validators[version] = validator
-        if len(_validators) > _CACHE_SIZE:
-            _validators.popitem(last=False)
+    errors = payload_errors(version, schema, payload)
+    if errors:
+        raise ValidationFailed(
+            "The payload does not match the job's schema.",
+            errors=[
+                {"loc": ["body", "payload", *error["loc"]], "msg": error["msg"]} for error in errors
+            ],
+        )
+
+
+def payload_errors(
+    version: Any, schema: dict[str, Any], payload: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """``{"loc", "msg"}`` of the first failures of ``payload`` (loc: its path in the
+    payload), by path; none when it matches. A validation that would apply more than
+    ``MAX_KEYWORD_APPLICATIONS`` keywords is refused (422) instead of finishing."""
+    validator = _validators.get(version, schema)
     try:
-        errors = sorted(validator.iter_errors(payload), key=lambda e: list(e.absolute_path))
+        with budget(MAX_KEYWORD_APPLICATIONS):
+            errors = sorted(validator.iter_errors(payload), key=lambda e: list(e.absolute_path))
+    except TooCostly:
+        raise ValidationFailed(
+            f"Checking this payload against the job's schema would take more than "
+            f"{MAX_KEYWORD_APPLICATIONS:,} steps; send a smaller payload (or register the job "
+            "with a simpler schema).",
+            errors=[{"loc": ["body", "payload"], "msg": "too costly to validate"}],
+        ) from None
     except Unresolvable as exc:  # a schema registered before references were checked
         raise ValidationFailed(
             "The job's schema has a reference that does not resolve within it; the job must "
@@ -94,11 +197,6 @@ def validate_payload(version: Any, schema: dict[str, Any], payload: dict[str, An
             "again with a schema that does not.",
             errors=[{"loc": ["body", "payload"], "msg": "the schema's references never end"}],
         ) from None
-    if errors:
-        raise ValidationFailed(
-            "The payload does not match the job's schema.",
-            errors=[
-                {"loc": ["body", "payload", *error.absolute_path], "msg": error.message}
-                for error in errors[:_MAX_ERRORS]
-            ],
-        )
+    return [
+        {"loc": list(error.absolute_path), "msg": error.message} for error in errors[:_MAX_ERRORS]
+    ]

@@ -88,13 +88,13 @@ class _LoopSearch:
         self._under_way.add(id(node))
         resolver = resolver.in_subresource(DRAFT202012.create_resource(node))
         here = self.paths.get(id(node), [])  # a metaschema's own schemas have no path
-        for child, child_resolver, keys in _same_instance_children(node, resolver):
+        for child, child_resolver, keys in same_instance_children(node, resolver):
             self.visit(child, child_resolver, [*here, *keys])
         self._under_way.discard(id(node))
         self._safe.add(id(node))
 
 
-def _same_instance_children(
+def same_instance_children(
     node: dict[str, Any], resolver: Resolver[Any]
 ) -> Iterator[tuple[Any, Resolver[Any], Path]]:
     """``(subschema, its resolver, the keys leading to it from node)``."""

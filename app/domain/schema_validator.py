@@ -13,12 +13,15 @@ trusted, and validation runs on the event loop (every request in the process wai
   ``1.0``, ``true`` is not ``1``, objects regardless of key order); jsonschema compares
   object items pair by pair, seconds for a few thousand (pydantic writes ``uniqueItems``
   for every ``set`` field).
+- Every keyword application counts against the validation's ``budget``, if it has one.
 """
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
 import re2
@@ -102,14 +105,57 @@ def _unique_items(validator: Any, unique: Any, instance: Any, _schema: Any) -> I
         seen.add(key)
 
 
+class TooCostly(Exception):
+    """Validating a payload took more keyword applications than its budget allows."""
+
+
+class Budget:
+    """Keyword applications one validation may still make (``counted``)."""
+
+    def __init__(self, applications: int) -> None:
+        self.remaining = applications
+
+
+_BUDGET: ContextVar[Budget | None] = ContextVar("validation_budget", default=None)
+
+
+@contextmanager
+def budget(applications: int) -> Iterator[Budget]:
+    """Validations within spend one ``Budget``; past it, a keyword raises ``TooCostly``."""
+    spent = Budget(applications)
+    token = _BUDGET.set(spent)
+    try:
+        yield spent
+    finally:
+        _BUDGET.reset(token)
+
+
+def _counted(keyword: Any) -> Any:
+    @functools.wraps(keyword)
+    def apply(validator: Any, value: Any, instance: Any, schema: Any) -> Any:
+        spent = _BUDGET.get()
+        if spent is not None:
+            spent.remaining -= 1
+            if spent.remaining < 0:
+                raise TooCostly
+        return keyword(validator, value, instance, schema)
+
+    return apply
+
+
+_LINEAR_TIME_KEYWORDS = {
+    **Draft202012Validator.VALIDATORS,
+    "pattern": _pattern,
+    "patternProperties": _pattern_properties,
+    "additionalProperties": _additional_properties,
+    "uniqueItems": _unique_items,
+}
+# Every keyword counts against the budget of the validation it runs in (if any): a bound on
+# the work of one payload whatever its schema (``app/domain/schema_cost.py`` bounds the
+# schema itself at registration).
 LinearTimeValidator = validators.extend(
     Draft202012Validator,
-    {
-        "pattern": _pattern,
-        "patternProperties": _pattern_properties,
-        "additionalProperties": _additional_properties,
-        "uniqueItems": _unique_items,
-    },
+    {name: _counted(keyword) for name, keyword in _LINEAR_TIME_KEYWORDS.items()},
 )
 
 

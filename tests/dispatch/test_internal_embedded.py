@@ -66,6 +66,18 @@ async def test_validate_payload_reports_schema_errors(alice):
     assert result["errors"][0]["loc"] == ["angle"]
 
 
+async def test_validate_payload_checks_as_the_hub_does_in_linear_time(alice):
+    """The job's schema is any user's: ``ValidatePayload`` matches its patterns with RE2,
+    as a submit does (Python's re would take hours over this payload, on the event loop)."""
+    pattern = {"type": "string", "pattern": "^(a+)+$"}
+    await alice.register(schema={"type": "object", "properties": {"s": pattern}})
+    task = await alice.submit(
+        VALIDATE, payload={"job": "room1:modifiers:Rotate", "payload": {"s": "a" * 40 + "!"}}
+    )
+    result = (await wait_done(alice, task["id"]))["result"]
+    assert (result["valid"], result["errors"][0]["loc"]) == (False, ["s"])
+
+
 async def test_a_failing_internal_job_ends_failed_with_its_error(alice):
     task = await alice.submit(VALIDATE, payload={"job": "room1:modifiers:Nope"})
     done = await wait_done(alice, task["id"])

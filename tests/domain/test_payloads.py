@@ -4,7 +4,7 @@ payload is checked against it without fetching anything."""
 import pytest
 
 from app.domain.errors import ValidationFailed
-from app.domain.payloads import check_schema, validate_payload
+from app.domain.payloads import _Validators, check_schema, validate_payload
 
 RESOLVABLE = {
     "pointer": {"$defs": {"n": {"type": "integer"}}, "properties": {"x": {"$ref": "#/$defs/n"}}},
@@ -218,3 +218,76 @@ def test_patterns_the_hub_cannot_run_in_linear_time_are_refused(schema, where):
 
 def test_a_pattern_inside_instance_keywords_is_data():
     check_schema({"properties": {"s": {"const": {"pattern": "(?=x)"}}}})
+
+
+def fanning_out(levels: int) -> dict:
+    """Each level an ``anyOf`` of two references to the next: 2^levels subschemas for one
+    value, from a schema of a few hundred bytes."""
+    defs = {
+        f"d{i}": {"anyOf": [{"$ref": f"#/$defs/d{i + 1}"}, {"$ref": f"#/$defs/d{i + 1}"}]}
+        for i in range(levels)
+    }
+    defs[f"d{levels}"] = {"type": "string"}
+    return {"properties": {"x": {"$ref": "#/$defs/d0"}}, "$defs": defs}
+
+
+DOUBLING_WITH_DEPTH = {  # an allOf of two references that descends back into itself
+    "$defs": {
+        "n": {"allOf": [{"$ref": "#/$defs/m"}, {"$ref": "#/$defs/m"}]},
+        "m": {"properties": {"x": {"$ref": "#/$defs/n"}}},
+    },
+    "$ref": "#/$defs/n",
+}
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [fanning_out(10), DOUBLING_WITH_DEPTH],
+    ids=["references fanning out", "doubling at every level of the payload"],
+)
+def test_a_schema_applying_too_many_subschemas_to_one_value_is_refused_at_registration(
+    schema,
+):
+    """Either would hold the event loop for hours on a small payload (2^n applications)."""
+    with pytest.raises(ValidationFailed) as refused:
+        check_schema(schema)
+    assert "subschemas to one payload value" in refused.value.detail
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        fanning_out(7),  # 510 for one value (the references count too): within 1,000
+        {"properties": {"kids": {"type": "array", "items": {"$ref": "#"}}}},
+        {"anyOf": [{"properties": {f"p{i}": {"type": "integer"}}} for i in range(50)]},
+    ],
+    ids=["fanning out within the bound", "a tree", "a wide union"],
+)
+def test_schemas_applying_a_bounded_number_of_subschemas_are_kept(schema):
+    check_schema(schema)
+
+
+def test_a_payload_too_costly_to_validate_is_refused_not_validated_to_the_end():
+    """A budget of keyword applications bounds any one validation (a schema stored before
+    the registration check, or a big payload against a heavy schema)."""
+    schema = fanning_out(7)
+    schema["properties"]["xs"] = {"items": {"$ref": "#/$defs/d0"}}
+    check_schema(schema)
+    with pytest.raises(ValidationFailed) as refused:
+        validate_payload(object(), schema, {"xs": [1] * 4_000})  # 4,000 values, ~510 schemas each
+    assert refused.value.errors == [{"loc": ["body", "payload"], "msg": "too costly to validate"}]
+    validate_payload(object(), schema, {"xs": ["a"] * 10})
+
+
+def test_compiled_validators_are_kept_within_a_budget_of_schema_bytes():
+    """Each holds its schema; any user may register big ones (the least recently used go)."""
+    cache = _Validators(budget=3_200)  # three of these schemas (1,035 bytes each)
+    schemas = {n: {"description": "x" * 1_000, "type": "object"} for n in range(4)}
+    first = cache.get(0, schemas[0])
+    for n in (1, 2):
+        cache.get(n, schemas[n])
+    assert cache.get(0, schemas[0]) is first, "kept, and now the most recently used"
+    cache.get(3, schemas[3])  # over the budget: 1, the least recently used, goes
+    assert cache.get(0, schemas[0]) is first
+    assert cache.get(2, schemas[2]) is not None
+    assert cache.get(1, schemas[1]) is not None  # compiled afresh

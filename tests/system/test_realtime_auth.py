@@ -218,3 +218,74 @@ async def test_leaving_rooms_stops_their_events(
         await alice.register(room=kept, name="R", schema={})  # sentinel in room:kept
         await probe.wait_for("jobs_invalidate")
         assert probe.between(0) == [("jobs_invalidate", {})]
+
+
+# The documented cap on the rooms one socket is in (README, Socket.IO):
+# MAX_ROOMS_PER_SOCKET in app/transport/sockets/handlers.py.
+MAX_ROOMS = 256
+
+
+async def test_a_socket_is_in_at_most_256_rooms_and_a_join_beyond_is_answered_429(
+    shared_server: HubServer, http: httpx.AsyncClient, alice_token: str, lab: str, job: str
+) -> None:
+    """room_join rooms and join_job_room's two rooms count; a re-join counts once and a
+    leave frees a place."""
+    alice = ApiClient(http, alice_token)
+    worker_id = (await alice.register(room=lab, name="R", schema={}))["worker_id"]
+    other_job = (await alice.register(room=lab, name="S", schema={}, worker_id=worker_id))[
+        "full_name"
+    ]
+    rooms = [f"{lab}-{i}" for i in range(MAX_ROOMS - 2)]
+    async with SocketProbe("alice") as probe:
+        await probe.connect(shared_server.base_url, alice_token)
+        await probe.join_job_room(job, worker_id)  # jobs:{job} and worker:{worker_id}
+        for room in rooms:
+            await probe.room_join(room)
+
+        full = await probe.call("room_join", {"room_id": unique("one-more")})
+        assert_problem_ack(full, 429, "too-many-rooms")
+        assert full["title"] == "Too Many Rooms"
+        assert str(MAX_ROOMS) in full["detail"], full
+        job_full = await probe.call(
+            "join_job_room", {"job_name": other_job, "worker_id": worker_id}
+        )
+        assert_problem_ack(job_full, 429, "too-many-rooms")
+
+        # Rooms it is already in: no new place taken.
+        await probe.room_join(rooms[0])
+        await probe.join_job_room(job, worker_id)
+
+        # Leaving frees a place, for one join only.
+        assert await probe.call("room_leave", {"room_id": rooms[0]}) == {"room_id": rooms[0]}
+        await probe.room_join(lab)
+        assert_problem_ack(
+            await probe.call("room_join", {"room_id": rooms[0]}), 429, "too-many-rooms"
+        )
+        left = await probe.call("leave_job_room", {"job_name": job, "worker_id": worker_id})
+        assert left == {"job_name": job}
+        await probe.join_job_room(other_job, worker_id)  # the worker room still counts once
+        assert_problem_ack(
+            await probe.call("room_join", {"room_id": rooms[0]}), 429, "too-many-rooms"
+        )
+
+        # The refused room's events do not reach the socket; the joined room's do.
+        await ApiClient(http, shared_server.admin_token).register(
+            room=rooms[0], name="R", schema={}
+        )
+        await alice.register(room=lab, name="T", schema={})  # sentinel in room:{lab}
+        await probe.wait_for("jobs_invalidate")
+        assert probe.between(0) == [("jobs_invalidate", {})]
+
+
+async def test_joins_sent_at_once_cannot_pass_the_room_cap_together(
+    shared_server: HubServer, alice_token: str, lab: str
+) -> None:
+    async with SocketProbe("alice") as probe:
+        await probe.connect(shared_server.base_url, alice_token)
+        acks = await asyncio.gather(
+            *(probe.call("room_join", {"room_id": f"{lab}-{i}"}) for i in range(MAX_ROOMS + 44))
+        )
+        refused = [ack for ack in acks if "room_id" not in ack]
+        assert len(acks) - len(refused) == MAX_ROOMS
+        for ack in refused:
+            assert_problem_ack(ack, 429, "too-many-rooms")

@@ -5,10 +5,11 @@ from uuid import UUID
 
 import asyncpg
 import pytest
-from sqlalchemy import update
+from sqlalchemy import func, select, update
 from sqlalchemy.engine import make_url
 
-from app.persistence.models import job_table
+from app.domain.payloads import MAX_SCHEMA_BYTES, schema_bytes
+from app.persistence.models import job_table, link_table, worker_table
 from tests.support.api import SCHEMA, assert_problem
 
 
@@ -245,6 +246,47 @@ async def test_a_schema_that_would_validate_without_end_is_refused(alice):
     problem = assert_problem(response, 422, "validation-error")
     assert problem["errors"][0]["loc"] == ["body", "schema", "allOf", 0, "$ref"]
     assert await alice.room_jobs() == []
+
+
+def schema_of(size: int) -> dict:
+    """A valid schema of ``size`` bytes as compact JSON (its description in UTF-8)."""
+    schema = {"type": "object", "description": ""}
+    filler = size - schema_bytes(schema)
+    schema["description"] = "é" * (filler // 2) + "x" * (filler % 2)
+    assert schema_bytes(schema) == size
+    return schema
+
+
+async def row_counts(db) -> dict[str, int]:
+    async with db.read() as conn:
+        return {
+            table.name: await conn.scalar(select(func.count()).select_from(table))
+            for table in (job_table, link_table, worker_table)
+        }
+
+
+async def test_a_schema_beyond_256_kib_is_refused_and_leaves_nothing_behind(alice, db):
+    """Parsed, a schema takes many times its JSON in memory, and every process caches the
+    schemas it validates against: any user may register jobs, so their size is bounded."""
+    first = await alice.register()
+    before = await row_counts(db)
+    for worker_id in (None, first["worker_id"]):
+        body = {"category": "modifiers", "name": "Big", "schema": schema_of(MAX_SCHEMA_BYTES + 1)}
+        if worker_id:
+            body["worker_id"] = worker_id
+        response = await alice.put("/rooms/room1/jobs", json=body)
+        problem = assert_problem(response, 422, "validation-error")
+        assert problem["errors"][0]["loc"] == ["body", "schema"]
+        assert str(MAX_SCHEMA_BYTES) in problem["detail"]
+    assert await row_counts(db) == before  # no job, no worker, no link
+    assert [job["name"] for job in await alice.room_jobs()] == ["Rotate"]
+
+
+async def test_a_schema_of_exactly_256_kib_as_compact_json_is_accepted(alice):
+    schema = schema_of(MAX_SCHEMA_BYTES)
+    job = await alice.register(name="Big", schema=schema)
+    assert job["schema"] == schema
+    await alice.submit("room1:modifiers:Big")
 
 
 @pytest.mark.postgres_only

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -22,7 +23,7 @@ from app.domain.naming import (
     validate_room_id,
     visible_job_rooms,
 )
-from app.domain.payloads import check_schema
+from app.domain.payloads import check_schema, check_schema_size, schema_bytes
 from app.domain.records import JobRecord, Page, Principal, beyond
 from app.domain.services.ownership import owned_worker
 from app.domain.states import TaskStatus
@@ -33,6 +34,11 @@ from app.persistence.types import dump_json, new_id, utcnow
 
 job = job_table
 T = TypeVar("T")
+
+# Schema bytes (compact JSON) ``KnownJobs`` holds at most, least recently used dropped
+# first: thousands of real schemas fit, and at ~24 times in memory the cache's schemas stay
+# under ~400 MB however large the schemas of the jobs a process sees.
+KNOWN_JOBS_SCHEMA_BYTES = 16 * 1024 * 1024
 
 
 class JobNames:
@@ -70,22 +76,49 @@ class KnownJobs:
     looking the job up. An entry is only a guess — the task insert is guarded by the job's
     id and version (``updated_at``, which every change of the job moves), so after a
     soft-delete, a revival or a re-registration elsewhere it inserts nothing, and the
-    submit reads the job again."""
+    submit reads the job again.
 
-    def __init__(self, limit: int = 10_000) -> None:
+    Bounded twice: past ``limit`` rows it starts afresh, and while the rows' schemas
+    (counted as compact JSON) exceed ``schema_budget`` bytes the least recently used rows
+    go (a row whose schema alone exceeds it is not kept: one stored before
+    ``MAX_SCHEMA_BYTES``, or a small budget)."""
+
+    def __init__(self, limit: int = 10_000, schema_budget: int = KNOWN_JOBS_SCHEMA_BYTES) -> None:
         self._limit = limit
-        self._rows: dict[str, Any] = {}
+        self._schema_budget = schema_budget
+        self._rows: OrderedDict[str, tuple[Any, int]] = OrderedDict()
+        self._schema_bytes = 0
+
+    @property
+    def schema_bytes(self) -> int:
+        """The cached rows' schemas as compact JSON, in bytes."""
+        return self._schema_bytes
 
     def get(self, full_name: str) -> Any | None:
-        return self._rows.get(full_name)
+        entry = self._rows.get(full_name)
+        if entry is None:
+            return None
+        self._rows.move_to_end(full_name)
+        return entry[0]
 
     def remember(self, full_name: str, row: Any) -> None:
+        self.forget(full_name)
+        size = schema_bytes(row.schema)
+        if size > self._schema_budget:
+            return  # it would push out every other row, then itself
         if len(self._rows) >= self._limit:
             self._rows.clear()
-        self._rows[full_name] = row
+            self._schema_bytes = 0
+        self._rows[full_name] = (row, size)
+        self._schema_bytes += size
+        while self._schema_bytes > self._schema_budget:
+            _, (_, dropped) = self._rows.popitem(last=False)
+            self._schema_bytes -= dropped
 
     def forget(self, full_name: str) -> None:
-        self._rows.pop(full_name, None)
+        entry = self._rows.pop(full_name, None)
+        if entry is not None:
+            self._schema_bytes -= entry[1]
 
 
 @dataclass(slots=True)
@@ -115,6 +148,7 @@ async def register_job(
         raise Forbidden(f"Only superusers may register jobs in {room_id!r}.")
     validate_category(category, allowed_categories)
     validate_job_name(name)
+    check_schema_size(schema)
     check_schema(schema)
     events = EventBatch()
     async with db.write() as conn:

@@ -28,6 +28,13 @@ from app.transport.http.problems import problem_body
 log = logging.getLogger(__name__)
 Ack = Callable[[str, Any], Awaitable[dict[str, Any]]]
 CLIENT_EVENTS = ("join_job_room", "leave_job_room", "room_join", "room_leave")
+# The most rooms one socket may be in (``room:…`` from room_join, ``jobs:…`` and
+# ``worker:…`` from join_job_room; not the sid's own room). Each costs the server memory
+# for as long as the socket lives (about 0.7 KB with a long room id), so without a cap one
+# socket could hold gigabytes. A browser page is in one room, a worker in one job room per
+# job it serves plus one per worker: 256 is far above either. A join beyond it gets a 429
+# ``too-many-rooms``; re-joining a room the socket is in is free, and leaving frees a place.
+MAX_ROOMS_PER_SOCKET = 256
 
 
 @dataclass
@@ -35,10 +42,27 @@ class SocketSession:
     principal: Principal
     token_digest: str
     workers: set[UUID] = field(default_factory=set)
+    rooms: set[str] = field(default_factory=set)  # entered by its events, for the cap
+
+    def reserve(self, rooms: set[str]) -> bool:
+        """Count ``rooms`` as the socket's if the cap leaves space for the new ones among
+        them (no await in between: concurrent joins of one socket cannot both pass)."""
+        if len(self.rooms | rooms) > MAX_ROOMS_PER_SOCKET:
+            return False
+        self.rooms |= rooms
+        return True
 
 
 # The answer to a join whose socket went while it was handled (nobody receives it).
 _SOCKET_GONE = problem_body(409, "socket-disconnected", "Conflict", "The socket is gone.")
+
+
+_TOO_MANY_ROOMS = problem_body(
+    429,
+    "too-many-rooms",
+    "Too Many Rooms",
+    f"A socket may be in at most {MAX_ROOMS_PER_SOCKET} rooms: leave one before joining another.",
+)
 
 
 def _problem(exc: DomainError) -> dict[str, Any]:
@@ -189,6 +213,9 @@ class SocketHandlers:
             job = JobName.parse(_field(data, "job_name"))
             job_name = job.full_name
             worker_id = _worker_id(data)
+            rooms = {f"jobs:{job_name}", f"worker:{worker_id}"}
+            if len(session.rooms | rooms) > MAX_ROOMS_PER_SOCKET:  # before any database work
+                return _TOO_MANY_ROOMS
             # Proves ownership (404/403) and counts as a sign of life for the grace check.
             await heartbeat(self.hub.db, session.principal, worker_id)
             await check_serves(self.hub.db, worker_id, job)
@@ -197,6 +224,8 @@ class SocketHandlers:
         if sid not in self.sessions:  # gone while the checks ran: attach nothing (nobody
             # would detach it) and answer no one
             return _SOCKET_GONE
+        if not session.reserve(rooms):  # other joins of this socket took the last places
+            return _TOO_MANY_ROOMS
         session.workers.add(worker_id)
         await self.hub.presence.attach(worker_id, sid)
         if sid not in self.sessions:  # gone while it was being shared: take it out again
@@ -211,6 +240,7 @@ class SocketHandlers:
             job_name = _field(data, "job_name")
         except DomainError as exc:
             return _problem(exc)
+        self._forget(sid, f"jobs:{job_name}")
         await self.sio.leave_room(sid, f"jobs:{job_name}")
         return {"job_name": job_name}
 
@@ -220,6 +250,11 @@ class SocketHandlers:
             room_id = validate_room_id(_field(data, "room_id"))
         except DomainError as exc:
             return _problem(exc)
+        session = self.sessions.get(sid)
+        if session is None:
+            return _SOCKET_GONE
+        if not session.reserve({f"room:{room_id}"}):
+            return _TOO_MANY_ROOMS
         await self.sio.enter_room(sid, f"room:{room_id}")
         return {"room_id": room_id}
 
@@ -228,5 +263,12 @@ class SocketHandlers:
             room_id = _field(data, "room_id")
         except DomainError as exc:
             return _problem(exc)
+        self._forget(sid, f"room:{room_id}")
         await self.sio.leave_room(sid, f"room:{room_id}")
         return {"room_id": room_id}
+
+    def _forget(self, sid: str, room: str) -> None:
+        """A left room no longer counts towards the socket's cap."""
+        session = self.sessions.get(sid)
+        if session is not None:
+            session.rooms.discard(room)
