@@ -180,6 +180,18 @@ class OneHopConnection(AsyncAdapt_aiosqlite_connection):
         if share is None or share.release():
             super().close()
 
+    def terminate(self) -> None:
+        """How SQLAlchemy ends a connection whose statement was cancelled (a request or a
+        timer cancelled mid-write). A handle on the shared writer must not close it under
+        the others: it rolls back what it left open, queued on the connection's thread
+        behind the statement still running there and ahead of anything sent later, and
+        lets go of its share."""
+        if self.share is None:
+            super().terminate()
+            return
+        self._connection._tx.put_nowait((None, functools.partial(_roll_back, self._connection)))
+        self.close()
+
     def cursor(self, server_side: bool = False) -> AsyncAdapt_aiosqlite_cursor:
         return super().cursor(server_side) if server_side else OneHopCursor(self)
 
@@ -195,6 +207,12 @@ class OneHopConnection(AsyncAdapt_aiosqlite_connection):
     def rollback(self) -> None:
         if not self.grouped and self._in_transaction():
             super().rollback()
+
+
+def _roll_back(aio: Any) -> None:
+    """On the connection's thread: end a transaction a cancelled handle left open."""
+    if aio._connection is not None and aio._connection.in_transaction:
+        aio._connection.execute("ROLLBACK")
 
 
 class _Share:

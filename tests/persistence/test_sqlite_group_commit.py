@@ -187,3 +187,45 @@ async def test_the_gate_lets_sharers_in_together_and_an_exclusive_holder_alone()
     await asyncio.gather(first, second, waiting, late)
     assert log.index("exclusive") > max(log.index("a out"), log.index("b out"))
     assert log.index("c in") > log.index("exclusive")
+
+
+SLOW = (
+    "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 3000000) "
+    "SELECT count(*) FROM c"
+)
+
+
+@pytest.mark.parametrize("how", ["transaction", "autocommit"])
+async def test_a_write_cancelled_mid_statement_leaves_the_writer_usable(
+    sqlite_db: Database, how: str
+) -> None:
+    """SQLAlchemy ends a connection whose statement was cancelled (a request or a timer
+    cancelled mid-write); on the one shared writer that rolls back what the cancelled
+    write left open, and every later write works (it closed the writer for good)."""
+    await add_user(sqlite_db, "before")
+
+    async def cancelled() -> None:
+        if how == "transaction":
+            async with sqlite_db.write() as conn:
+                await conn.execute(
+                    insert(user_table).values(
+                        id=new_id(), name="rolled back", is_superuser=False, created_at=utcnow()
+                    )
+                )
+                await conn.exec_driver_sql(SLOW)
+        else:
+            async with sqlite_db.autocommit() as conn:
+                await conn.exec_driver_sql(SLOW)
+
+    write = asyncio.create_task(cancelled())
+    await asyncio.sleep(0.05)
+    write.cancel()
+    await asyncio.gather(write, return_exceptions=True)
+    await add_user(sqlite_db, "after, alone")
+    async with sqlite_db.write() as conn:
+        await conn.execute(
+            insert(user_table).values(
+                id=new_id(), name="after, in a transaction", is_superuser=False, created_at=utcnow()
+            )
+        )
+    assert await user_names(sqlite_db) == ["after, alone", "after, in a transaction", "before"]
