@@ -3,7 +3,7 @@
 ``task_available`` goes out."""
 
 import asyncio
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 from uuid import UUID
 
 import pytest
@@ -86,6 +86,18 @@ async def test_run_at_schedules_a_task_and_a_past_one_is_ready_at_once(alice, jo
     assert past["run_at"] is None and past["queue_position"] == 1
     assert (await alice.claim(job["worker_id"]))["id"] == past["id"]
     assert await alice.claim(job["worker_id"]) is None
+
+
+async def test_a_run_at_sent_with_another_offset_is_answered_in_utc(alice, job):
+    """Every timestamp the hub writes is UTC: the submit's answer too, not the offset the
+    client chose."""
+    later = (datetime.now(UTC) + timedelta(hours=1)).replace(microsecond=0)
+    sent = later.astimezone(timezone(timedelta(hours=5))).isoformat()
+    scheduled = await alice.submit(JOB, run_at=sent)
+    read = await alice.task(scheduled["id"])
+    assert scheduled["run_at"] == read["run_at"]
+    assert datetime.fromisoformat(read["run_at"]) == later
+    assert datetime.fromisoformat(read["run_at"]).utcoffset() == timedelta(0)
 
 
 async def test_delayed_tasks_queue_by_their_time(alice, job):

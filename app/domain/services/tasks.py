@@ -6,7 +6,7 @@ import functools
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 from uuid import UUID, uuid4
 
@@ -113,7 +113,11 @@ async def submit_task(
     visible_job_name(room_id, full_name)
     options = options or SubmitOptions()
     now = utcnow()
-    run_at = options.run_at if options.run_at is not None and options.run_at > now else None
+    run_at = (
+        options.run_at.astimezone(UTC)
+        if options.run_at is not None and options.run_at > now
+        else None
+    )
     async with db.autocommit() as conn:
         job = known_jobs.get(full_name) if known_jobs is not None else None
         while True:
