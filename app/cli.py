@@ -77,6 +77,10 @@ def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
     problem = _internal_jobs_problem(settings)
     if problem is not None:
         return _refuse(problem)
+    _check_sqlite_directory(settings)
+    problem = serving.serve_lock_problem(settings)
+    if problem is not None:
+        return _refuse(problem)
     _ready_schema(settings)
     if settings.redis_url:
         problem = _redis_problem(settings.redis_url)

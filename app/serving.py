@@ -22,6 +22,11 @@ from typing import TYPE_CHECKING
 from app.observability.logging import log_config
 from app.settings import Settings
 
+try:
+    import fcntl
+except ImportError:  # not on this platform (Windows): no lock against a second serve
+    fcntl = None  # type: ignore[assignment]
+
 if TYPE_CHECKING:
     from app.main import TaskhubApp
 
@@ -32,6 +37,10 @@ WORKER_APP = "app.serving:worker_app"
 # The pid of the ``taskhub serve`` process supervising several workers, for the workers.
 SUPERVISOR_ENV = "_TASKHUB_SUPERVISOR_PID"
 PR_SET_PDEATHSIG = 1
+# ``taskhub serve`` on an SQLite file holds an exclusive flock on the file named after it
+# with this suffix; the descriptor stays open (and the lock held) until the process exits.
+SERVE_LOCK_SUFFIX = ".serve.lock"
+_serve_lock: int | None = None
 
 
 def workers_problem(settings: Settings) -> str | None:
@@ -48,6 +57,43 @@ def workers_problem(settings: Settings) -> str | None:
             f"{settings.workers} workers need TASKHUB_REDIS_URL: long-poll wake-ups and "
             "Socket.IO events must reach every worker process"
         )
+    return None
+
+
+def serve_lock_problem(settings: Settings) -> str | None:
+    """Take, for the rest of this process's life, the lock that keeps a second ``taskhub
+    serve`` off the same SQLite file (it would run a sweeper of its own and neither wake the
+    other's long-polls nor know its sockets), or say why not: another serve holds it. A
+    flock, not a pid file: the kernel drops it when the holder exits, even by SIGKILL.
+    Nothing to lock for PostgreSQL, an in-memory database, or a platform without fcntl.
+    The other commands (migrate, users, tokens) do not take it."""
+    global _serve_lock
+    if not settings.is_sqlite or fcntl is None or _serve_lock is not None:
+        return None
+    from sqlalchemy.engine import make_url
+
+    database = make_url(settings.database_url).database
+    if not database or database == ":memory:":
+        return None
+    path = Path(database).resolve()  # one lock whatever name (relative, symlink) reaches it
+    lock_path = path.with_name(path.name + SERVE_LOCK_SUFFIX)
+    descriptor = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.read(descriptor, 32).decode(errors="replace").strip()
+        os.close(descriptor)
+        which = f" (pid {holder})" if holder.isdigit() else ""
+        return (
+            f"another taskhub serve{which} is using {path} (it holds {lock_path}): SQLite "
+            "serves from one process; stop that one first, or use PostgreSQL and Redis"
+        )
+    except BaseException:
+        os.close(descriptor)
+        raise
+    os.ftruncate(descriptor, 0)
+    os.write(descriptor, f"{os.getpid()}\n".encode())
+    _serve_lock = descriptor
     return None
 
 

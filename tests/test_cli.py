@@ -156,9 +156,8 @@ async def stop(server: Server) -> Result:
     return server.result
 
 
-@asynccontextmanager
-async def serving(database_url: str, cwd: Path, **settings: str) -> AsyncIterator[Server]:
-    """``taskhub serve`` on a free port, answering /healthz; stopped with SIGTERM on exit."""
+async def start_serve(database_url: str, cwd: Path, **settings: str) -> Server:
+    """``taskhub serve`` on a free port, once it answers /healthz or has exited."""
     port = free_port()
     process = await asyncio.create_subprocess_exec(
         sys.executable,
@@ -178,7 +177,18 @@ async def serving(database_url: str, cwd: Path, **settings: str) -> AsyncIterato
     server = Server(process, port)
     try:
         await wait_until_healthy(server)
-        if process.returncode is not None:
+    except BaseException:
+        await stop(server)
+        raise
+    return server
+
+
+@asynccontextmanager
+async def serving(database_url: str, cwd: Path, **settings: str) -> AsyncIterator[Server]:
+    """``taskhub serve`` on a free port, answering /healthz; stopped with SIGTERM on exit."""
+    server = await start_serve(database_url, cwd, **settings)
+    try:
+        if server.process.returncode is not None:
             pytest.fail(f"taskhub serve exited during start-up:\n{await stop(server)}")
         yield server
     finally:
@@ -598,6 +608,46 @@ async def test_serve_on_a_fresh_sqlite_file_migrates_and_creates_an_admin(
     assert f"http://{HOST}:{second.port}/" in second.result.stdout, str(second.result)
     assert "admin token" not in second.result.stdout, str(second.result)
     assert "th_" not in second.result.stdout, str(second.result)
+
+
+async def test_a_second_serve_on_the_same_sqlite_file_is_refused_while_the_first_runs(
+    tmp_path: Path,
+) -> None:
+    """SQLite serves from one process: a second ``serve`` on the same file (another port,
+    another terminal) is one line and status 2, before it prints or creates anything; the
+    first serves on, and the other commands still work beside it. (Seen: the second one
+    served, with a sweeper of its own, deaf to the first's wake-ups and sockets.) The lock
+    goes with its holder, even one killed outright: then a new ``serve`` starts (after a
+    graceful stop too: the restart in the test above)."""
+    database = tmp_path / "taskhub.db"
+    url = f"sqlite+aiosqlite:///{database}"
+    first = await start_serve(url, tmp_path)
+    try:
+        assert first.process.returncode is None, str(await stop(first))
+        second = await start_serve(url, tmp_path)
+        if second.process.returncode is None:
+            await stop(second)
+            pytest.fail("a second taskhub serve on the same SQLite file answered /healthz")
+        refused = await stop(second)
+        assert_clean_failure(refused, "another taskhub serve", f"is using {database.resolve()}")
+        assert refused.returncode == 2
+        assert len(refused.stderr.strip().splitlines()) == 1, str(refused)
+        assert refused.stdout == "", str(refused)
+
+        async with httpx.AsyncClient(base_url=first.base_url, trust_env=False, timeout=5) as http:
+            assert (await http.get("/healthz")).status_code == 200
+            alice = printed_token(await taskhub(url, tmp_path, "users", "create", "alice"))
+            response = await http.get(
+                "/v1/joblib/workers", headers={"Authorization": f"Bearer {alice}"}
+            )
+            assert response.status_code == 200, response.text
+    finally:
+        with contextlib.suppress(ProcessLookupError):  # (os.kill: see the test below)
+            os.kill(first.process.pid, signal.SIGKILL)  # no clean-up of its own runs
+        await first.process.communicate()
+
+    async with serving(url, tmp_path) as after_a_kill:
+        assert after_a_kill.process.returncode is None
 
 
 async def test_serve_makes_the_configured_admin_token_a_superuser(tmp_path: Path) -> None:
