@@ -82,6 +82,8 @@ class Settings(DatabaseSettings):
 
     max_body_bytes: int = Field(default=1_048_576, gt=0)
     db_pool_size: int = Field(default=10, gt=0)
+    db_pool_timeout_seconds: float = duration(10)
+    db_statement_timeout_seconds: float = duration(30)
     sqlite_synchronous: str = "FULL"
     sqlite_busy_timeout_ms: int = Field(default=5000, ge=0, le=MAX_SQLITE_BUSY_TIMEOUT_MS)
     sqlite_cache_size_mb: int = Field(default=64, ge=1)

@@ -120,6 +120,8 @@ DURATIONS = [
     "TASKHUB_AUTH_CACHE_SECONDS",
     "TASKHUB_GRACEFUL_SHUTDOWN_SECONDS",
     "TASKHUB_SQLITE_BUSY_TIMEOUT_MS",
+    "TASKHUB_DB_POOL_TIMEOUT_SECONDS",
+    "TASKHUB_DB_STATEMENT_TIMEOUT_SECONDS",
 ]
 
 
@@ -143,3 +145,17 @@ def test_durations_are_accepted_up_to_their_documented_bound(monkeypatch, variab
     monkeypatch.setenv(variable, longest)
     name = variable.removeprefix("TASKHUB_").lower()
     assert getattr(Settings(), name) == float(longest)
+
+
+@pytest.mark.parametrize(
+    "variable", ["TASKHUB_DB_POOL_TIMEOUT_SECONDS", "TASKHUB_DB_STATEMENT_TIMEOUT_SECONDS"]
+)
+@pytest.mark.parametrize("value", ["0", "-1"])
+def test_database_waits_are_bounded_by_a_positive_duration(monkeypatch, variable, value):
+    """(No wait on the database may be unbounded: 0 is not "no limit".)"""
+    refusal(monkeypatch, variable, value)
+
+
+def test_database_waits_default_to_seconds_not_a_minute():
+    settings = Settings()
+    assert (settings.db_pool_timeout_seconds, settings.db_statement_timeout_seconds) == (10, 30)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -22,6 +23,7 @@ import asyncpg
 from sqlalchemy import event
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from app.persistence import sqlite_driver
@@ -40,7 +42,7 @@ def _sqlite_engine(url: str, settings: Settings, *, writer: bool) -> AsyncEngine
         make_url(url).set(drivername=sqlite_driver.DRIVER_NAME),
         pool_size=SQLITE_WRITER_HANDLES if writer else max(2, settings.db_pool_size // 2),
         max_overflow=0,
-        pool_timeout=60,
+        pool_timeout=settings.db_pool_timeout_seconds,
         # The writer's pool "connections" are handles on one SQLite connection.
         connect_args={"taskhub_share": "writer"} if writer else {},
         json_serializer=dump_json,
@@ -80,9 +82,120 @@ def _sqlite_engine(url: str, settings: Settings, *, writer: bool) -> AsyncEngine
     return engine
 
 
+class DatabaseUnavailable(Exception):
+    """The database could not serve a request in time: no pooled connection became free
+    within ``TASKHUB_DB_POOL_TIMEOUT_SECONDS``, a statement got no answer within
+    ``TASKHUB_DB_STATEMENT_TIMEOUT_SECONDS``, or the connection was lost or could not be
+    opened. The statement that met it did not commit, or (the connection went after it
+    was sent) its outcome is unknown; an earlier step of the same request may have
+    committed. ``Database``'s connections raise it in place of the driver's or the pool's
+    error (its ``__cause__``); the transport answers it with a 503 ``database-unavailable``
+    (a client repeats the request, with its key if it has one)."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(detail)
+        self.detail = detail
+
+
+# The driver's errors that say the server is gone or going (a connection exception, or
+# the server shutting down, crashed or still starting), rather than that a statement failed.
+_SERVER_GONE = (
+    asyncpg.InterfaceError,
+    asyncpg.PostgresConnectionError,
+    asyncpg.exceptions.AdminShutdownError,
+    asyncpg.exceptions.CrashShutdownError,
+    asyncpg.exceptions.CannotConnectNowError,
+)
+
+
+def _unavailable(exc: BaseException, settings: Settings) -> DatabaseUnavailable | None:
+    """``exc`` as a ``DatabaseUnavailable`` if it is one of the failures it stands for."""
+    if isinstance(exc, DatabaseUnavailable):
+        return None  # already said (a connection used inside another)
+    if isinstance(exc, PoolTimeout):
+        seconds = settings.db_pool_timeout_seconds
+        return DatabaseUnavailable(f"No database connection became free within {seconds:g} s.")
+    if isinstance(exc, TimeoutError):  # asyncpg's command (or connect) timeout
+        if settings.is_sqlite:
+            return DatabaseUnavailable("The database did not answer in time.")
+        seconds = settings.db_statement_timeout_seconds
+        return DatabaseUnavailable(f"The database did not answer within {seconds:g} s.")
+    driver_error = exc.orig if isinstance(exc, DBAPIError) else exc
+    # (SQLAlchemy's asyncpg adapter raises its own error from the driver's.)
+    cause = getattr(driver_error, "__cause__", None)
+    if (
+        (isinstance(exc, DBAPIError) and exc.connection_invalidated)
+        or isinstance(driver_error, (*_SERVER_GONE, OSError))
+        or isinstance(cause, _SERVER_GONE)
+    ):
+        return DatabaseUnavailable("The database connection was lost or could not be opened.")
+    return None
+
+
+def _postgres_engine(url: str, settings: Settings, pre_ping: bool) -> AsyncEngine:
+    engine = create_async_engine(
+        url,
+        pool_size=settings.db_pool_size,
+        # No overflow: a connection opened past the pool's size would be closed again on
+        # return, and reconnecting (and re-preparing statements) under load costs more
+        # than waiting for a pooled connection.
+        max_overflow=0,
+        pool_timeout=settings.db_pool_timeout_seconds,
+        pool_pre_ping=pre_ping,
+        # asyncpg's default timeout of every statement (the hot ones in ``prepared.py``
+        # too: they pass none of their own) and of opening a connection. Past it the
+        # statement raises ``TimeoutError`` and asyncpg asks the server (on a connection
+        # of its own) to cancel it; whoever uses the connection next (the rollback, the
+        # hot path's invalidation) waits for that at most as long again, after which
+        # asyncpg closes the connection. Without it a statement on a connection gone
+        # half-open (a partition, a NAT that forgot it) waited for ever.
+        connect_args={
+            "command_timeout": settings.db_statement_timeout_seconds,
+            "timeout": settings.db_statement_timeout_seconds,
+        },
+        json_serializer=dump_json,
+        json_deserializer=load_json,
+    )
+
+    @event.listens_for(engine.sync_engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        set_keepalive(dbapi_connection.driver_connection)
+
+    return engine
+
+
+# TCP keepalive on PostgreSQL connections: an idle pooled connection whose peer is gone
+# (a partition, a NAT that dropped it) is closed by the kernel after about a minute instead
+# of the system default of over two hours, so that it is not handed out again as if alive.
+KEEPALIVE_IDLE_SECONDS = 30
+KEEPALIVE_INTERVAL_SECONDS = 10
+KEEPALIVE_PROBES = 3
+
+
+def set_keepalive(connection: asyncpg.Connection) -> None:
+    """Turn on TCP keepalive on an asyncpg connection's socket (asyncpg has no option for
+    it; its transport is reached through the connection's private ``_transport``, so a
+    future asyncpg without it leaves keepalive off rather than failing)."""
+    transport = getattr(connection, "_transport", None)
+    sock = transport.get_extra_info("socket") if transport is not None else None
+    if sock is None or sock.family not in (socket.AF_INET, socket.AF_INET6):
+        return  # a Unix socket: nothing between the hub and the server to go half-open
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    for name, value in (
+        ("TCP_KEEPIDLE", KEEPALIVE_IDLE_SECONDS),
+        ("TCP_KEEPINTVL", KEEPALIVE_INTERVAL_SECONDS),
+        ("TCP_KEEPCNT", KEEPALIVE_PROBES),
+    ):
+        option = getattr(socket, name, None)
+        if option is not None:  # Linux; other systems keep their own timings
+            sock.setsockopt(socket.IPPROTO_TCP, option, value)
+
+
 def is_connection_lost(exc: BaseException) -> bool:
     """Whether ``exc`` says the database connection was lost or could not be made, so that
     the same statement may succeed on a fresh one (not that the statement was wrong)."""
+    if isinstance(exc, DatabaseUnavailable):
+        return True
     if isinstance(exc, DBAPIError):
         return bool(exc.connection_invalidated) or isinstance(
             exc, (OperationalError, InterfaceError)
@@ -206,25 +319,14 @@ class Database:
         self._hot_writer_lock = asyncio.Lock()
         # PostgreSQL: idle connections kept checked out for ``autocommit`` (see there).
         self._kept: list[AsyncConnection] = []
-        self._kept_limit = max(1, settings.db_pool_size // 2)
+        # Half the pool at most: with a pool of one, none (reads would find no connection).
+        self._kept_limit = settings.db_pool_size // 2
         if self.dialect == "sqlite":
             self._writer_gate = SharedOrExclusive()
             self._writer = _sqlite_engine(self.url, settings, writer=True)
             self._reader = _sqlite_engine(self.url, settings, writer=False)
         elif self.dialect == "postgresql":
-            engine = create_async_engine(
-                self.url,
-                pool_size=settings.db_pool_size,
-                # No overflow: a connection opened past the pool's size would be closed
-                # again on return, and reconnecting (and re-preparing statements) under
-                # load costs more than waiting for a pooled connection.
-                max_overflow=0,
-                pool_timeout=60,
-                pool_pre_ping=pre_ping,
-                json_serializer=dump_json,
-                json_deserializer=load_json,
-            )
-            self._writer = self._reader = engine
+            self._writer = self._reader = _postgres_engine(self.url, settings, pre_ping)
         else:
             raise ValueError(f"unsupported database {self.dialect!r}: use sqlite or postgresql")
 
@@ -239,13 +341,21 @@ class Database:
 
     @asynccontextmanager
     async def write(self) -> AsyncIterator[AsyncConnection]:
-        """A transaction that may write; commits on success, rolls back on error."""
-        if self._writer_gate is None:
-            async with self._writer.begin() as conn:
+        """A transaction that may write; commits on success, rolls back on error. Here and
+        in ``autocommit`` and ``read``, what says the database is unavailable (a pool or
+        statement timeout, a connection lost) is raised as ``DatabaseUnavailable``."""
+        try:
+            if self._writer_gate is None:
+                async with self._writer.begin() as conn:
+                    yield conn
+                return
+            async with self._writer_gate.exclusive(), self._writer.begin() as conn:
                 yield conn
-            return
-        async with self._writer_gate.exclusive(), self._writer.begin() as conn:
-            yield conn
+        except Exception as exc:
+            unavailable = _unavailable(exc, self.settings)
+            if unavailable is None:
+                raise
+            raise unavailable from exc
 
     @asynccontextmanager
     async def autocommit(self) -> AsyncIterator[HotConnection]:
@@ -259,29 +369,35 @@ class Database:
         open for them. On PostgreSQL, up to half the pool stays checked out between uses
         (a checkout and return through SQLAlchemy's pool costs more CPU than the statement
         it serves); the other half stays free for ``read`` and ``write``."""
-        if self._writer_gate is None:  # PostgreSQL
-            conn = self._kept.pop() if self._kept else await self._writer.connect()
-            hot = AsyncpgHotConnection(
-                _driver_connection(conn),
-                conn.dialect,
-                open_sa=functools.partial(_in_autocommit_mode, conn),
-                pooled=conn,
-            )
-            clean = False
-            try:
-                yield hot
-                clean = True
-            finally:
-                await hot.close()
-                await self._keep_or_return(conn, clean)
-            return
-        async with self._writer_gate.shared():
-            writer = await self._hot_writer_handle()
-            hot = SQLiteHotConnection(writer, self._writer.dialect, open_sa=self._grouped)
-            try:
-                yield hot
-            finally:
-                await hot.close()
+        try:
+            if self._writer_gate is None:  # PostgreSQL
+                conn = self._kept.pop() if self._kept else await self._writer.connect()
+                hot = AsyncpgHotConnection(
+                    _driver_connection(conn),
+                    conn.dialect,
+                    open_sa=functools.partial(_in_autocommit_mode, conn),
+                    pooled=conn,
+                )
+                clean = False
+                try:
+                    yield hot
+                    clean = True
+                finally:
+                    await hot.close()
+                    await self._keep_or_return(conn, clean)
+                return
+            async with self._writer_gate.shared():
+                writer = await self._hot_writer_handle()
+                hot = SQLiteHotConnection(writer, self._writer.dialect, open_sa=self._grouped)
+                try:
+                    yield hot
+                finally:
+                    await hot.close()
+        except Exception as exc:
+            unavailable = _unavailable(exc, self.settings)
+            if unavailable is None:
+                raise
+            raise unavailable from exc
 
     async def _keep_or_return(self, conn: AsyncConnection, clean: bool) -> None:
         """Keep a PostgreSQL autocommit connection for the next use if its work ended
@@ -315,8 +431,14 @@ class Database:
     async def read(self) -> AsyncIterator[HotConnection]:
         """A connection for reads (hot statements run straight on the driver). On
         PostgreSQL each hot statement is its own snapshot."""
-        async with self._reader.connect() as conn:
-            yield _hot(conn)
+        try:
+            async with self._reader.connect() as conn:
+                yield _hot(conn)
+        except Exception as exc:
+            unavailable = _unavailable(exc, self.settings)
+            if unavailable is None:
+                raise
+            raise unavailable from exc
 
     async def dispose(self) -> None:
         kept, self._kept = self._kept, []

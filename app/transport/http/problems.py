@@ -12,6 +12,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
 from app.domain.errors import DomainError
+from app.persistence.database import DatabaseUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -25,6 +26,10 @@ _STATUS_SLUGS = {
     413: ("payload-too-large", "Payload Too Large"),
     500: ("internal-error", "Internal Server Error"),
 }
+DATABASE_UNAVAILABLE = "database-unavailable"
+# When a client may try again after ``DatabaseUnavailable`` (a hint: the wait that timed
+# out already lasted seconds).
+DATABASE_RETRY_AFTER_SECONDS = 1
 
 
 def problem_body(
@@ -82,6 +87,31 @@ async def client_gone_handler(request: Request, _exc: Exception) -> Response:
     return Response(status_code=499)
 
 
+def database_unavailable_body(exc: DatabaseUnavailable) -> dict[str, Any]:
+    """The 503 problem of ``exc`` (its detail says what timed out or went; no trace). The
+    request did not take effect, or the client cannot know: it repeats it (a submit with
+    its ``Idempotency-Key``, a claim with its key)."""
+    return problem_body(503, DATABASE_UNAVAILABLE, "Service Unavailable", exc.detail)
+
+
+async def database_unavailable_handler(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, DatabaseUnavailable)
+    log.warning(
+        "database unavailable on %s %s: %s (%s)",
+        request.method,
+        request.url.path,
+        exc.detail,
+        type(exc.__cause__).__name__,
+    )
+    return problem_response(
+        503,
+        DATABASE_UNAVAILABLE,
+        "Service Unavailable",
+        exc.detail,
+        headers={"Retry-After": str(DATABASE_RETRY_AFTER_SECONDS)},
+    )
+
+
 async def unexpected_error_handler(request: Request, exc: Exception) -> Response:
     log.error("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
     return problem_response(
@@ -93,5 +123,6 @@ EXCEPTION_HANDLERS = {
     DomainError: domain_error_handler,
     HTTPException: http_error_handler,
     ClientDisconnect: client_gone_handler,
+    DatabaseUnavailable: database_unavailable_handler,
     Exception: unexpected_error_handler,
 }

@@ -21,9 +21,10 @@ from app.domain.services.users import hash_token
 from app.domain.services.workers import check_serves, heartbeat
 from app.observability import metrics
 from app.observability.request_id import bound, socket_request_id
+from app.persistence.database import DatabaseUnavailable
 from app.runtime import Hub
 from app.transport.credentials import bearer_token
-from app.transport.http.problems import problem_body
+from app.transport.http.problems import database_unavailable_body, problem_body
 
 log = logging.getLogger(__name__)
 Ack = Callable[[str, Any], Awaitable[dict[str, Any]]]
@@ -90,8 +91,9 @@ def _worker_id(data: Any) -> UUID:
 
 def _acknowledged(handler: Ack) -> Ack:
     """Every client event gets an answer: an unexpected error becomes a 500 problem (logged,
-    no trace sent) instead of a client left waiting for an acknowledgement. Log lines carry
-    the connection's request id."""
+    no trace sent) instead of a client left waiting for an acknowledgement; a database that
+    is unavailable, the same 503 ``database-unavailable`` problem as over HTTP. Log lines
+    carry the connection's request id."""
 
     @functools.wraps(handler)
     async def answer(sid: str, data: Any = None, *extra: Any) -> dict[str, Any]:
@@ -105,6 +107,9 @@ def _acknowledged(handler: Ack) -> Ack:
                         )
                     )
                 return await handler(sid, data)
+            except DatabaseUnavailable as exc:
+                log.warning("socket event %s: database unavailable: %s", handler.__name__, exc)
+                return database_unavailable_body(exc)
             except Exception:
                 log.exception("socket event %s failed", handler.__name__)
                 return problem_body(
