@@ -24,9 +24,13 @@ REF_TEMPLATE = "#/components/schemas/{model}"
 SECURITY_SCHEME = "bearerAuth"
 # Every authenticated operation can answer these, whatever its own list says: 413 for a
 # body over TASKHUB_MAX_BODY_BYTES, declared (any operation) or read (``api.py``).
-ALWAYS_ERRORS = (401, 413, 422)
+# 503: on PostgreSQL any request may meet ``database-unavailable``.
+ALWAYS_ERRORS = (401, 413, 422, 503)
 # Response headers of problems, by status.
-_PROBLEM_HEADERS: dict[int, dict[str, str]] = {401: {"WWW-Authenticate": "Bearer"}}
+_PROBLEM_HEADERS: dict[int, dict[str, str]] = {
+    401: {"WWW-Authenticate": "Bearer"},
+    503: {"Retry-After": "seconds to wait before trying again (database-unavailable)"},
+}
 # ``{full_name:path}`` (Starlette) → ``full_name`` (OpenAPI).
 _PATH_PARAM = re.compile(r"{([A-Za-z_][A-Za-z0-9_]*)(?::[A-Za-z_]+)?}")
 # Path parameters the handlers parse as UUIDs (``ApiRequest.uuid``).
