@@ -17,7 +17,7 @@ from sqlalchemy.exc import DBAPIError
 from app.domain.errors import DomainError
 from app.domain.services import users
 from app.persistence import migrations
-from app.persistence.database import Database
+from app.persistence.database import Database, DatabaseUnavailable
 from app.sdk.cli import add_arguments as add_worker_arguments
 from app.sdk.cli import run_worker
 from app.settings import Settings, setting_errors
@@ -279,7 +279,10 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except migrations.SchemaOutdated as exc:
         return _refuse(str(exc))
-    except (OSError, DBAPIError, PostgresError) as exc:  # refused, no such database or role …
+    except (OSError, DBAPIError, PostgresError, DatabaseUnavailable) as exc:  # refused, no
+        # such database or role … (``DatabaseUnavailable`` says what the driver said: its cause)
+        if isinstance(exc, DatabaseUnavailable) and exc.__cause__ is not None:
+            exc = exc.__cause__
         reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
         return _refuse(f"cannot use the database {_safe_url(settings.database_url)}: {reason}")
 

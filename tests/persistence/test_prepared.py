@@ -14,7 +14,7 @@ from sqlalchemy import bindparam, insert, select, text, update
 from sqlalchemy.engine import Result
 
 from app.domain.services.task_rows import SELECT_TASKS, position_before_insert, position_params
-from app.persistence.database import Database
+from app.persistence.database import Database, DatabaseUnavailable
 from app.persistence.dialects import insert_task_of_live_job
 from app.persistence.models import job_table, link_table, task_table, user_table, worker_table
 from app.persistence.prepared import HotResult, hot
@@ -212,9 +212,10 @@ async def test_a_connection_lost_under_a_hot_statement_is_not_handed_out_again(
         async with db.read() as conn:
             backend = await conn.scalar(text("SELECT pg_backend_pid()"))
         await terminate_backend(database_url, backend)
-        with pytest.raises(CONNECTION_LOST):
+        with pytest.raises(DatabaseUnavailable) as lost:  # answered 503 database-unavailable
             async with db.read() as conn:
                 await conn.execute(LOAD, {"task_id": ids["task"]})
+        assert isinstance(lost.value.__cause__, CONNECTION_LOST), repr(lost.value.__cause__)
         async with db.read() as conn:  # the pool replaced the dead connection
             assert (await conn.execute(LOAD, {"task_id": ids["task"]})).first().id == ids["task"]
             assert await conn.scalar(text("SELECT pg_backend_pid()")) != backend
