@@ -98,9 +98,12 @@ class DatabaseUnavailable(Exception):
 
 
 # The driver's errors that say the server is gone or going (a connection exception, or
-# the server shutting down, crashed or still starting), rather than that a statement failed.
+# the server shutting down, crashed or still starting), rather than that a statement failed;
+# and the one asyncpg raises for a statement sent on a connection it is still tearing down
+# after the server ended it ("cannot switch to state …; another operation is in progress").
 _SERVER_GONE = (
     asyncpg.InterfaceError,
+    asyncpg.exceptions.InternalClientError,
     asyncpg.PostgresConnectionError,
     asyncpg.exceptions.AdminShutdownError,
     asyncpg.exceptions.CrashShutdownError,
