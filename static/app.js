@@ -331,6 +331,12 @@ async function refreshTasks({ keepLoaded = false } = {}) {
   try {
     const { items, total } = await fetchTasks(taskList.filter, wanted);
     if (generation !== roomState.generation || request !== roomState.listRequest) return;
+    if (keepLoaded && roomState.loaded > wanted) {
+      // "Load more" brought more while this was read: read as many again (this answer
+      // would take them back).
+      refreshTasks({ keepLoaded: true });
+      return;
+    }
     setLoaded(items.length);
     roomState.total = total;
     taskList.reset(items, since); // tasks events brought meanwhile may make it drop some

@@ -163,6 +163,28 @@ def test_a_reconnect_keeps_the_loaded_tasks_and_their_open_details(
     pages.assert_no_console_errors(allowed=[DISCONNECTED])
 
 
+def test_load_more_while_the_list_is_read_again_keeps_what_it_brought(
+    hub: PageHub, room: str, pages: Pages
+) -> None:
+    """A re-read of the list (every connect has one) that started before "Load more"
+    answered does not take back the older tasks "Load more" brought."""
+    _, tasks = job_with_tasks(hub, room, 60)
+    page = open_room(hub, pages, room)
+    expect(page.locator("li.task")).to_have_count(50)
+    hold_answers(page, "tasks?limit=50&offset=0")
+    page.context.set_offline(True)
+    expect(connection(page)).to_have_attribute("data-state", "offline")
+    page.context.set_offline(False)
+    expect(connection(page)).to_have_attribute("data-state", "connected")
+    page.wait_for_function("() => window.__held.length > 0")  # the re-read is under way
+    page.get_by_role("button", name="Load more").click()
+    expect(page.locator("li.task")).to_have_count(60)
+    release_answer(page, 1)  # the re-read's answer: the newest 50
+    expect(page.locator("li.task")).to_have_count(60)
+    expect(task_item(page, tasks[0]["id"])).to_be_visible()
+    pages.assert_no_console_errors(allowed=[DISCONNECTED])
+
+
 def test_only_the_answer_for_the_chosen_status_fills_the_list(
     hub: PageHub, room: str, pages: Pages
 ) -> None:
