@@ -13,14 +13,14 @@ trusted, and validation runs on the event loop (every request in the process wai
   ``1.0``, ``true`` is not ``1``, objects regardless of key order); jsonschema compares
   object items pair by pair, seconds for a few thousand (pydantic writes ``uniqueItems``
   for every ``set`` field).
-- Every keyword application counts against the validation's ``budget``, if it has one.
+- Every keyword application counts against the validation's budget, if it has one
+  (``errors_within``).
 """
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Iterator
-from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any
 
@@ -119,13 +119,12 @@ class Budget:
 _BUDGET: ContextVar[Budget | None] = ContextVar("validation_budget", default=None)
 
 
-@contextmanager
-def budget(applications: int) -> Iterator[Budget]:
-    """Validations within spend one ``Budget``; past it, a keyword raises ``TooCostly``."""
-    spent = Budget(applications)
-    token = _BUDGET.set(spent)
+def errors_within(validator: Any, instance: Any, applications: int) -> list[Any]:
+    """``validator``'s errors for ``instance``, applying at most ``applications`` keywords
+    (``TooCostly`` past them)."""
+    token = _BUDGET.set(Budget(applications))
     try:
-        yield spent
+        return list(validator.iter_errors(instance))
     finally:
         _BUDGET.reset(token)
 
