@@ -99,6 +99,15 @@ def connection(page: Page) -> Locator:
     return page.locator("#connection")
 
 
+def reconnect(page: Page) -> None:
+    """Take the page's network away until it shows itself offline, then give it back until
+    it is connected again (its socket reconnects, and the page re-reads what it shows)."""
+    page.context.set_offline(True)
+    expect(connection(page)).to_have_attribute("data-state", "offline")
+    page.context.set_offline(False)
+    expect(connection(page)).to_have_attribute("data-state", "connected")
+
+
 def task_item(page: Page, task_id: str) -> Locator:
     return page.locator(f'li.task[data-task-id="{task_id}"]')
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from playwright.sync_api import Page, expect
 
-from tests.page.browser import Pages, connection, sign_in, task_item
+from tests.page.browser import Pages, reconnect, sign_in, task_item
 from tests.page.conftest import PageHub
 
 DISCONNECTED = r"net::ERR_INTERNET_DISCONNECTED"
@@ -150,10 +150,7 @@ def test_a_reconnect_keeps_the_loaded_tasks_and_their_open_details(
     newest_cancel.focus()
 
     hold_answers(page, "/tasks?limit=")
-    page.context.set_offline(True)
-    expect(connection(page)).to_have_attribute("data-state", "offline")
-    page.context.set_offline(False)
-    expect(connection(page)).to_have_attribute("data-state", "connected")
+    reconnect(page)
     release_answer(page, 1)  # the list read again after the reconnect
 
     expect(page.locator("li.task")).to_have_count(60)
@@ -172,10 +169,7 @@ def test_load_more_while_the_list_is_read_again_keeps_what_it_brought(
     page = open_room(hub, pages, room)
     expect(page.locator("li.task")).to_have_count(50)
     hold_answers(page, "tasks?limit=50&offset=0")
-    page.context.set_offline(True)
-    expect(connection(page)).to_have_attribute("data-state", "offline")
-    page.context.set_offline(False)
-    expect(connection(page)).to_have_attribute("data-state", "connected")
+    reconnect(page)
     page.wait_for_function("() => window.__held.length > 0")  # the re-read is under way
     page.get_by_role("button", name="Load more").click()
     expect(page.locator("li.task")).to_have_count(60)
