@@ -135,6 +135,26 @@ def _unavailable(exc: BaseException, settings: Settings) -> DatabaseUnavailable 
     return None
 
 
+class _RaisedAsUnavailable:
+    """A context in which what says the database is unavailable (``_unavailable``) is
+    raised as ``DatabaseUnavailable`` (from the original); everything else as it is."""
+
+    __slots__ = ("settings",)
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, _kind: Any, exc: BaseException | None, _trace: Any) -> bool:
+        if isinstance(exc, Exception):
+            unavailable = _unavailable(exc, self.settings)
+            if unavailable is not None:
+                raise unavailable from exc
+        return False
+
+
 def _postgres_engine(url: str, settings: Settings, pre_ping: bool) -> AsyncEngine:
     engine = create_async_engine(
         url,
@@ -314,6 +334,7 @@ class Database:
         """``pre_ping``: test a pooled PostgreSQL connection before each use (a process with
         rare, important writes, like the taskiq worker, rather than a busy server)."""
         self.settings = settings
+        self._unavailable = _RaisedAsUnavailable(settings)
         self.url = settings.database_url
         self.dialect = make_url(self.url).get_backend_name()
         self._writer_gate: SharedOrExclusive | None = None
@@ -347,18 +368,13 @@ class Database:
         """A transaction that may write; commits on success, rolls back on error. Here and
         in ``autocommit`` and ``read``, what says the database is unavailable (a pool or
         statement timeout, a connection lost) is raised as ``DatabaseUnavailable``."""
-        try:
+        with self._unavailable:
             if self._writer_gate is None:
                 async with self._writer.begin() as conn:
                     yield conn
                 return
             async with self._writer_gate.exclusive(), self._writer.begin() as conn:
                 yield conn
-        except Exception as exc:
-            unavailable = _unavailable(exc, self.settings)
-            if unavailable is None:
-                raise
-            raise unavailable from exc
 
     @asynccontextmanager
     async def autocommit(self) -> AsyncIterator[HotConnection]:
@@ -372,7 +388,7 @@ class Database:
         open for them. On PostgreSQL, up to half the pool stays checked out between uses
         (a checkout and return through SQLAlchemy's pool costs more CPU than the statement
         it serves); the other half stays free for ``read`` and ``write``."""
-        try:
+        with self._unavailable:
             if self._writer_gate is None:  # PostgreSQL
                 conn = self._kept.pop() if self._kept else await self._writer.connect()
                 hot = AsyncpgHotConnection(
@@ -396,11 +412,6 @@ class Database:
                     yield hot
                 finally:
                     await hot.close()
-        except Exception as exc:
-            unavailable = _unavailable(exc, self.settings)
-            if unavailable is None:
-                raise
-            raise unavailable from exc
 
     async def _keep_or_return(self, conn: AsyncConnection, clean: bool) -> None:
         """Keep a PostgreSQL autocommit connection for the next use if its work ended
@@ -434,14 +445,9 @@ class Database:
     async def read(self) -> AsyncIterator[HotConnection]:
         """A connection for reads (hot statements run straight on the driver). On
         PostgreSQL each hot statement is its own snapshot."""
-        try:
+        with self._unavailable:
             async with self._reader.connect() as conn:
                 yield _hot(conn)
-        except Exception as exc:
-            unavailable = _unavailable(exc, self.settings)
-            if unavailable is None:
-                raise
-            raise unavailable from exc
 
     async def dispose(self) -> None:
         kept, self._kept = self._kept, []
