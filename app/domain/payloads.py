@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections import OrderedDict
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import orjson
 from jsonschema import Draft202012Validator
@@ -35,31 +35,67 @@ _MAX_ERRORS = 20
 # at most (2 to 4 µs a keyword here). A body-sized payload of 60,000 3-D points against its
 # plain schema makes about 420,000.
 MAX_KEYWORD_APPLICATIONS = 1_000_000
+# Schema bytes (compact JSON) a ``SchemaCache`` keeps by default: thousands of real schemas,
+# and at ~24 times in memory under ~400 MB however large the schemas a process meets.
+SCHEMA_CACHE_BYTES = 16 * 1024 * 1024
+V = TypeVar("V")
 
 
-class _Validators:
-    """Compiled validators by job version, least recently used dropped first once their
-    schemas pass ``budget`` bytes (compact JSON; each holds its schema, parsed: up to ~24
-    times that in memory) or ``most`` of them are kept."""
+class SchemaCache(Generic[V]):
+    """Values by key, each counted by its schema's size as compact JSON: while they pass
+    ``budget`` bytes the least recently used go, and past ``limit`` entries it starts
+    afresh. A value whose schema alone passes the budget is not kept (it would push out
+    every other, then itself). Any user may register big schemas: the caches that hold
+    them (parsed, up to ~24 times their JSON in memory) are bounded by what they hold."""
 
-    def __init__(self, budget: int = 16 * 1024 * 1024, most: int = 1024) -> None:
-        self._entries: OrderedDict[Any, tuple[Any, int]] = OrderedDict()
-        self._budget, self._most, self._bytes = budget, most, 0
+    def __init__(self, budget: int = SCHEMA_CACHE_BYTES, limit: int = 10_000) -> None:
+        self._budget, self._limit = budget, limit
+        self._entries: OrderedDict[Any, tuple[V, int]] = OrderedDict()
+        self._bytes = 0
 
-    def get(self, version: Any, schema: dict[str, Any]) -> Any:
-        entry = self._entries.get(version)
-        if entry is not None:
-            self._entries.move_to_end(version)
-            return entry[0]
-        validator = LinearTimeValidator(schema, registry=_WITHIN_THE_SCHEMA)
+    @property
+    def schema_bytes(self) -> int:
+        """The kept values' schemas as compact JSON, in bytes."""
+        return self._bytes
+
+    def get(self, key: Any) -> V | None:
+        entry = self._entries.get(key)
+        if entry is None:
+            return None
+        self._entries.move_to_end(key)
+        return entry[0]
+
+    def put(self, key: Any, value: V, schema: Any) -> None:
+        self.forget(key)
         size = schema_bytes(schema)
-        self._entries[version] = (validator, size)
+        if size > self._budget:
+            return
+        if len(self._entries) >= self._limit:
+            self._entries.clear()
+            self._bytes = 0
+        self._entries[key] = (value, size)
         self._bytes += size
-        while len(self._entries) > 1 and (
-            self._bytes > self._budget or len(self._entries) > self._most
-        ):
-            _old, (_validator, dropped) = self._entries.popitem(last=False)
+        while self._bytes > self._budget:
+            _key, (_value, dropped) = self._entries.popitem(last=False)
             self._bytes -= dropped
+
+    def forget(self, key: Any) -> None:
+        entry = self._entries.pop(key, None)
+        if entry is not None:
+            self._bytes -= entry[1]
+
+
+class _Validators(SchemaCache[Any]):
+    """Compiled validators by job version (each holds its schema)."""
+
+    def __init__(self, budget: int = SCHEMA_CACHE_BYTES, limit: int = 1024) -> None:
+        super().__init__(budget, limit)
+
+    def compiled(self, version: Any, schema: dict[str, Any]) -> Any:
+        validator = self.get(version)
+        if validator is None:
+            validator = LinearTimeValidator(schema, registry=_WITHIN_THE_SCHEMA)
+            self.put(version, validator, schema)
         return validator
 
 
@@ -176,7 +212,7 @@ def payload_errors(
     ``MAX_KEYWORD_APPLICATIONS`` keywords is refused (422) instead of finishing."""
     if not schema:  # {} accepts every payload (most jobs' schemas are not empty)
         return []
-    validator = _validators.get(version, schema)
+    validator = _validators.compiled(version, schema)
     try:
         errors = sorted(
             errors_within(validator, payload, MAX_KEYWORD_APPLICATIONS),

@@ -283,11 +283,11 @@ def test_compiled_validators_are_kept_within_a_budget_of_schema_bytes():
     """Each holds its schema; any user may register big ones (the least recently used go)."""
     cache = _Validators(budget=3_200)  # three of these schemas (1,035 bytes each)
     schemas = {n: {"description": "x" * 1_000, "type": "object"} for n in range(4)}
-    first = cache.get(0, schemas[0])
+    first = cache.compiled(0, schemas[0])
     for n in (1, 2):
-        cache.get(n, schemas[n])
-    assert cache.get(0, schemas[0]) is first, "kept, and now the most recently used"
-    cache.get(3, schemas[3])  # over the budget: 1, the least recently used, goes
-    assert cache.get(0, schemas[0]) is first
-    assert cache.get(2, schemas[2]) is not None
-    assert cache.get(1, schemas[1]) is not None  # compiled afresh
+        cache.compiled(n, schemas[n])
+    assert cache.compiled(0, schemas[0]) is first, "kept, and now the most recently used"
+    cache.compiled(3, schemas[3])  # over the budget: 1, the least recently used, goes
+    assert cache.compiled(0, schemas[0]) is first
+    assert cache.compiled(2, schemas[2]) is not None
+    assert cache.compiled(1, schemas[1]) is not None  # compiled afresh

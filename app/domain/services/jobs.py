@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -23,7 +22,7 @@ from app.domain.naming import (
     validate_room_id,
     visible_job_rooms,
 )
-from app.domain.payloads import check_schema, check_schema_size, schema_bytes
+from app.domain.payloads import SCHEMA_CACHE_BYTES, SchemaCache, check_schema, check_schema_size
 from app.domain.records import JobRecord, Page, Principal, beyond
 from app.domain.services.ownership import owned_worker
 from app.domain.states import TaskStatus
@@ -34,11 +33,6 @@ from app.persistence.types import dump_json, new_id, utcnow
 
 job = job_table
 T = TypeVar("T")
-
-# Schema bytes (compact JSON) ``KnownJobs`` holds at most, least recently used dropped
-# first: thousands of real schemas fit, and at ~24 times in memory the cache's schemas stay
-# under ~400 MB however large the schemas of the jobs a process sees.
-KNOWN_JOBS_SCHEMA_BYTES = 16 * 1024 * 1024
 
 
 class JobNames:
@@ -71,54 +65,20 @@ class JobNames:
         return (await cls.resolve(conn, {job_id}))[job_id]
 
 
-class KnownJobs:
+class KnownJobs(SchemaCache[Any]):
     """Job rows by full name, as this process last read them: a submit uses one instead of
     looking the job up. An entry is only a guess — the task insert is guarded by the job's
     id and version (``updated_at``, which every change of the job moves), so after a
     soft-delete, a revival or a re-registration elsewhere it inserts nothing, and the
     submit reads the job again.
 
-    Bounded twice: past ``limit`` rows it starts afresh, and while the rows' schemas
-    (counted as compact JSON) exceed ``schema_budget`` bytes the least recently used rows
-    go (a row whose schema alone exceeds it is not kept: one stored before
-    ``MAX_SCHEMA_BYTES``, or a small budget)."""
+    Bounded by its rows' schemas (``SchemaCache``)."""
 
-    def __init__(self, limit: int = 10_000, schema_budget: int = KNOWN_JOBS_SCHEMA_BYTES) -> None:
-        self._limit = limit
-        self._schema_budget = schema_budget
-        self._rows: OrderedDict[str, tuple[Any, int]] = OrderedDict()
-        self._schema_bytes = 0
-
-    @property
-    def schema_bytes(self) -> int:
-        """The cached rows' schemas as compact JSON, in bytes."""
-        return self._schema_bytes
-
-    def get(self, full_name: str) -> Any | None:
-        entry = self._rows.get(full_name)
-        if entry is None:
-            return None
-        self._rows.move_to_end(full_name)
-        return entry[0]
+    def __init__(self, limit: int = 10_000, schema_budget: int = SCHEMA_CACHE_BYTES) -> None:
+        super().__init__(schema_budget, limit)
 
     def remember(self, full_name: str, row: Any) -> None:
-        self.forget(full_name)
-        size = schema_bytes(row.schema)
-        if size > self._schema_budget:
-            return  # it would push out every other row, then itself
-        if len(self._rows) >= self._limit:
-            self._rows.clear()
-            self._schema_bytes = 0
-        self._rows[full_name] = (row, size)
-        self._schema_bytes += size
-        while self._schema_bytes > self._schema_budget:
-            _, (_, dropped) = self._rows.popitem(last=False)
-            self._schema_bytes -= dropped
-
-    def forget(self, full_name: str) -> None:
-        entry = self._rows.pop(full_name, None)
-        if entry is not None:
-            self._schema_bytes -= entry[1]
+        self.put(full_name, row, row.schema)
 
 
 @dataclass(slots=True)
