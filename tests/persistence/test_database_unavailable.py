@@ -21,11 +21,13 @@ from uuid import UUID
 import asyncpg
 import httpx
 import pytest
-from sqlalchemy import text
+from sqlalchemy import select, text
 from sqlalchemy.engine import make_url
 
+from app.domain.services import sweeps
 from app.main import TaskhubApp, create_app
 from app.persistence.database import Database
+from app.persistence.models import job_table
 from app.persistence.prepared import hot
 from app.settings import Settings
 from tests.support.api import ApiClient, assert_problem
@@ -81,6 +83,18 @@ async def until_waiting_on_locks(conn: asyncpg.Connection, count: int) -> None:
             return
         await asyncio.sleep(0.025)
     raise AssertionError(f"never {count} sessions waiting on a lock")
+
+
+async def job_id(app: TaskhubApp) -> str:
+    """The id of ``JOB``."""
+    room, category, name = JOB.split(":")
+    named = (
+        job_table.c.room_id == room,
+        job_table.c.category == category,
+        job_table.c.name == name,
+    )
+    async with app.hub.db.read() as conn:
+        return str(await conn.scalar(select(job_table.c.id).where(*named)))
 
 
 def assert_database_unavailable(response: httpx.Response, detail: str) -> None:
@@ -168,6 +182,52 @@ async def test_a_transaction_past_the_statement_timeout_answers_503_and_commits_
         first, repeat = await claim(), await claim()
         assert first.status_code == repeat.status_code == 200, (first.text, repeat.text)
         assert first.json()["task"]["id"] == repeat.json()["task"]["id"] == task["id"]
+
+
+async def test_a_task_end_stands_when_its_jobs_cleanup_cannot_run(database_url, tokens) -> None:
+    """Cancelling the last pending task of a job without workers commits, then soft-deletes
+    the job in a transaction of its own. When that follow-up meets the job row locked past
+    the statement timeout, the cancel is still answered 200 and announced (a long-poll on
+    the task returns), and the sweeper's orphan sweep deletes the job later.
+
+    (Seen: a 503 for the committed cancel, whose repeat then got 409, and its events were
+    never sent: a long-poll waited out its full time.)"""
+    async with hub(database_url, db_statement_timeout_seconds=1) as (app, http):
+        alice = ApiClient(http, tokens.alice)
+        worker_id = (await alice.register())["worker_id"]
+        task = await alice.submit(JOB)
+        assert (await alice.delete(f"/workers/{worker_id}")).status_code == 204
+        assert [j["full_name"] for j in await alice.room_jobs()] == [JOB]  # its task keeps it
+        waiting = asyncio.create_task(
+            alice.get(f"/tasks/{task['id']}", headers={"Prefer": "wait=30"})
+        )
+        async with row_locked(database_url, "job", await job_id(app)):
+            response = await asyncio.wait_for(alice.transition(task["id"], "cancelled"), BOUND)
+            assert response.status_code == 200, response.text
+            assert response.json()["status"] == "cancelled"
+            woken = await asyncio.wait_for(waiting, BOUND)
+            assert woken.json()["status"] == "cancelled"
+        assert [j["full_name"] for j in await alice.room_jobs()] == [JOB]
+        deleted, _events = await sweeps.soft_delete_orphaned_jobs(app.hub.db)
+        assert deleted == 1
+        assert await alice.room_jobs() == []
+
+
+async def test_a_worker_removal_stands_when_its_jobs_cleanup_cannot_run(
+    database_url, tokens
+) -> None:
+    """Removing a job's last worker commits, then soft-deletes the job: with the job row
+    locked past the statement timeout, the removal is still answered 204."""
+    async with hub(database_url, db_statement_timeout_seconds=1) as (app, http):
+        alice = ApiClient(http, tokens.alice)
+        worker_id = (await alice.register())["worker_id"]
+        async with row_locked(database_url, "job", await job_id(app)):
+            response = await asyncio.wait_for(alice.delete(f"/workers/{worker_id}"), BOUND)
+            assert response.status_code == 204, response.text
+        listed = (await alice.get("/workers")).json()["items"]
+        assert worker_id not in [worker["id"] for worker in listed]
+        deleted, _events = await sweeps.soft_delete_orphaned_jobs(app.hub.db)
+        assert deleted == 1
 
 
 async def test_half_open_connections_answer_503_and_a_keyed_submit_is_created_once(

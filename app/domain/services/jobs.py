@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -26,12 +27,13 @@ from app.domain.payloads import SCHEMA_CACHE_BYTES, SchemaCache, check_schema, c
 from app.domain.records import JobRecord, Page, Principal, beyond
 from app.domain.services.ownership import owned_worker
 from app.domain.states import TaskStatus
-from app.persistence.database import Database
+from app.persistence.database import Database, DatabaseUnavailable
 from app.persistence.dialects import insert_ignoring_duplicates
 from app.persistence.models import job_table, link_table, task_table, worker_table
 from app.persistence.types import dump_json, new_id, utcnow
 
 job = job_table
+log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
@@ -307,8 +309,20 @@ def _record(row: Any, workers: list[UUID]) -> JobRecord:
 
 
 async def soft_delete_if_orphaned(db: Database, job_id: UUID) -> str | None:
-    """``soft_delete_orphans`` of one job: its room when it was deleted."""
-    return next(iter(await soft_delete_orphans(db, [job_id])), None)
+    """``soft_delete_orphans_after_commit`` of one job: its room when it was deleted."""
+    return next(iter(await soft_delete_orphans_after_commit(db, [job_id])), None)
+
+
+async def soft_delete_orphans_after_commit(db: Database, job_ids: Iterable[UUID]) -> list[str]:
+    """``soft_delete_orphans`` as the follow-up of a change that has committed (a task's
+    end, a worker's removal). When the database cannot serve it now, the change's answer
+    and events stand all the same: the sweeper's orphan sweep deletes those jobs later
+    (``sweeps.soft_delete_orphaned_jobs``), as it does when the process stops in between."""
+    try:
+        return await soft_delete_orphans(db, job_ids)
+    except DatabaseUnavailable as exc:
+        log.warning("Orphaned jobs are left to the sweeper: %s", exc.detail)
+        return []
 
 
 async def orphaned_jobs(db: Database, limit: int) -> list[UUID]:

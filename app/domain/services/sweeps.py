@@ -13,7 +13,13 @@ from app.domain.events import EventBatch, JobsInvalidate, TaskStatusChanged
 from app.domain.retries import DEFAULT_RETRY_POLICY, RetryPolicy
 from app.domain.services.attempts import end_abandoned_attempts, ended_attempt_events
 from app.domain.services.internal_tasks import INTERNAL_TIMEOUT, internal_job_ids
-from app.domain.services.jobs import JobNames, chunked, orphaned_jobs, soft_delete_orphans
+from app.domain.services.jobs import (
+    JobNames,
+    chunked,
+    orphaned_jobs,
+    soft_delete_orphans,
+    soft_delete_orphans_after_commit,
+)
 from app.domain.services.task_rows import task_record
 from app.domain.services.workers import WORKER_DISCONNECTED, remove_silent_worker
 from app.domain.states import TERMINAL_STATUSES, TaskStatus, previous_status
@@ -105,7 +111,7 @@ async def remove_idle_silent_workers(
                 )
             )
         served = [job for worker_id in removed for job in jobs.get(worker_id, ())]
-    await soft_delete_orphans(db, {job_id for job_id, _room in served})
+    await soft_delete_orphans_after_commit(db, {job_id for job_id, _room in served})
     events = EventBatch()
     for room in sorted({room for _job_id, room in served}):
         events.add(JobsInvalidate(room))
@@ -153,8 +159,9 @@ async def soft_delete_orphaned_jobs(db: Database, limit: int = BATCH) -> tuple[i
     """Live jobs left with no worker and no pending task go, as they would have when their
     last worker left or their last task ended. A job's soft-delete runs after that change
     has committed (``soft_delete_orphans``), so one is missed when a task ends while its
-    job's last worker is being removed (each saw the other not yet done) or when the
-    process stops in between."""
+    job's last worker is being removed (each saw the other not yet done), when the process
+    stops in between, or when the database could not serve it then
+    (``soft_delete_orphans_after_commit``)."""
     rooms = await soft_delete_orphans(db, await orphaned_jobs(db, limit))
     events = EventBatch()
     for room in sorted(set(rooms)):

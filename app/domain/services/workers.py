@@ -17,7 +17,7 @@ from app.domain.naming import JobName, validate_room_id, visible_job_rooms
 from app.domain.records import Page, Principal, WorkerRecord, beyond
 from app.domain.retries import DEFAULT_RETRY_POLICY, RetryPolicy
 from app.domain.services.attempts import end_abandoned_attempts, ended_attempt_events
-from app.domain.services.jobs import soft_delete_orphans
+from app.domain.services.jobs import soft_delete_orphans_after_commit
 from app.domain.services.ownership import owned_worker
 from app.domain.states import TaskStatus
 from app.persistence.database import Database
@@ -140,7 +140,7 @@ async def delete_worker(
     async with db.write() as conn:
         await owned_worker(conn, principal, worker_id, lock="exclusive")
         removal = await remove_worker(conn, worker_id, reason, policy)
-    await soft_delete_orphans(db, removal.jobs)
+    await soft_delete_orphans_after_commit(db, removal.jobs)
     return removal.events
 
 
@@ -166,7 +166,7 @@ async def remove_silent_worker(
         if still_silent is None:
             return None
         removal = await remove_worker(conn, worker_id, reason, policy)
-    await soft_delete_orphans(db, removal.jobs)
+    await soft_delete_orphans_after_commit(db, removal.jobs)
     return removal.events
 
 
