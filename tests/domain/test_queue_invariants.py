@@ -34,7 +34,8 @@ from app.domain.records import Principal
 from app.domain.retries import RetryPolicy
 from app.domain.services import sweeps, tasks
 from app.domain.services.jobs import KnownJobs, register_job
-from app.domain.services.task_rows import SELECT_TASKS, load_task, with_positions
+from app.domain.services.page_positions import with_positions
+from app.domain.services.task_rows import SELECT_TASKS, load_task
 from app.domain.services.users import create_user
 from app.domain.states import ACTIVE_STATUSES, TaskStatus, is_terminal
 from app.persistence.database import Database

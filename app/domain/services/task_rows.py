@@ -8,20 +8,31 @@ is its 1-based place in that order.
 It is computed without walking the queue: the database keeps how many tasks wait per
 (job, priority, second of submission) (``app/persistence/queue_counts.py``), so the tasks
 up to a task are a sum over a few bucket rows and a count, row by row, inside the task's own
-second, less the delayed tasks among them (those are few, and indexed per job by due time).
+second, less the delayed tasks among them (indexed per job by due time).
 The count inside the second runs from whichever end of it is nearer the task: the tasks
 before it (with the rows of the earlier seconds), or those after it (taken from the rows up
 to its own second). A task just submitted is the last of its second, so its count is next to
 nothing however many tasks a second brings.
+
+A page of tasks reads the positions of all its pending tasks in one statement
+(``page_positions``), built from the parts here.
 """
 
 from __future__ import annotations
 
 from datetime import datetime
+from types import SimpleNamespace
 from typing import Any
 from uuid import UUID
 
-from sqlalchemy import and_, bindparam, func, or_, select, tuple_
+from sqlalchemy import (
+    and_,
+    bindparam,
+    func,
+    or_,
+    select,
+    tuple_,
+)
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.domain.records import TaskRecord
@@ -50,69 +61,97 @@ BUCKET_START = _param("bucket_start", task.c.created_at)
 BUCKET_END = _param("bucket_end", task.c.created_at)
 
 
-def _counted(*where: Any) -> Any:
+# A subject's values: the statements of one task read them from bound parameters, the
+# statement of a page from a row per task (``page_params``), under the same names.
+_BOUND = SimpleNamespace(
+    job_id=JOB_ID,
+    priority=PRIORITY,
+    created_at=CREATED_AT,
+    task_id=TASK_ID,
+    run_at=RUN_AT,
+    bucket=BUCKET,
+    bucket_start=BUCKET_START,
+    bucket_end=BUCKET_END,
+)
+
+
+def _counted(*where: Any, subject: Any = _BOUND) -> Any:
     """Pending tasks of the bucket rows matching ``where`` (0 when none)."""
-    total = select(func.sum(bucket.c.pending)).where(bucket.c.job_id == JOB_ID, *where)
+    total = select(func.sum(bucket.c.pending)).where(bucket.c.job_id == subject.job_id, *where)
     return func.coalesce(total.scalar_subquery(), 0)
 
 
-def _count(*where: Any) -> Any:
+def _count(*where: Any, subject: Any = _BOUND) -> Any:
     """Pending tasks of the job matching ``where``, counted row by row on an index."""
     rows = select(func.count()).select_from(task)
-    return rows.where(task.c.job_id == JOB_ID, is_pending(), *where).scalar_subquery()
+    return rows.where(task.c.job_id == subject.job_id, is_pending(), *where).scalar_subquery()
 
 
-def _up_to_subject() -> Any:
+def _up_to_subject(subject: Any = _BOUND) -> Any:
     """At the subject's place or before it in its own priority (FIFO)."""
-    return tuple_(task.c.created_at, task.c.id) <= tuple_(CREATED_AT, TASK_ID)
+    return tuple_(task.c.created_at, task.c.id) <= tuple_(subject.created_at, subject.task_id)
 
 
-def _after_subject() -> Any:
+def _after_subject(subject: Any = _BOUND) -> Any:
     """After the subject's place in its own priority (FIFO)."""
-    return tuple_(task.c.created_at, task.c.id) > tuple_(CREATED_AT, TASK_ID)
+    return tuple_(task.c.created_at, task.c.id) > tuple_(subject.created_at, subject.task_id)
 
 
-def _waiting() -> list[Any]:
+def second_up_to_subject(subject: Any = _BOUND) -> Any:
+    """The pending tasks of the subject's priority and second up to it (from the start)."""
+    own_second = [task.c.priority == subject.priority, task.c.created_at >= subject.bucket_start]
+    return _count(*own_second, _up_to_subject(subject), subject=subject)
+
+
+def second_after_subject(subject: Any = _BOUND) -> Any:
+    """The pending tasks of the subject's priority and second after it (from the end)."""
+    own_second = [task.c.priority == subject.priority, task.c.created_at < subject.bucket_end]
+    return _count(*own_second, _after_subject(subject), subject=subject)
+
+
+def waiting() -> list[Any]:
     """Delayed: pending, but not claimable before ``now`` (on ``ix_task_delayed``)."""
     return [task.c.run_at.is_not(None), task.c.run_at > NOW]
 
 
-def _ready_position(*, from_end: bool) -> Any:
+def ready_position(*, from_end: bool, subject: Any = _BOUND) -> Any:
     """A ready subject: the pending tasks of higher priority, those of its own priority
     submitted up to it — less the delayed ones among them. Its own priority: the bucket rows
     before its second plus its second's tasks up to it, or (``from_end``) the bucket rows up
     to its second less its second's tasks after it."""
-    higher = _counted(bucket.c.priority > PRIORITY)
-    own = bucket.c.priority == PRIORITY
+    priority = subject.priority
+    higher = _counted(bucket.c.priority > priority, subject=subject)
+    own = bucket.c.priority == priority
     if from_end:
-        same_priority = _counted(own, bucket.c.bucket <= BUCKET) - _count(
-            task.c.priority == PRIORITY, task.c.created_at < BUCKET_END, _after_subject()
-        )
+        same_priority = _counted(
+            own, bucket.c.bucket <= subject.bucket, subject=subject
+        ) - second_after_subject(subject)
     else:
-        same_priority = _counted(own, bucket.c.bucket < BUCKET) + _count(
-            task.c.priority == PRIORITY, task.c.created_at >= BUCKET_START, _up_to_subject()
-        )
+        same_priority = _counted(
+            own, bucket.c.bucket < subject.bucket, subject=subject
+        ) + second_up_to_subject(subject)
     delayed_ahead = _count(
-        *_waiting(),
-        or_(task.c.priority > PRIORITY, and_(task.c.priority == PRIORITY, _up_to_subject())),
+        *waiting(),
+        or_(task.c.priority > priority, and_(task.c.priority == priority, _up_to_subject(subject))),
+        subject=subject,
     )
     return higher + same_priority - delayed_ahead
 
 
-def _delayed_position() -> Any:
+def delayed_position(subject: Any = _BOUND) -> Any:
     """A delayed subject: every pending task but the delayed ones due after it (by due
     time, then priority, then FIFO)."""
     due_after = or_(
-        task.c.run_at > RUN_AT,
+        task.c.run_at > subject.run_at,
         and_(
-            task.c.run_at == RUN_AT,
+            task.c.run_at == subject.run_at,
             or_(
-                task.c.priority < PRIORITY,
-                and_(task.c.priority == PRIORITY, _after_subject()),
+                task.c.priority < subject.priority,
+                and_(task.c.priority == subject.priority, _after_subject(subject)),
             ),
         ),
     )
-    return _counted() - _count(*_waiting(), due_after)
+    return _counted(subject=subject) - _count(*waiting(), due_after, subject=subject)
 
 
 def joined_record(row: Any) -> TaskRecord:
@@ -155,19 +194,24 @@ SELECT_TASKS = select(
 ).join(job_table, job_table.c.id == task.c.job_id)
 """Tasks with their job's full name parts (``joined_record`` turns a row into a record)."""
 _LOAD_TASK = hot(SELECT_TASKS.where(task.c.id == bindparam("task_id")))
-_READY_POSITION_FROM_START = hot(select(_ready_position(from_end=False)))
-_READY_POSITION_FROM_END = hot(select(_ready_position(from_end=True)))
-_DELAYED_POSITION = hot(select(_delayed_position()))
+_READY_POSITION_FROM_START = hot(select(ready_position(from_end=False)))
+_READY_POSITION_FROM_END = hot(select(ready_position(from_end=True)))
+_DELAYED_POSITION = hot(select(delayed_position()))
 
 
 def is_ready(run_at: datetime | None, now: datetime) -> bool:
     return run_at is None or run_at <= now
 
 
+def counts_from_end(created_at: datetime) -> bool:
+    """Whether the end of its second is the nearer end to ``created_at``."""
+    return created_at.microsecond >= 500_000
+
+
 # The same places, read on the snapshot of the statement that inserts the task (which does
 # not hold the task itself yet): one more than the tasks ahead there.
-_READY_POSITION_BEFORE_INSERT = _ready_position(from_end=True) + 1
-_DELAYED_POSITION_BEFORE_INSERT = _delayed_position() + 1
+_READY_POSITION_BEFORE_INSERT = ready_position(from_end=True) + 1
+_DELAYED_POSITION_BEFORE_INSERT = delayed_position() + 1
 
 
 def position_query(
@@ -177,7 +221,7 @@ def position_query(
     ``newest``: the task was just submitted (the last of its second so far)."""
     if not is_ready(record.run_at, now):
         return _DELAYED_POSITION, position_params(record, now)
-    from_end = newest or record.created_at.microsecond >= 500_000  # the nearer end
+    from_end = newest or counts_from_end(record.created_at)
     statement = _READY_POSITION_FROM_END if from_end else _READY_POSITION_FROM_START
     return statement, position_params(record, now)
 
@@ -221,13 +265,6 @@ async def with_position(conn: AsyncConnection, row: Any, now: datetime | None = 
     record = joined_record(row)
     record.queue_position = await queue_position(conn, record, now)
     return record
-
-
-async def with_positions(
-    conn: AsyncConnection, rows: Any, now: datetime | None = None
-) -> list[TaskRecord]:
-    now = now or utcnow()
-    return [await with_position(conn, row, now) for row in rows]
 
 
 async def load_task(conn: AsyncConnection, task_id: UUID) -> TaskRecord | None:

@@ -41,6 +41,7 @@ from app.domain.services.jobs import (
     visible_job_name,
 )
 from app.domain.services.ownership import check_worker, owned_worker
+from app.domain.services.page_positions import with_positions
 from app.domain.services.task_rows import (
     SELECT_TASKS,
     load_task,
@@ -49,7 +50,6 @@ from app.domain.services.task_rows import (
     queue_position,
     task_record,
     with_position,
-    with_positions,
 )
 from app.domain.states import (
     TaskStatus,
