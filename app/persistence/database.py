@@ -172,9 +172,14 @@ def _postgres_engine(url: str, settings: Settings, pre_ping: bool) -> AsyncEngin
         # hot path's invalidation) waits for that at most as long again, after which
         # asyncpg closes the connection. Without it a statement on a connection gone
         # half-open (a partition, a NAT that forgot it) waited for ever.
+        # JIT off: PostgreSQL compiles a statement it prices above ``jit_above_cost`` first,
+        # which takes hundreds of ms; the hub's statements are short, and one that reads a
+        # deep queue (a page's positions among 100,000 delayed tasks) would pay it on every
+        # run.
         connect_args={
             "command_timeout": settings.db_statement_timeout_seconds,
             "timeout": settings.db_statement_timeout_seconds,
+            "server_settings": {"jit": "off"},
         },
         json_serializer=dump_json,
         json_deserializer=load_json,
