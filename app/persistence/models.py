@@ -26,7 +26,7 @@ from sqlalchemy.orm import registry
 from sqlmodel import Field, SQLModel
 
 from app.persistence import queue_counts
-from app.persistence.types import JSONAsSent, JSONDocument, UTCDateTime, new_id, utcnow
+from app.persistence.types import JSONAsSent, UTCDateTime, new_id, utcnow
 
 # Taskhub's own MetaData, not SQLModel's global one: other SQLModel applications (such as
 # zndraw-joblib, with tables of the same names) can be imported in the same process.
@@ -168,7 +168,7 @@ class Task(TaskhubModel, table=True):
     room_id: str = Field(sa_type=String(128))
     status: str = Field(sa_type=String(16))
     payload: dict[str, Any] = Field(
-        default_factory=dict, sa_column=Column(JSONDocument, nullable=False)
+        default_factory=dict, sa_column=Column(JSONAsSent, nullable=False)
     )
     created_at: datetime = Field(default_factory=utcnow, sa_type=UTCDateTime)
     started_at: datetime | None = Field(default=None, sa_type=UTCDateTime)
@@ -181,7 +181,7 @@ class Task(TaskhubModel, table=True):
     )
     claim_token: UUID | None = Field(default=None)
     attempt: int = Field(default=0)
-    result: Any = Field(default=None, sa_column=Column(JSONDocument, nullable=True))
+    result: Any = Field(default=None, sa_column=Column(JSONAsSent, nullable=True))
     progress: float | None = Field(default=None)
     progress_message: str | None = Field(default=None, sa_type=Text)
     # Claimed/running tasks only: extended by the worker's heartbeat and progress; the

@@ -12,7 +12,6 @@ from uuid import UUID
 import orjson
 import uuid_utils.compat as uuid_compat
 from sqlalchemy import JSON, DateTime, TypeDecorator
-from sqlalchemy.dialects.postgresql import JSONB
 
 
 class UTCDateTime(TypeDecorator[dt.datetime]):
@@ -37,10 +36,11 @@ class UTCDateTime(TypeDecorator[dt.datetime]):
         return value.astimezone(dt.UTC)
 
 
-JSONDocument = JSON().with_variant(JSONB(), "postgresql")
 # Kept as sent, key order and the spelling of numbers included: PostgreSQL's json, not
-# jsonb (which orders keys by length and writes 1e23 as 100000000000000000000000). For job
-# schemas, whose property order is the order of the page's form fields.
+# jsonb (which orders keys by length, keeps the last of duplicate keys and writes 1e23 as
+# 100000000000000000000000). For job schemas, whose property order is the order of the
+# page's form fields, and task payloads and results, which a worker and a submitter read as
+# they were sent, on SQLite as on PostgreSQL.
 JSONAsSent = JSON()
 
 

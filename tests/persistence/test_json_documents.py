@@ -1,21 +1,26 @@
 """JSON documents (payloads, results, schemas) are stored and read back exactly as the
-standard library would: orjson does the work where it gives the same answer."""
+standard library would: orjson does the work where it gives the same answer. PostgreSQL
+keeps them as sent (``json``, not ``jsonb``): key order and number spellings included."""
 
 from __future__ import annotations
 
 import json
 import math
+from typing import Any
 
 import pytest
-from sqlalchemy import bindparam, update
+from sqlalchemy import Text, bindparam, select, update
 
 from app.persistence.database import Database
 from app.persistence.models import task_table
 from app.persistence.prepared import hot
-from app.persistence.types import dump_json, load_json
-from tests.persistence.test_prepared import LOAD, seed_running_task
+from app.persistence.types import dump_json, load_json, utcnow
+from tests.persistence.test_prepared import FINISH, LOAD, seed_running_task
 
 DOCUMENT = {"text": "é ✓ \\u0001", "big": 2**70, "negative": -(2**63) - 1, "float": 0.1, "n": None}
+# What jsonb would change: key order (it sorts by length), 1e23 (it writes the integer
+# 100000000000000000000000) and the sign of -0.0.
+AS_SENT = {"b": 1, "a": 2, "n": 1e23, "z": -0.0}
 SET_PAYLOAD = hot(
     update(task_table)
     .where(task_table.c.id == bindparam("task_id"))
@@ -42,7 +47,7 @@ def test_non_finite_numbers_written_by_the_standard_library_are_read() -> None:
 def test_non_finite_numbers_are_written_as_null_also_beside_integers_beyond_64_bits() -> None:
     """(orjson writes ``null`` for them; a document it refuses, for its big integers, is
     written by the standard library, which would write ``NaN``: not JSON, and refused by
-    PostgreSQL's jsonb.)"""
+    PostgreSQL's json and jsonb alike.)"""
     for document in ({"x": float("nan")}, {"x": float("-inf"), "big": [2**70]}):
         written = dump_json(document)
         assert json.loads(written, parse_constant=lambda c: pytest.fail(f"wrote {c}"))["x"] is None
@@ -62,3 +67,44 @@ async def test_a_document_round_trips_through_the_database(db: Database) -> None
         sa_row = (await (await conn.sa()).execute(LOAD, {"task_id": ids["task"]})).one()
     assert hot_row.payload == sa_row.payload == DOCUMENT
     assert isinstance(hot_row.payload["big"], int)
+
+
+def spelled(document: dict[str, Any]) -> list[tuple[str, str]]:
+    """Each key, in order, with its value as Python writes it (``1e+23``, ``-0.0``): equal
+    lists mean the same keys in the same order, numbers of the same type and sign."""
+    return [(key, repr(value)) for key, value in document.items()]
+
+
+async def test_a_payload_is_read_back_in_its_key_order_with_its_numbers(db: Database) -> None:
+    ids = await seed_running_task(db)
+    async with db.autocommit() as conn:
+        await conn.execute(SET_PAYLOAD, {"task_id": ids["task"], "doc": AS_SENT})
+    async with db.read() as conn:
+        hot_row = (await conn.execute(LOAD, {"task_id": ids["task"]})).first()
+        sa_row = (await (await conn.sa()).execute(LOAD, {"task_id": ids["task"]})).one()
+    assert spelled(hot_row.payload) == spelled(sa_row.payload) == spelled(AS_SENT)
+
+
+async def test_a_result_is_read_back_in_its_key_order_with_its_numbers(db: Database) -> None:
+    ids = await seed_running_task(db)
+    params = {"task_id": ids["task"], "at": utcnow(), "result": AS_SENT}
+    async with db.autocommit() as conn:
+        returned = (await conn.execute(FINISH, params)).first()
+        stored = (await conn.execute(LOAD, {"task_id": ids["task"]})).first()
+    assert spelled(returned.result) == spelled(stored.result) == spelled(AS_SENT)
+
+
+async def test_the_database_holds_the_text_the_hub_wrote(db: Database) -> None:
+    """Not a normalised copy: on PostgreSQL the column's text is the serializer's. A None
+    result is JSON ``null`` there, read back as None."""
+    ids = await seed_running_task(db)
+    as_text = select(task_table.c.payload.cast(Text), task_table.c.result.cast(Text)).where(
+        task_table.c.id == ids["task"]
+    )
+    async with db.autocommit() as conn:
+        await conn.execute(SET_PAYLOAD, {"task_id": ids["task"], "doc": AS_SENT})
+        await conn.execute(FINISH, {"task_id": ids["task"], "at": utcnow(), "result": None})
+        texts = tuple((await (await conn.sa()).execute(as_text)).one())
+        read = (await conn.execute(LOAD, {"task_id": ids["task"]})).first()
+    assert texts == (dump_json(AS_SENT), "null")
+    assert spelled(read.payload) == spelled(AS_SENT) and read.result is None

@@ -9,7 +9,7 @@ own event loop, so async tests call them through ``asyncio.to_thread``.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from pathlib import Path
 from typing import Any
 
@@ -309,6 +309,78 @@ async def test_queue_counts_start_from_the_tasks_already_waiting(
     assert "task_queue_bucket" not in await table_names(database)
     async with database.write() as conn:
         await conn.execute(text("UPDATE task SET status = 'claimed'"))
+
+
+async def task_documents(db: Database) -> list[tuple[Any, Any, bool]]:
+    """Each task's payload, result, and whether the result is SQL NULL; oldest first."""
+    task = task_table
+    async with db.read() as conn:
+        rows = await conn.execute(
+            select(task.c.payload, task.c.result, task.c.result.is_(None)).order_by(task.c.id)
+        )
+        return [tuple(row) for row in rows]
+
+
+async def document_types(db: Database) -> set[str]:
+    """The database's types of ``task.payload`` and ``task.result``."""
+    async with db.read() as conn:
+        return await (await conn.sa()).run_sync(_document_types)
+
+
+def _document_types(conn: Connection) -> set[str]:
+    return {
+        str(column["type"].compile(dialect=conn.dialect))
+        for column in inspect(conn).get_columns("task")
+        if column["name"] in ("payload", "result")
+    }
+
+
+async def set_task_documents(db: Database, payload: Any, result: Any) -> None:
+    """Give the oldest task ``payload`` and ``result``."""
+    task = task_table
+    async with db.write() as conn:
+        oldest = await conn.scalar(select(task.c.id).order_by(task.c.id).limit(1))
+        await conn.execute(
+            update(task).where(task.c.id == oldest).values(payload=payload, result=result)
+        )
+
+
+async def retyped(migration: Awaitable[None], db: Database) -> None:
+    """Run a migration that changes column types, then drop ``db``'s pooled connections:
+    their statements, prepared for the old types, would fail once (as a running replica's
+    do, see 0010)."""
+    await migration
+    await db.dispose()
+
+
+async def test_task_documents_keep_their_values_through_0010_and_back(
+    empty_url: str, database: Database
+) -> None:
+    """0010 turns ``jsonb`` payloads and results into ``json`` (PostgreSQL; SQLite keeps its
+    text): every stored value stays, JSON ``null`` and SQL NULL results apart; from then on
+    a payload keeps its key order. The downgrade keeps the values, not the order."""
+    await upgrade(empty_url, "0009")
+    for tag in ("first", "second", "third"):
+        await insert_sample_rows(database, tag)
+    await set_task_documents(database, {"b": [1, 2.5, None], "a": {"big": 2**70}}, None)
+    stored = await task_documents(database)
+    assert [row[2] for row in stored] == [False, True, True]  # JSON null, then SQL NULLs
+    as_before = await document_types(database)
+    assert as_before == ({"JSONB"} if database.dialect == "postgresql" else {"JSON"})
+
+    await retyped(upgrade(empty_url, "0010"), database)
+    assert await document_types(database) == {"JSON"}
+    assert await task_documents(database) == stored
+    await set_task_documents(database, {"b": 1, "a": 2}, {"z": True, "y": [3]})
+    payload, result, _ = (await task_documents(database))[0]
+    assert list(payload) == ["b", "a"] and list(result) == ["z", "y"]
+
+    await retyped(downgrade(empty_url, "0009"), database)
+    assert await document_types(database) == as_before
+    assert await task_documents(database) == [
+        ({"a": 2, "b": 1}, {"y": [3], "z": True}, False),
+        *stored[1:],
+    ]
 
 
 async def test_every_migration_goes_up_down_and_up_again(
