@@ -161,7 +161,7 @@ def serve(settings: Settings) -> int:
         "host": settings.host,
         "port": settings.port,
         "log_level": settings.log_level,
-        "log_config": log_config(settings.log_format, settings.log_level),
+        "log_config": log_config(settings.log_format, settings.log_level, settings.access_log),
         "access_log": settings.access_log,
         "timeout_graceful_shutdown": settings.graceful_shutdown_seconds,
         "http": COALESCING_PROTOCOL,  # one socket write per answer

@@ -72,6 +72,26 @@ class SecretsFilter(logging.Filter):
         return True
 
 
+class WebSocketLinesFilter(logging.Filter):
+    """Drops uvicorn's lines about each WebSocket connection (its handshake, accepted or
+    refused, and its opening and closing, logged by uvicorn and the ``websockets`` library
+    on ``uvicorn.error`` at ``info``): they are the access log of sockets, and follow
+    ``TASKHUB_ACCESS_LOG`` like the access log of requests (without it, a page
+    reconnecting often wrote most of the log)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.name != "uvicorn.error" or record.levelno != logging.INFO:
+            return True
+        message = record.msg
+        return not (
+            isinstance(message, str)
+            and (message.startswith('%s - "WebSocket %s"') or message in _WEBSOCKET_LINES)
+        )
+
+
+_WEBSOCKET_LINES = frozenset({"connection open", "connection closed"})
+
+
 class JsonFormatter(logging.Formatter):
     """One JSON object per line: time (UTC, ISO 8601), level, logger, message, request_id
     (null outside a request), and exception text when there is one."""
@@ -104,9 +124,10 @@ def _access_fields(args: tuple[Any, ...]) -> dict[str, Any]:
     return {"client": client, "method": method, "path": path, "status": status}
 
 
-def log_config(log_format: LogFormat, level: str) -> dict[str, Any]:
+def log_config(log_format: LogFormat, level: str, access_log: bool = False) -> dict[str, Any]:
     """A ``logging.config.dictConfig`` for the whole process, uvicorn included (uvicorn
-    applies it in every worker process)."""
+    applies it in every worker process); ``access_log`` keeps the per-connection lines of
+    WebSockets (``WebSocketLinesFilter``)."""
     formatter: dict[str, Any] = (
         {"()": JsonFormatter}
         if log_format == "json"
@@ -117,14 +138,22 @@ def log_config(log_format: LogFormat, level: str) -> dict[str, Any]:
     return {
         "version": 1,
         "disable_existing_loggers": False,
-        "filters": {"request_id": {"()": RequestIdFilter}, "secrets": {"()": SecretsFilter}},
+        "filters": {
+            "request_id": {"()": RequestIdFilter},
+            "secrets": {"()": SecretsFilter},
+            "websocket_lines": {"()": WebSocketLinesFilter},
+        },
         "formatters": {"taskhub": formatter},
         "handlers": {
             "stderr": {
                 "class": "logging.StreamHandler",
                 "stream": "ext://sys.stderr",
                 "formatter": "taskhub",
-                "filters": ["request_id", "secrets"],
+                "filters": [
+                    *([] if access_log else ["websocket_lines"]),
+                    "request_id",
+                    "secrets",
+                ],
             }
         },
         "root": {"handlers": ["stderr"], "level": level},
@@ -144,5 +173,5 @@ def log_config(log_format: LogFormat, level: str) -> dict[str, Any]:
     }
 
 
-def configure_logging(log_format: LogFormat, level: str) -> None:
-    logging.config.dictConfig(log_config(log_format, level))
+def configure_logging(log_format: LogFormat, level: str, access_log: bool = False) -> None:
+    logging.config.dictConfig(log_config(log_format, level, access_log))

@@ -78,7 +78,7 @@ def test_tokens_never_reach_a_log_line() -> None:
     logged = stream.getvalue()
     assert "admintoken123" not in logged and token not in logged, logged
     assert logged.count("***") == 4, logged
-    assert log_config("json", "debug")["handlers"]["stderr"]["filters"] == [
+    assert log_config("json", "debug", access_log=True)["handlers"]["stderr"]["filters"] == [
         "request_id",
         "secrets",
     ]
@@ -141,6 +141,31 @@ def test_a_debug_server_never_logs_a_socket_token(tmp_path: Path) -> None:
         output = server.output()
     assert '40{"token":"***"}' in output, output  # the CONNECT frame was logged, redacted
     assert token not in output
+
+
+def test_websocket_connection_lines_follow_the_access_log(tmp_path: Path) -> None:
+    """uvicorn writes a WebSocket's handshake, opening and closing at ``info``: the access
+    log of sockets, kept only with ``TASKHUB_ACCESS_LOG`` (without it a page reconnecting
+    often wrote most of the log). Other ``info`` lines of uvicorn stay."""
+    outputs = {}
+    for access_log in ("false", "true"):
+        env = {"TASKHUB_LOG_LEVEL": "info", "TASKHUB_ACCESS_LOG": access_log}
+        with running_hub("sqlite", tmp_path / access_log, env=env) as server:
+            token = server.create_user("bob")
+
+            async def connect(url: str = server.base_url, token: str = token) -> None:
+                async with SocketProbe("bob") as probe:
+                    await probe.connect(url, token)
+                    await probe.room_join("lab")
+
+            run_async(connect())
+            server.stop()
+            outputs[access_log] = server.output()
+    for access_log, output in outputs.items():
+        assert "Application startup complete" in output, output
+        kept = access_log == "true"
+        assert ('"WebSocket /socket.io/' in output) is kept, output
+        assert ("connection open" in output) is kept, output
 
 
 def test_a_json_server_writes_only_json_lines_with_request_ids(tmp_path: Path) -> None:
