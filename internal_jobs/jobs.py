@@ -11,48 +11,55 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from pydantic import Field
-from sqlalchemy import func, select
+from sqlalchemy import and_, func, select
 
 from app.dispatch.definitions import InternalContext, InternalJob
 from app.domain.payloads import payload_errors
 from app.domain.services.jobs import find_visible_job
 from app.domain.states import TaskStatus
+from app.persistence.dialects import duration_microseconds
 from app.persistence.models import job_table, task_table
 
 
 class RoomSummary(InternalJob):
-    """Summarise the room's tasks."""
+    """Summarise the room's tasks: how many by status and by job, the run times of the
+    completed ones (``run_seconds``: count, mean and max of ``completed_at - started_at``,
+    over those that have a ``started_at``) and the latest failures.
+
+    Every figure is an aggregate computed by the database: a few statements, each answering
+    at most one row per status, per job or per listed failure, whatever the room's history
+    holds. (Run times are summed in whole microseconds, exactly; the mean is that sum over
+    the count, rounded once to a float.)"""
 
     category: ClassVar[str] = "analysis"
     failures: int = Field(default=5, ge=0, le=50, description="latest failures to list")
 
     async def run(self, ctx: InternalContext) -> dict[str, Any]:
         task, job = task_table, job_table
+        run_us = duration_microseconds(ctx.db.dialect, task.c.started_at, task.c.completed_at)
+        has_times = and_(task.c.started_at.is_not(None), task.c.completed_at.is_not(None))
         async with ctx.db.read() as conn:
-            by_status = dict(
-                (
-                    await conn.execute(
-                        select(task.c.status, func.count())
-                        .where(task.c.room_id == ctx.room_id)
-                        .group_by(task.c.status)
+            # One pass over the room's tasks: per status, the count and the run-time figures
+            # (of the tasks with both times; only the completed row's are reported).
+            statuses = (
+                await conn.execute(
+                    select(
+                        task.c.status,
+                        func.count().label("tasks"),
+                        func.count().filter(has_times).label("timed"),
+                        func.sum(run_us).label("total_us"),
+                        func.max(run_us).label("max_us"),
                     )
-                ).all()
-            )
+                    .where(task.c.room_id == ctx.room_id)
+                    .group_by(task.c.status)
+                )
+            ).all()
             by_job = (
                 await conn.execute(
                     select(job.c.room_id, job.c.category, job.c.name, func.count())
                     .join(task, task.c.job_id == job.c.id)
                     .where(task.c.room_id == ctx.room_id)
                     .group_by(job.c.room_id, job.c.category, job.c.name)
-                )
-            ).all()
-            finished = (
-                await conn.execute(
-                    select(task.c.started_at, task.c.completed_at).where(
-                        task.c.room_id == ctx.room_id,
-                        task.c.status == TaskStatus.COMPLETED.value,
-                        task.c.started_at.is_not(None),
-                    )
                 )
             ).all()
             failures = (
@@ -63,16 +70,21 @@ class RoomSummary(InternalJob):
                     .limit(self.failures)
                 )
             ).all()
-        durations = sorted((end - start).total_seconds() for start, end in finished)
+        by_status = {row.status: row.tasks for row in statuses}
+        completed = next(
+            (row for row in statuses if row.status == TaskStatus.COMPLETED.value), None
+        )
+        runs = completed.timed if completed is not None else 0
         return {
             "room_id": ctx.room_id,
             "total": sum(by_status.values()),
             "by_status": {status.value: by_status.get(status.value, 0) for status in TaskStatus},
             "by_job": {f"{r}:{c}:{n}": count for r, c, n, count in by_job},
             "run_seconds": {
-                "count": len(durations),
-                "mean": sum(durations) / len(durations) if durations else None,
-                "max": durations[-1] if durations else None,
+                "count": runs,
+                # int / int: correctly rounded (a timedelta's total_seconds() is this too)
+                "mean": int(completed.total_us) / (1_000_000 * runs) if runs else None,
+                "max": int(completed.max_us) / 1_000_000 if runs else None,
             },
             "latest_failures": [
                 {"id": str(row.id), "error": row.error, "at": row.completed_at.isoformat()}
