@@ -14,6 +14,11 @@ again to the sets of the workers it holds (a Redis that restarted empty, or was 
 worker joined, has them back within one ``refresh``, which is shorter than the grace), and
 takes itself out of those a failed write left it in. The entries of a replica that stopped
 (died) no longer count once its mark expires.
+
+Redis calls of many workers at once (a burst of disconnects, their grace periods ending
+together) go out together: the changes in one pipeline, in the order they were made, one
+pipeline at a time, and so do the "is it connected elsewhere?" questions; and the client
+holds at most ``MAX_CONNECTIONS`` connections (a call waits for a free one).
 """
 
 from __future__ import annotations
@@ -24,12 +29,11 @@ import uuid
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Collection
 from datetime import datetime
+from typing import Any, Generic, Literal, TypeVar
 from uuid import UUID
 
-import redis.asyncio as redis
-
 from app.persistence.types import utcnow
-from app.realtime.redis_clients import redis_options
+from app.realtime.redis_clients import bounded_client
 
 log = logging.getLogger(__name__)
 # Removes the worker unless it was heard of since; whether it did.
@@ -38,6 +42,14 @@ Cleanup = Callable[[UUID, datetime], Awaitable[bool]]
 # How long a replica's mark (and a worker's set) lasts without a refresh: a replica that
 # died counts as holding its workers' sockets for up to this long.
 ENTRY_SECONDS = 30.0
+# The most Redis connections a replica's presence holds (calls beyond wait for one).
+MAX_CONNECTIONS = 10
+CLIENT_NAME = "taskhub-presence"
+# The most calls sent in one pipeline.
+BATCH_LIMIT = 1000
+
+Item = TypeVar("Item")
+Result = TypeVar("Result")
 
 
 def refresh_interval(grace: float) -> float:
@@ -45,6 +57,57 @@ def refresh_interval(grace: float) -> float:
     Redis lost is back before another replica's grace check), between 0.5 s and a third
     of ``ENTRY_SECONDS``."""
     return min(max(grace / 2, 0.5), ENTRY_SECONDS / 3)
+
+
+class Batches(Generic[Item, Result]):
+    """Calls made while the previous batch is on its way (or in the same moment) go out
+    together in the next one, in call order, one batch at a time: a burst of calls costs a
+    few round trips on one connection instead of a connection each. A batch that fails
+    fails each of its calls."""
+
+    def __init__(self, send: Callable[[list[Item]], Awaitable[list[Result]]]) -> None:
+        self._send = send
+        self._waiting: list[tuple[Item, asyncio.Future[Result]]] = []
+        self._sending: asyncio.Task[None] | None = None
+
+    async def call(self, item: Item) -> Result:
+        future: asyncio.Future[Result] = asyncio.get_running_loop().create_future()
+        self._waiting.append((item, future))
+        if self._sending is None:
+            self._sending = asyncio.create_task(self._send_all(), name="worker-presence-batch")
+        return await future
+
+    async def _send_all(self) -> None:
+        batch: list[tuple[Item, asyncio.Future[Result]]] = []
+        try:
+            await asyncio.sleep(0)  # the calls of this same moment join the first batch
+            while self._waiting:
+                batch = self._waiting[:BATCH_LIMIT]
+                del self._waiting[:BATCH_LIMIT]
+                try:
+                    results = await self._send([item for item, _ in batch])
+                except Exception as exc:
+                    for _, future in batch:
+                        if not future.done():
+                            future.set_exception(exc)
+                else:
+                    for (_, future), result in zip(batch, results, strict=True):
+                        if not future.done():
+                            future.set_result(result)
+                batch = []
+        finally:
+            for _, future in batch + self._waiting:  # cancelled (closing): nothing is sent
+                future.cancel()
+            self._waiting.clear()
+            self._sending = None
+
+    async def close(self) -> None:
+        if self._sending is not None:
+            self._sending.cancel()
+            await asyncio.gather(self._sending, return_exceptions=True)
+
+
+Change = tuple[Literal["add", "remove", "forget"], UUID]
 
 
 class SharedSockets:
@@ -59,12 +122,14 @@ class SharedSockets:
         replica: str | None = None,
         entry_seconds: float = ENTRY_SECONDS,
     ) -> None:
-        self._redis = redis.Redis.from_url(url, **redis_options())
+        self._redis = bounded_client(url, MAX_CONNECTIONS, name=CLIENT_NAME)
         self._prefix = prefix
         self.replica = replica or uuid.uuid4().hex
         self._entry_ms = int(entry_seconds * 1000)
         # Workers whose set this replica failed to leave: left again at the next refresh.
         self._to_leave: set[UUID] = set()
+        self._changes: Batches[Change, None] = Batches(self._change)
+        self._questions: Batches[UUID, bool] = Batches(self._elsewhere)
 
     def _key(self, worker_id: UUID) -> str:
         return f"{self._prefix}:{worker_id}"
@@ -75,14 +140,35 @@ class SharedSockets:
     async def add(self, worker_id: UUID) -> None:
         """This replica holds a socket of the worker."""
         self._to_leave.discard(worker_id)
-        await self.refresh([worker_id])
+        await self._changes.call(("add", worker_id))
 
     async def remove(self, worker_id: UUID) -> None:
         """This replica holds no socket of the worker any more (retried by ``refresh``
         when Redis cannot be told now)."""
         self._to_leave.add(worker_id)
-        await self._redis.srem(self._key(worker_id), self.replica)
+        await self._changes.call(("remove", worker_id))
         self._to_leave.discard(worker_id)
+
+    async def forget(self, worker_id: UUID) -> None:
+        """The worker is gone: so is its set."""
+        await self._changes.call(("forget", worker_id))
+
+    async def _change(self, changes: list[Change]) -> list[None]:
+        """Send ``changes`` in one pipeline, in order (marking this replica alive when it
+        adds itself anywhere)."""
+        async with self._redis.pipeline(transaction=False) as pipe:
+            if any(kind == "add" for kind, _ in changes):
+                pipe.set(self._mark(self.replica), 1, px=self._entry_ms)
+            for kind, worker_id in changes:
+                if kind == "add":
+                    pipe.sadd(self._key(worker_id), self.replica)
+                    pipe.pexpire(self._key(worker_id), self._entry_ms)
+                elif kind == "remove":
+                    pipe.srem(self._key(worker_id), self.replica)
+                else:
+                    pipe.delete(self._key(worker_id))
+            await pipe.execute()
+        return [None] * len(changes)
 
     async def refresh(self, workers: Collection[UUID]) -> None:
         """Mark this replica alive, add it to the sets of ``workers`` (the ones it holds
@@ -100,15 +186,24 @@ class SharedSockets:
 
     async def elsewhere(self, worker_id: UUID) -> bool:
         """Whether another live replica holds a socket of the worker."""
-        members = await self._redis.smembers(self._key(worker_id))
-        others = [m.decode() for m in members if m.decode() != self.replica]
-        if not others:
-            return False
-        return int(await self._redis.exists(*(self._mark(r) for r in others))) > 0
+        return await self._questions.call(worker_id)
 
-    async def forget(self, worker_id: UUID) -> None:
-        """The worker is gone: so is its set."""
-        await self._redis.delete(self._key(worker_id))
+    async def _elsewhere(self, workers: list[UUID]) -> list[bool]:
+        """``elsewhere`` for each of ``workers``: two round trips for them all."""
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for worker_id in workers:
+                pipe.smembers(self._key(worker_id))
+            sets: list[Any] = await pipe.execute()
+        others = [{m.decode() for m in members} - {self.replica} for members in sets]
+        replicas = sorted(set().union(*others))
+        if not replicas:
+            return [False] * len(workers)
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for replica in replicas:
+                pipe.exists(self._mark(replica))
+            marks = await pipe.execute()
+        alive = {replica for replica, found in zip(replicas, marks, strict=True) if found}
+        return [bool(held & alive) for held in others]
 
     async def leave_all(self, workers: Collection[UUID]) -> None:
         """This replica is stopping: out of every set, and its mark gone (sockets it does
@@ -120,6 +215,8 @@ class SharedSockets:
             await pipe.execute()
 
     async def close(self) -> None:
+        await self._changes.close()
+        await self._questions.close()
         await self._redis.aclose()
 
 
@@ -172,6 +269,23 @@ class WorkerPresence:
                 await self._shared.add(worker_id)
             except Exception as exc:
                 log.warning("could not share worker %s's socket yet (%s)", worker_id, exc)
+
+    async def forget_socket(self, worker_id: UUID, sid: str) -> None:
+        """The hub removed the worker while the socket ``sid`` lives on (its SDK registered
+        again under a new id): the socket no longer holds it. No grace period: there is
+        nothing left to remove."""
+        sockets = self._sockets.get(worker_id)
+        if sockets is None:
+            return
+        sockets.discard(sid)
+        if sockets:
+            return
+        del self._sockets[worker_id]
+        if self._shared is not None:
+            try:
+                await self._shared.remove(worker_id)
+            except Exception as exc:
+                log.warning("could not unshare worker %s's socket yet (%s)", worker_id, exc)
 
     def stop_grace_periods(self) -> None:
         """A graceful shutdown has begun: the server now closes its sockets itself, so a

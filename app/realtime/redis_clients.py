@@ -11,6 +11,9 @@ answer or a process:
   for dead (``subscription_messages``): a connection left half-open (Redis restarted or
   failed over behind a partition, a NAT or load balancer that silently dropped an idle
   connection) would otherwise be read from forever;
+- a client that many calls may use at once (worker presence) holds a bounded pool: a call
+  that finds every connection busy waits for one (up to ``COMMAND_TIMEOUT``) instead of
+  opening another (``bounded_client``);
 - python-socketio's listener retries every ``LISTEN_RETRY_SECONDS`` while Redis is away (its
   own backs off up to a minute, so cross-replica events resumed that late after an outage),
   and its publishes go out in the background (``TaskhubRedisManager``).
@@ -24,8 +27,10 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import redis.asyncio as redis
 import socketio
 from redis.asyncio.client import PubSub
+from redis.asyncio.connection import BlockingConnectionPool
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -75,6 +80,23 @@ def redis_options() -> dict[str, Any]:
         ),
         "health_check_interval": HEALTH_CHECK_SECONDS,
     }
+
+
+def bounded_client(url: str, max_connections: int, *, name: str | None = None) -> redis.Redis:
+    """A client (options as ``redis_options``) whose pool holds at most ``max_connections``
+    connections: a call that finds them all busy waits up to ``COMMAND_TIMEOUT`` seconds for
+    one to be free (then fails with a ``ConnectionError``, "No connection available"). A
+    default pool opens a connection per concurrent call, keeps them all for the life of the
+    process, and fails calls with "Too many connections" past 100. ``name`` is the
+    connections' ``CLIENT SETNAME`` (seen in ``CLIENT LIST``)."""
+    pool = BlockingConnectionPool.from_url(
+        url,
+        max_connections=max_connections,
+        timeout=COMMAND_TIMEOUT,
+        client_name=name,
+        **redis_options(),
+    )
+    return redis.Redis.from_pool(pool)
 
 
 async def subscription_messages(

@@ -126,6 +126,13 @@ async def check_serves(db: Database, worker_id: UUID, job: JobName) -> None:
         )
 
 
+async def existing_workers(db: Database, worker_ids: set[UUID]) -> set[UUID]:
+    """Those of ``worker_ids`` the hub still has (a removed worker's id is never reused)."""
+    async with db.read() as conn:
+        ids = sorted(worker_ids)
+        return set(await conn.scalars(select(worker.c.id).where(worker.c.id.in_(ids))))
+
+
 async def delete_worker(
     db: Database,
     principal: Principal | None,

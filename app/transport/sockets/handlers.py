@@ -18,7 +18,7 @@ from app.domain.errors import DomainError, Unauthorized, ValidationFailed
 from app.domain.naming import JobName, validate_room_id
 from app.domain.records import Principal
 from app.domain.services.users import hash_token
-from app.domain.services.workers import check_serves, heartbeat
+from app.domain.services.workers import check_serves, existing_workers, heartbeat
 from app.observability import metrics
 from app.observability.request_id import bound, socket_request_id
 from app.persistence.database import DatabaseUnavailable
@@ -208,7 +208,7 @@ class SocketHandlers:
         with bound(socket_request_id(sid)):
             log.debug("socket disconnected")
             if session.workers:
-                await self.hub.presence.detach(sid, session.workers)
+                await self.hub.presence.detach(sid, set(session.workers))
 
     async def join_job_room(self, sid: str, data: Any) -> dict[str, Any]:
         """Enter ``jobs:{job_name}`` for a worker the socket's user owns, registered for
@@ -229,6 +229,10 @@ class SocketHandlers:
         if sid not in self.sessions:  # gone while the checks ran: attach nothing (nobody
             # would detach it) and answer no one
             return _SOCKET_GONE
+        if worker_id not in session.workers and session.workers:
+            await self._drop_removed_workers(sid, session)
+            if sid not in self.sessions:
+                return _SOCKET_GONE
         if not session.reserve(rooms):  # other joins of this socket took the last places
             return _TOO_MANY_ROOMS
         session.workers.add(worker_id)
@@ -239,6 +243,23 @@ class SocketHandlers:
         await self.sio.enter_room(sid, f"jobs:{job_name}")
         await self.sio.enter_room(sid, f"worker:{worker_id}")  # task_cancelled for this worker
         return {"job_name": job_name, "worker_id": str(worker_id)}
+
+    async def _drop_removed_workers(self, sid: str, session: SocketSession) -> None:
+        """Let go of the socket's worker ids whose workers the hub removed: a worker that
+        registers again (the hub forgot its old id) joins again for the new id on the same
+        socket, and the old one would otherwise stay in presence (and in Redis) and in its
+        ``worker:`` room, taking a place under the cap, for as long as the socket lives.
+        A socket may serve several live workers: only removed ones (ids are never reused)
+        are let go."""
+        held = set(session.workers)
+        for worker_id in held - await existing_workers(self.hub.db, held):
+            if worker_id not in session.workers:  # let go by a concurrent join meanwhile
+                continue
+            session.workers.discard(worker_id)
+            session.rooms.discard(f"worker:{worker_id}")
+            log.debug("socket lets go of removed worker %s", worker_id)
+            await self.sio.leave_room(sid, f"worker:{worker_id}")
+            await self.hub.presence.forget_socket(worker_id, sid)
 
     async def leave_job_room(self, sid: str, data: Any) -> dict[str, Any]:
         try:
