@@ -58,15 +58,22 @@ def test_keys_that_are_not_strings_become_strings_as_with_the_standard_library()
     assert json.loads(dump_json(keyed)) == json.loads(json.dumps(keyed))
 
 
-async def test_a_document_round_trips_through_the_database(db: Database) -> None:
+async def payload_read_back(db: Database, document: Any) -> tuple[Any, Any]:
+    """``document`` stored as a task's payload, then read back by the hot path and through
+    SQLAlchemy."""
     ids = await seed_running_task(db)
     async with db.autocommit() as conn:
-        await conn.execute(SET_PAYLOAD, {"task_id": ids["task"], "doc": DOCUMENT})
+        await conn.execute(SET_PAYLOAD, {"task_id": ids["task"], "doc": document})
     async with db.read() as conn:
         hot_row = (await conn.execute(LOAD, {"task_id": ids["task"]})).first()
         sa_row = (await (await conn.sa()).execute(LOAD, {"task_id": ids["task"]})).one()
-    assert hot_row.payload == sa_row.payload == DOCUMENT
-    assert isinstance(hot_row.payload["big"], int)
+    return hot_row.payload, sa_row.payload
+
+
+async def test_a_document_round_trips_through_the_database(db: Database) -> None:
+    hot_payload, sa_payload = await payload_read_back(db, DOCUMENT)
+    assert hot_payload == sa_payload == DOCUMENT
+    assert isinstance(hot_payload["big"], int)
 
 
 def spelled(document: dict[str, Any]) -> list[tuple[str, str]]:
@@ -76,13 +83,8 @@ def spelled(document: dict[str, Any]) -> list[tuple[str, str]]:
 
 
 async def test_a_payload_is_read_back_in_its_key_order_with_its_numbers(db: Database) -> None:
-    ids = await seed_running_task(db)
-    async with db.autocommit() as conn:
-        await conn.execute(SET_PAYLOAD, {"task_id": ids["task"], "doc": AS_SENT})
-    async with db.read() as conn:
-        hot_row = (await conn.execute(LOAD, {"task_id": ids["task"]})).first()
-        sa_row = (await (await conn.sa()).execute(LOAD, {"task_id": ids["task"]})).one()
-    assert spelled(hot_row.payload) == spelled(sa_row.payload) == spelled(AS_SENT)
+    hot_payload, sa_payload = await payload_read_back(db, AS_SENT)
+    assert spelled(hot_payload) == spelled(sa_payload) == spelled(AS_SENT)
 
 
 async def test_a_result_is_read_back_in_its_key_order_with_its_numbers(db: Database) -> None:
