@@ -139,3 +139,23 @@ async def test_a_page_without_pending_tasks_reads_no_position(db: Database) -> N
         records = await with_positions(counting, rows)
     assert [record.queue_position for record in records] == [None] * 5
     assert counting.statements == 0
+
+
+async def test_a_page_whose_tasks_left_the_queue_since_it_was_read_still_has_positions(
+    db: Database,
+) -> None:
+    """The page's rows and their positions are two statements: by the second, every task of
+    the job may have been claimed (its count rows gone). The page is still answered, each
+    of its tasks with the place its own statement would read then."""
+    now = utcnow()
+    job_id = await add_job(db)
+    await add_tasks(db, job_id, [at(0, us) for us in range(12)], run_at=now + timedelta(hours=1))
+    async with db.read() as conn:
+        rows = (await conn.execute(SELECT_TASKS.where(task.c.job_id == job_id))).all()
+    async with db.write() as conn:
+        await conn.execute(update(task).where(task.c.job_id == job_id).values(status="claimed"))
+    async with db.read() as conn:
+        records = await with_positions(conn, rows, now)
+        assert len(records) > page_positions.FEW
+        positions = {record.id: record.queue_position for record in records}
+        assert positions == await alone(conn, records, now)
