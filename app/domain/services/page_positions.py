@@ -45,6 +45,7 @@ from app.domain.services.task_rows import (
     delayed_position,
     is_ready,
     joined_record,
+    position_params,
     ready_position,
     second_after_subject,
     second_up_to_subject,
@@ -53,7 +54,6 @@ from app.domain.services.task_rows import (
 from app.domain.states import TaskStatus
 from app.persistence.models import is_pending, queue_bucket_table, task_table
 from app.persistence.prepared import hot
-from app.persistence.queue_counts import bucket_of, bucket_start
 from app.persistence.types import utcnow
 
 task = task_table
@@ -114,19 +114,10 @@ def page_params(records: Sequence[TaskRecord], now: datetime, dialect: Dialect) 
     bind = {name: _bind_processor(type_, dialect) for name, type_ in _SUBJECT_COLUMNS.items()}
     subjects = []
     for record in records:
-        second = bucket_of(record.created_at)
-        values = {
-            "job_id": record.job_id,
-            "task_id": record.id,
-            "priority": record.priority,
-            "created_at": record.created_at,
-            "run_at": record.run_at,
-            "bucket": second,
-            "bucket_start": bucket_start(second),
-            "bucket_end": bucket_start(second + 1),
-            "ready": is_ready(record.run_at, now),
-            "from_end": counts_from_end(record.created_at),
-        }
+        values = position_params(record, now)  # the values of its own statement, less now
+        del values["now"]
+        values["ready"] = is_ready(record.run_at, now)
+        values["from_end"] = counts_from_end(record.created_at)
         subjects.append({name: bind[name](value) for name, value in values.items()})
     return {"subjects": orjson.dumps(subjects, default=str).decode(), "now": now}
 
