@@ -13,10 +13,15 @@ requests of each kind, in this order:
 - ``claim``: ``POST /tasks/claim`` for the job's worker (each takes the front task, so the
   queue stays B deep).
 
+With ``--delayed D``, D delayed tasks of the job (due an hour ahead, submitted before the
+backlog) are seeded first: they stand in the queue order before none of the backlog, yet
+a claim, a submit and a read must not step over them.
+
 One JSON line per (target, B, request) on stdout; a markdown table on stderr.
 
     .venv/bin/python -m benchmarks.backlog
     .venv/bin/python -m benchmarks.backlog --targets sqlite --backlog 10000 --samples 50
+    .venv/bin/python -m benchmarks.backlog --backlog 1000 --delayed 100000 --samples 50
 """
 
 from __future__ import annotations
@@ -102,12 +107,16 @@ class Seeded:
 
 
 def backlog_rows(
-    job_id: UUID, room: str, user_id: UUID | None, count: int
+    job_id: UUID, room: str, user_id: UUID | None, count: int, delayed: int = 0
 ) -> Iterator[list[dict[str, Any]]]:
-    """``count`` pending tasks in chunks, oldest first, all created before now. Only these
-    columns are given: every other one keeps its default."""
-    start = utcnow() - SEED_STEP * (count + 1000)
-    for offset in range(0, count, SEED_CHUNK):
+    """``delayed`` waiting tasks (due an hour ahead), then ``count`` pending tasks, in
+    chunks, oldest first, all created before now. Only these columns are given: every other
+    one keeps its default."""
+    now = utcnow()
+    start = now - SEED_STEP * (delayed + count + 1000)
+    due = {"run_at": now + timedelta(hours=1), "waiting": True}
+    total = delayed + count
+    for offset in range(0, total, SEED_CHUNK):
         yield [
             {
                 "id": new_id(),
@@ -118,8 +127,9 @@ def backlog_rows(
                 "created_at": start + SEED_STEP * index,
                 "submitted_by": user_id,
                 "attempt": 0,
+                **(due if index < delayed else {}),
             }
-            for index in range(offset, min(offset + SEED_CHUNK, count))
+            for index in range(offset, min(offset + SEED_CHUNK, total))
         ]
 
 
@@ -140,20 +150,25 @@ async def maintain(db: Database, vacuum: bool) -> str | None:
     return statement
 
 
-async def seed_backlog(target: Target, job_id: UUID, room: str, count: int, vacuum: bool) -> Seeded:
-    """Insert ``count`` pending tasks of the job into the running hub's database."""
+async def seed_backlog(
+    target: Target, job_id: UUID, room: str, count: int, vacuum: bool, delayed: int = 0
+) -> Seeded:
+    """Insert ``count`` pending tasks of the job (after ``delayed`` waiting ones) into the
+    running hub's database."""
     if target.database_url is None:
         raise TargetError(f"the database of target {target.name} is unknown")
     db = Database(Settings(database_url=target.database_url))
     started = time.perf_counter()
     try:
         user_id = await token_user(db, target.token)
-        chunks = backlog_rows(job_id, room, user_id, count)
+        chunks = backlog_rows(job_id, room, user_id, count, delayed)
         front = back = None
         for rows in chunks:
             async with db.write() as conn:
                 await conn.execute(insert(task_table), rows)
-            front, back = front or rows[0]["id"], rows[-1]["id"]
+            queued = [row["id"] for row in rows if "run_at" not in row]
+            if queued:
+                front, back = front or queued[0], queued[-1]
         maintenance = await maintain(db, vacuum)
     finally:
         await db.dispose()
@@ -209,12 +224,14 @@ def result_line(
     position: int | None,
     seeded: Seeded | None,
     error: str | None = None,
+    delayed: int = 0,
 ) -> dict[str, Any]:
     """One (target, B, request) JSON line."""
     return {
         "scenario": "backlog",
         "target": target,
         "backlog": backlog,
+        "delayed": delayed,
         "request": kind,
         **latency_summary(timings),
         "queue_position": position,
@@ -226,7 +243,7 @@ def result_line(
 
 
 async def run_backlog(
-    target: Target, backlog: int, samples: int, vacuum: bool
+    target: Target, backlog: int, samples: int, vacuum: bool, delayed: int = 0
 ) -> list[dict[str, Any]]:
     """Register, seed and measure one backlog on a running hub."""
     room = f"backlog-{uuid.uuid4().hex[:8]}"
@@ -235,14 +252,15 @@ async def run_backlog(
         job, _elapsed = await call(client, "PUT", f"{API}/rooms/{room}/jobs", JOB)
         beat = asyncio.create_task(heartbeat(beats, [job["worker_id"]]))
         try:
-            log(f"[backlog {target.name} B={backlog}] seeding ...")
-            seeded = await seed_backlog(target, UUID(job["id"]), room, backlog, vacuum)
+            log(f"[backlog {target.name} B={backlog} D={delayed}] seeding ...")
+            job_id = UUID(job["id"])
+            seeded = await seed_backlog(target, job_id, room, backlog, vacuum, delayed)
             queue = Queue(room, job_name, job["worker_id"], seeded.front, seeded.back)
             measured = await measure(client, queue, samples)
         finally:
             beat.cancel()
     return [
-        emit(result_line(target.name, backlog, kind, timings, position, seeded))
+        emit(result_line(target.name, backlog, kind, timings, position, seeded, None, delayed))
         for kind, (timings, position) in measured.items()
     ]
 
@@ -254,6 +272,7 @@ async def bench_backlog(
     samples: int,
     *,
     vacuum: bool = True,
+    delayed: int = 0,
 ) -> list[dict[str, Any]]:
     """Every (target, B), each on a freshly started hub; a failure becomes error lines."""
     results: list[dict[str, Any]] = []
@@ -261,25 +280,27 @@ async def bench_backlog(
         for backlog in backlogs:
             try:
                 async with FACTORIES[name](options) as target:
-                    results += await run_backlog(target, backlog, samples, vacuum)
+                    results += await run_backlog(target, backlog, samples, vacuum, delayed)
             except (TargetError, BenchError, httpx.HTTPError, SQLAlchemyError, OSError) as exc:
                 error = f"{type(exc).__name__}: {exc}"
                 log(f"[backlog {name} B={backlog}] failed: {error}")
                 results += [
-                    emit(result_line(name, backlog, kind, [], None, None, error))
+                    emit(result_line(name, backlog, kind, [], None, None, error, delayed))
                     for kind in REQUESTS
                 ]
     return results
 
 
 def table(results: list[dict[str, Any]]) -> str:
-    headers = ["target", "request", "backlog", "samples", "p50 ms", "p90 ms", "p99 ms"]
+    headers = ["target", "request", "backlog", "delayed", "samples", "p50 ms", "p90 ms"]
+    headers += ["p99 ms"]
     headers += ["max ms", "queue_position"]
     rows = [
         [
             r["target"],
             r["request"] + (" (failed)" if r["error"] else ""),
             r["backlog"],
+            r["delayed"],
             r["samples"],
             r["p50_ms"],
             r["p90_ms"],
@@ -302,6 +323,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--backlog", type=csv_ints, default=[10_000, 50_000], help="B values")
     parser.add_argument("--samples", type=int, default=200, help="requests of each kind")
     parser.add_argument(
+        "--delayed", type=int, default=0, help="delayed tasks seeded before the backlog"
+    )
+    parser.add_argument(
         "--no-vacuum", action="store_true", help="PostgreSQL: ANALYZE only after seeding"
     )
     parser.add_argument("--server-log-level", default="warning")
@@ -309,6 +333,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.samples < 1:
         parser.error("--samples must be positive")
+    if args.delayed < 0:
+        parser.error("--delayed must not be negative")
     return args
 
 
@@ -316,7 +342,12 @@ async def main_async(args: argparse.Namespace, results: Results) -> None:
     with tempfile.TemporaryDirectory(prefix="taskhub-backlog-") as workdir:
         options = TargetOptions(Path(workdir), args.server_log_level, False, args.pg_admin_url)
         results += await bench_backlog(
-            options, args.targets, args.backlog, args.samples, vacuum=not args.no_vacuum
+            options,
+            args.targets,
+            args.backlog,
+            args.samples,
+            vacuum=not args.no_vacuum,
+            delayed=args.delayed,
         )
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Iterable, Iterator
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from prometheus_client import REGISTRY, CollectorRegistry
 from prometheus_client.exposition import choose_encoder
@@ -33,19 +33,29 @@ class Collector(Protocol):
     def collect(self) -> Iterable[Metric]: ...
 
 
-async def pending_by_job(db: Database, limit: int = QUEUE_DEPTH_MAX_JOBS) -> dict[str, int]:
-    """Pending tasks per job full name: every live job (0 when idle) and any deleted job
-    that still has pending tasks; the ``limit`` deepest queues. Read off the pending counts
-    the database keeps (``task_queue_bucket``), not by counting tasks."""
+class QueueCounts(NamedTuple):
+    pending: int
+    waiting: int  # of those pending, the ones waiting for their ``run_at``
+
+
+async def pending_by_job(db: Database, limit: int = QUEUE_DEPTH_MAX_JOBS) -> dict[str, QueueCounts]:
+    """Pending (and waiting) tasks per job full name: every live job (0 when idle) and any
+    deleted job that still has pending tasks; the ``limit`` deepest queues. Read off the
+    counts the database keeps (``task_queue_bucket``), not by counting tasks."""
     buckets = queue_bucket_table
     counts = (
-        select(buckets.c.job_id, func.sum(buckets.c.pending).label("pending"))
+        select(
+            buckets.c.job_id,
+            func.sum(buckets.c.pending).label("pending"),
+            func.sum(buckets.c.waiting).label("waiting"),
+        )
         .group_by(buckets.c.job_id)
         .subquery("counts")
     )
     depth = func.coalesce(counts.c.pending, 0).label("depth")
+    waiting = func.coalesce(counts.c.waiting, 0).label("waiting")
     statement = (
-        select(job_table.c.room_id, job_table.c.category, job_table.c.name, depth)
+        select(job_table.c.room_id, job_table.c.category, job_table.c.name, depth, waiting)
         .select_from(job_table.outerjoin(counts, counts.c.job_id == job_table.c.id))
         .where(or_(~job_table.c.deleted, counts.c.pending > 0))
         .order_by(depth.desc(), job_table.c.room_id, job_table.c.category, job_table.c.name)
@@ -53,22 +63,32 @@ async def pending_by_job(db: Database, limit: int = QUEUE_DEPTH_MAX_JOBS) -> dic
     )
     async with db.read() as conn:
         rows = (await conn.execute(statement)).all()
-    return {f"{row.room_id}:{row.category}:{row.name}": int(row.depth) for row in rows}
+    return {
+        f"{row.room_id}:{row.category}:{row.name}": QueueCounts(int(row.depth), int(row.waiting))
+        for row in rows
+    }
 
 
 class QueueDepth:
     """A one-scrape collector of depths already read from the database."""
 
-    def __init__(self, depths: dict[str, int]) -> None:
+    def __init__(self, depths: dict[str, QueueCounts]) -> None:
         self.depths = depths
 
     def collect(self) -> Iterator[Metric]:
-        family = GaugeMetricFamily(
+        depth = GaugeMetricFamily(
             "taskhub_queue_depth", "Pending tasks per job (full name).", labels=["job"]
         )
-        for job, depth in self.depths.items():
-            family.add_metric([job], depth)
-        yield family
+        waiting = GaugeMetricFamily(
+            "taskhub_queue_waiting",
+            "Pending tasks per job (full name) waiting for their run_at.",
+            labels=["job"],
+        )
+        for job, counts in self.depths.items():
+            depth.add_metric([job], counts.pending)
+            waiting.add_metric([job], counts.waiting)
+        yield depth
+        yield waiting
 
 
 class Scrape:

@@ -25,6 +25,7 @@ from sqlalchemy import (
     select,
     text,
     true,
+    union_all,
     update,
 )
 from sqlalchemy.dialects import postgresql, sqlite
@@ -36,7 +37,9 @@ from sqlalchemy.sql import Executable
 from app.domain.naming import INTERNAL_ROOM
 from app.domain.states import TaskStatus
 from app.persistence.models import (
+    is_delayed,
     is_pending,
+    is_queued,
     job_table,
     link_table,
     next_version,
@@ -76,7 +79,8 @@ def insert_task_of_live_job(dialect: str, position: Any = None) -> Executable:
     evaluated on the statement's snapshot, which does not hold the new task yet."""
     task = task_table
     columns = ["id", "job_id", "room_id", "status", "payload", "created_at", "submitted_by"]
-    columns += ["attempt", "idempotency_key", "priority", "max_attempts", "run_at", "version"]
+    columns += ["attempt", "idempotency_key", "priority", "max_attempts", "run_at", "waiting"]
+    columns += ["version"]
     rows = select(
         bindparam("b_id", type_=task.c.id.type),
         job_table.c.id,
@@ -92,6 +96,7 @@ def insert_task_of_live_job(dialect: str, position: Any = None) -> Executable:
             bindparam("b_max_attempts", type_=task.c.max_attempts.type), job_table.c.max_attempts
         ),
         bindparam("b_run_at", type_=task.c.run_at.type),
+        bindparam("b_waiting", type_=task.c.waiting.type),
         literal(1, type_=task.c.version.type),
     ).where(
         job_table.c.id == bindparam("b_job_id"),
@@ -138,15 +143,17 @@ _ROW_ADDRESS = literal_column(f"{task_table.name}.ctid").label("row_address")
 _ROW_ADDRESS_OF_TASK = literal_column(f"{task_table.name}.ctid")
 
 
-def _claimable() -> list[Any]:
-    """Pending and due (``run_at`` NULL or not after ``:now``)."""
-    return [
-        is_pending(),
-        or_(
-            task_table.c.run_at.is_(None),
-            task_table.c.run_at <= bindparam("now", type_=task_table.c.run_at.type),
-        ),
-    ]
+def _due() -> Any:
+    return task_table.c.run_at <= bindparam("now", type_=task_table.c.run_at.type)
+
+
+def _claimable() -> tuple[list[Any], list[Any]]:
+    """Claimable at ``:now``, in two kinds read off two indexes: queued tasks (on the claim
+    queue; ``run_at`` checked all the same, for a delayed task an older replica queued),
+    and waiting ones already due that the announcer has not queued yet (few, on
+    ``ix_task_delayed``)."""
+    queued = [is_queued(), or_(task_table.c.run_at.is_(None), _due())]
+    return queued, [is_delayed(), _due()]
 
 
 @functools.cache
@@ -194,22 +201,26 @@ def claim_statement(
         )
     queue_order = (task.c.priority.desc(), task.c.created_at, task.c.id)
     if dialect == "postgresql":
-        # Per served job, the head of its queue straight off the claim-queue index (a
-        # LATERAL scan in index order that stops after ``limit`` rows, however deep the
-        # queue), then the best heads over all jobs.
+        # Per served job and kind of claimable task, the head of its queue straight off its
+        # index (a LATERAL scan in index order that stops after ``limit`` rows, however
+        # deep the queue), then the best heads over all jobs.
         served = served_jobs.subquery("served")
-        heads = (
-            select(task.c.id, task.c.priority, task.c.created_at, _ROW_ADDRESS)
-            .where(*_claimable(), task.c.job_id == served.c.job_id)
-            .order_by(*queue_order)
-            .limit(limit)
-            .with_for_update(skip_locked=not wait_for_locked)
-            .lateral("head")
-        )
+
+        def heads_of(claimable: list[Any], name: str) -> Any:
+            head = (
+                select(task.c.id, task.c.priority, task.c.created_at, _ROW_ADDRESS)
+                .where(*claimable, task.c.job_id == served.c.job_id)
+                .order_by(*queue_order)
+                .limit(limit)
+                .with_for_update(skip_locked=not wait_for_locked)
+                .lateral(name)
+            )
+            return select(*head.c).select_from(served).join(head, true())
+
+        queued, due_waiting = _claimable()
+        heads = union_all(heads_of(queued, "queued"), heads_of(due_waiting, "due")).subquery()
         picked = (
             select(heads.c.id, heads.c.row_address)
-            .select_from(served)
-            .join(heads, true())
             .order_by(heads.c.priority.desc(), heads.c.created_at, heads.c.id)
             .limit(limit)
             .cte("picked")
@@ -219,10 +230,18 @@ def claim_statement(
         # the statistics of a young table it would rather scan every pending task).
         chosen = and_(task.c.id == picked.c.id, picked.c.row_address == _ROW_ADDRESS_OF_TASK)
     else:
-        candidates = (
-            select(task.c.id)
-            .where(*_claimable(), task.c.job_id.in_(served_jobs))
+        kinds = [
+            select(task.c.id, task.c.priority, task.c.created_at)
+            .where(*claimable, task.c.job_id.in_(served_jobs))
             .order_by(*queue_order)
+            .limit(limit)
+            .subquery()
+            for claimable in _claimable()
+        ]
+        heads = union_all(*(select(*kind.c) for kind in kinds)).subquery()
+        candidates = (
+            select(heads.c.id)
+            .order_by(heads.c.priority.desc(), heads.c.created_at, heads.c.id)
             .limit(limit)
         )
         chosen = task.c.id.in_(candidates.scalar_subquery())
@@ -264,8 +283,9 @@ def claim_statement(
 def claimable_left_statement() -> Executable:
     """Whether ``:worker_id``'s jobs have a task claimable at ``:now`` (PostgreSQL: asked
     after a claim that got nothing; see ``claim_statement``)."""
-    claimable = exists().where(*_claimable(), task_table.c.job_id.in_(_served_jobs()))
-    return hot(select(claimable.label("claimable_left")))
+    served = task_table.c.job_id.in_(_served_jobs())
+    queued, due_waiting = (exists().where(*kind, served) for kind in _claimable())
+    return hot(select(or_(queued, due_waiting).label("claimable_left")))
 
 
 def insert_ignoring_duplicates(dialect: str, table: Table, values: dict[str, Any]) -> Executable:

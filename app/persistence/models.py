@@ -9,6 +9,7 @@ from uuid import UUID
 
 from sqlalchemy import (
     BigInteger,
+    Boolean,
     Column,
     ColumnElement,
     ForeignKey,
@@ -18,7 +19,9 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    and_,
     event,
+    false,
     literal_column,
     text,
 )
@@ -43,6 +46,11 @@ metadata = MetaData(
 
 PENDING_ONLY = "status = 'pending'"
 WAITING_ONLY = f"{PENDING_ONLY} AND run_at IS NOT NULL"
+# A pending task either waits for its ``run_at`` (``waiting``: set when it enters pending
+# with a ``run_at`` ahead, cleared when the due-task announcer finds it due) or is queued:
+# the claim queue holds only the queued ones, so a claim never walks tasks that wait.
+QUEUED_ONLY = f"{PENDING_ONLY} AND NOT waiting"
+DELAYED_ONLY = f"{PENDING_ONLY} AND waiting"
 # Claimed or running (the domain's ``ACTIVE_STATUSES``): the tasks whose lease the sweeper
 # watches.
 ACTIVE_VALUES = ("claimed", "running")
@@ -203,12 +211,20 @@ class Task(TaskhubModel, table=True):
     # The Idempotency-Key of the claim that took the task (if it sent one): repeated while
     # the task is still claimed, that claim is answered with the same tasks.
     claim_key: str | None = Field(default=None, sa_type=String(255))
+    # Pending and not yet due when it entered pending, and not found due since (see
+    # ``QUEUED_ONLY``); meaningless for other statuses. Server default for the same reason
+    # as ``version``'s.
+    waiting: bool = Field(
+        default=False,
+        sa_column=Column(Boolean, nullable=False, server_default=false()),
+    )
 
 
 class TaskQueueBucket(TaskhubModel, table=True):
-    """How many tasks of a job wait (pending) at one priority, submitted within one second.
-    Written only by the database's triggers on ``task`` (``app/persistence/queue_counts.py``);
-    a row goes when its count reaches zero."""
+    """How many tasks of a job wait (pending) at one priority, submitted within one second,
+    and how many of those are ``waiting`` for their ``run_at``. Written only by the
+    database's triggers on ``task`` (``app/persistence/queue_counts.py``); a row goes when
+    its pending count reaches zero."""
 
     __tablename__ = "task_queue_bucket"
 
@@ -216,6 +232,9 @@ class TaskQueueBucket(TaskhubModel, table=True):
     priority: int = Field(primary_key=True)
     bucket: int = Field(sa_type=BigInteger, primary_key=True)
     pending: int
+    waiting: int = Field(
+        default=0, sa_column=Column(Integer, nullable=False, server_default=text("0"))
+    )
 
 
 user_table = User.__table__
@@ -239,16 +258,28 @@ def is_pending() -> ColumnElement[bool]:
     return task_table.c.status == literal_column("'pending'")
 
 
+def is_queued() -> ColumnElement[bool]:
+    """Pending and not waiting: ``QUEUED_ONLY`` as the query must spell it for SQLite to
+    use the claim queue (``NOT waiting``, not SQLAlchemy's ``waiting = 0``)."""
+    # Untyped: typed Boolean, SQLAlchemy would write SQLite's ``waiting = 1`` instead.
+    return and_(is_pending(), literal_column(f"NOT {task_table.name}.waiting"))
+
+
+def is_delayed() -> ColumnElement[bool]:
+    """Pending and waiting (``DELAYED_ONLY``, spelled as the index's predicate)."""
+    return and_(is_pending(), literal_column(f"{task_table.name}.waiting"))
+
+
 def is_active() -> ColumnElement[bool]:
     """``task.status IN ('claimed', 'running')``, spelled as ``ACTIVE_ONLY`` (see
     ``is_pending``): SQLite uses a partial index only for a query term equal to its own."""
     return task_table.c.status.in_([literal_column(repr(value)) for value in ACTIVE_VALUES])
 
 
-# The claim queue: only pending rows, per job, higher priority first, FIFO within a
-# priority; ``run_at`` and ``status`` ride along so the index covers what claims and queue
-# positions read (SQLite re-checks ``status`` even though the predicate implies it), and
-# they never visit the table rows they skip or count.
+# The claim queue: only queued rows (pending, not waiting), per job, higher priority first,
+# FIFO within a priority; ``run_at``, ``status`` and ``waiting`` ride along so the index
+# covers what claims and queue positions read (SQLite re-checks the predicate's columns),
+# and they never visit the table rows they skip or count.
 Index(
     "ix_task_claim_queue",
     task_table.c.job_id,
@@ -257,11 +288,12 @@ Index(
     task_table.c.id,
     task_table.c.run_at,
     task_table.c.status,
-    **_partial(PENDING_ONLY),
+    task_table.c.waiting,
+    **_partial(QUEUED_ONLY),
 )
 
-# Delayed and retried tasks per job by due time: what queue positions subtract from the
-# pending counts (a task waiting for its ``run_at`` is not ahead of the ready ones).
+# Waiting tasks per job by due time: the ones a claim takes once they are due and before
+# the announcer queues them (few), and the ones queue positions count (by due time).
 Index(
     "ix_task_delayed",
     task_table.c.job_id,
@@ -269,7 +301,9 @@ Index(
     task_table.c.priority,
     task_table.c.created_at,
     task_table.c.id,
-    **_partial(WAITING_ONLY),
+    task_table.c.status,
+    task_table.c.waiting,
+    **_partial(DELAYED_ONLY),
 )
 
 

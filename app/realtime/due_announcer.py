@@ -1,12 +1,14 @@
 """Announcing delayed and retried tasks the moment they come due.
 
 One timer per hub process, not a loop per task: it sleeps until the earliest waiting
-``run_at`` (read from the database, and lowered at once when this process publishes a task
-scheduled earlier), then sends ``task_available`` for every task that came due since its
-last look. Tasks scheduled on another replica are seen at that replica's timer or, here, at
-the next look (at most ``fallback_seconds`` away). ``task_available`` is a hint: several
-replicas may each announce a task; workers claim it once. An ``@internal`` task that comes
-due is dispatched instead (several replicas may each do it: harmless, see
+``run_at`` (read from the database, and lowered at once when this process publishes a
+task scheduled earlier), then queues the waiting tasks that are due
+(``due_tasks.queue_due``: claims and positions read queued tasks off the claim queue) and
+sends ``task_available`` for every task that came due since its last look. Tasks
+scheduled on another replica are seen at that replica's timer or, here, at the next look
+(at most ``fallback_seconds`` away). ``task_available`` is a hint: several replicas may
+each announce a task; workers claim it once. An ``@internal`` task that comes due is
+dispatched instead (several replicas may each do it: harmless, see
 ``app/dispatch/dispatcher.py``).
 """
 
@@ -22,7 +24,7 @@ from uuid import UUID
 from app.domain.events import Event, EventBatch, TaskAvailable, TaskStatusChanged
 from app.domain.naming import is_internal_job
 from app.domain.records import TaskRecord
-from app.domain.services.due_tasks import END_OF_MOMENT, came_due, next_due
+from app.domain.services.due_tasks import END_OF_MOMENT, came_due, next_due, queue_due
 from app.domain.states import TaskStatus
 from app.persistence.database import Database
 from app.persistence.types import utcnow
@@ -105,9 +107,12 @@ class DueTaskAnnouncer:
             await self._sleep()
 
     async def _announce(self, seen_until: datetime) -> datetime:
-        """Announce everything that came due since ``seen_until``; returns the new mark."""
+        """Queue the waiting tasks that are due, and announce everything that came due
+        since ``seen_until``; returns the new mark."""
         now = utcnow()
         self._looked_until = max(self._looked_until, now)
+        while await queue_due(self._db, now, BATCH) == BATCH:
+            pass
         after, after_id = seen_until, END_OF_MOMENT
         while True:
             due = await came_due(self._db, after, now, BATCH, after_id)

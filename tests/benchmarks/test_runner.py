@@ -16,7 +16,16 @@ from tests.benchmarks.running import run_benchmark
 from tests.support.databases import POSTGRES_URL
 
 LATENCY_KEYS = ("p50_ms", "p90_ms", "p99_ms", "max_ms")
-BACKLOG_KEYS = {"scenario", "target", "backlog", "request", "samples", "queue_position", "error"}
+BACKLOG_KEYS = {
+    "scenario",
+    "target",
+    "backlog",
+    "delayed",
+    "request",
+    "samples",
+    "queue_position",
+    "error",
+}
 FANOUT_KEYS = {"scenario", "sockets", "measured", "samples"}
 TARGETS = ("sqlite", "postgres")
 

@@ -6,7 +6,12 @@ SQLite and PostgreSQL, and checks after every step that the queue keeps its prom
 - terminal states are final; attempts never exceed the maximum;
 - no acknowledged (submitted) task is lost;
 - no claim comes back empty while a claimable task exists;
-- the queue positions of a job's pending tasks are a permutation of 1..n.
+- the queue positions of a job's pending tasks are a permutation of 1..n;
+- the kept counts of pending and waiting tasks match the tasks.
+
+Waiting tasks come due (their ``run_at`` moves into the past while they still wait) and
+the announcer's step queues the due ones, at any point between the other steps: claims and
+positions take a due task in its place whether or not it was queued yet.
 """
 
 from __future__ import annotations
@@ -32,14 +37,14 @@ from sqlalchemy import delete, func, select, update
 from app.domain.errors import DomainError
 from app.domain.records import Principal
 from app.domain.retries import RetryPolicy
-from app.domain.services import sweeps, tasks
+from app.domain.services import due_tasks, sweeps, tasks
 from app.domain.services.jobs import KnownJobs, register_job
 from app.domain.services.page_positions import with_positions
 from app.domain.services.task_rows import SELECT_TASKS, load_task
 from app.domain.services.users import create_user
 from app.domain.states import ACTIVE_STATUSES, TaskStatus, is_terminal
 from app.persistence.database import Database
-from app.persistence.models import metadata, queue_bucket_table, task_table
+from app.persistence.models import is_delayed, metadata, queue_bucket_table, task_table
 from app.persistence.types import utcnow
 from app.settings import Settings
 
@@ -222,6 +227,26 @@ class QueueMachine(RuleBasedStateMachine):
             before.claim_token,
         )
 
+    @precondition(lambda self: self.waiting)
+    @rule(data=st.data())
+    def come_due(self, data: st.DataObject) -> None:
+        """A waiting task's ``run_at`` passes (it still waits: the announcer has not
+        looked yet)."""
+        task_id = data.draw(st.sampled_from(sorted(self.waiting)))
+        self.run(self._move_run_at(task_id, utcnow() - timedelta(seconds=1)))
+        self.waiting.discard(task_id)
+
+    async def _move_run_at(self, task_id: UUID, run_at: datetime) -> None:
+        async with self.db.write() as conn:
+            await conn.execute(
+                update(task_table).where(task_table.c.id == task_id).values(run_at=run_at)
+            )
+
+    @rule()
+    def queue_due(self) -> None:
+        """The announcer's step: the waiting tasks that are due join the claim queue."""
+        self.run(due_tasks.queue_due(self.db, utcnow(), 1000))
+
     @rule()
     def sweep_expired_leases(self) -> None:
         """Every lease runs out: each active attempt is retried or fails."""
@@ -255,6 +280,7 @@ class QueueMachine(RuleBasedStateMachine):
     def the_database_agrees_with_what_was_acknowledged(self) -> None:
         now = utcnow()
         rows, counted = self.run(self._all_tasks(now))
+        waiting = self.run(self._waiting_count())
         assert {record.id for record in rows} == set(self.status), "a task was lost"
         pending_positions = []
         for record in rows:
@@ -268,7 +294,7 @@ class QueueMachine(RuleBasedStateMachine):
                 pending_positions.append(record.queue_position)
         assert sorted(pending_positions) == list(range(1, len(pending_positions) + 1))
         pending = [record for record in rows if record.status == S.PENDING]
-        assert counted == len(pending), "the trigger-kept pending count drifted"
+        assert counted == (len(pending), waiting), "the trigger-kept counts drifted"
         in_claim_order = sorted(pending, key=lambda record: claim_order(record, now))
         positions = [record.queue_position for record in in_claim_order]
         assert positions == list(range(1, len(pending) + 1)), "positions not in claim order"
@@ -277,16 +303,26 @@ class QueueMachine(RuleBasedStateMachine):
         async with self.db.read() as conn:
             return await load_task(conn, task_id)
 
-    async def _all_tasks(self, now: datetime) -> tuple[list[Any], int]:
+    async def _all_tasks(self, now: datetime) -> tuple[list[Any], tuple[int, int]]:
+        """The job's tasks with their positions, and the kept (pending, waiting) counts."""
+        bucket = queue_bucket_table
         async with self.db.read() as conn:
             rows = await conn.execute(SELECT_TASKS.where(task_table.c.job_id == self.job_id))
             records = await with_positions(conn, rows.all(), now)
-            counted = await conn.scalar(
-                select(func.coalesce(func.sum(queue_bucket_table.c.pending), 0)).where(
-                    queue_bucket_table.c.job_id == self.job_id
-                )
+            kept = await conn.execute(
+                select(
+                    func.coalesce(func.sum(bucket.c.pending), 0),
+                    func.coalesce(func.sum(bucket.c.waiting), 0),
+                ).where(bucket.c.job_id == self.job_id)
             )
-            return records, int(counted)
+            pending, waiting = kept.one()
+            return records, (int(pending), int(waiting))
+
+    async def _waiting_count(self) -> int:
+        """The job's pending tasks that still wait, counted on the task rows."""
+        async with self.db.read() as conn:
+            waiting = select(func.count()).where(task_table.c.job_id == self.job_id, is_delayed())
+            return int(await conn.scalar(waiting))
 
 
 def claim_order(record: Any, now: datetime) -> tuple[Any, ...]:

@@ -57,6 +57,7 @@ async def test_metrics_is_unauthenticated_prometheus_text(http: httpx.AsyncClien
         "taskhub_sweeper_runs",
         "taskhub_sweeper_cleaned",
         "taskhub_queue_depth",
+        "taskhub_queue_waiting",
     ):
         assert name in samples.names, name
 
@@ -192,6 +193,16 @@ async def test_queue_depth_is_read_per_job_at_scrape_time(alice, http) -> None:
     await alice.claim(job["worker_id"])
     depths = (await scrape(http)).labelled("taskhub_queue_depth", "job")
     assert depths[JOB] == 2
+
+
+async def test_the_tasks_waiting_for_their_time_are_a_gauge_of_their_own(alice, http) -> None:
+    await alice.register()
+    await alice.submit(JOB)
+    for _ in range(2):
+        await alice.submit(JOB, delay_seconds=3600)
+    samples = await scrape(http)
+    assert samples.labelled("taskhub_queue_depth", "job")[JOB] == 3
+    assert samples.labelled("taskhub_queue_waiting", "job")[JOB] == 2
 
 
 async def test_sweeper_runs_and_what_they_cleaned_are_counted(app, http) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Awaitable
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -309,6 +310,54 @@ async def test_queue_counts_start_from_the_tasks_already_waiting(
     assert "task_queue_bucket" not in await table_names(database)
     async with database.write() as conn:
         await conn.execute(text("UPDATE task SET status = 'claimed'"))
+
+
+async def waiting_state(db: Database) -> tuple[dict[str, bool], int]:
+    """Each task's ``waiting`` flag by its room, and the waiting tasks the counts keep."""
+    async with db.read() as conn:
+        flags = await conn.execute(text("SELECT room_id, waiting FROM task"))
+        kept = await conn.scalar(text("SELECT coalesce(sum(waiting), 0) FROM task_queue_bucket"))
+        return {row[0]: bool(row[1]) for row in flags}, int(kept)
+
+
+async def test_0011_sets_the_tasks_that_wait_apart(empty_url: str, database: Database) -> None:
+    """0011 marks the pending tasks due after its moment as waiting and counts them; the
+    ones due already, and tasks not pending, are queued (or not in the queue at all). Its
+    downgrade leaves the pending counts as they were."""
+    await upgrade(empty_url, "0010")
+    for tag in ("ahead", "past", "none", "claimed"):
+        await insert_sample_rows(database, tag)
+    now = utcnow()
+    runs = {"ahead": now + timedelta(hours=1), "past": now - timedelta(minutes=1)}
+    runs["claimed"] = runs["ahead"]
+    task = task_table
+    async with database.write() as conn:
+        for tag, run_at in runs.items():
+            job = f"Rotate{tag}"
+            await conn.execute(
+                update(task)
+                .where(task.c.job_id.in_(select(job_table.c.id).where(job_table.c.name == job)))
+                .values(run_at=run_at, room_id=tag)
+            )
+        await conn.execute(text("UPDATE task SET room_id = 'none' WHERE run_at IS NULL"))
+        await conn.execute(text("UPDATE task SET status = 'claimed' WHERE room_id = 'claimed'"))
+    await upgrade(empty_url, "0011")
+    flags, kept = await waiting_state(database)
+    assert flags == {"ahead": True, "past": False, "none": False, "claimed": False}
+    assert kept == 1
+    counted, kept_pending = await pending_counts(database)
+    assert len(counted) == 3 and kept_pending == counted
+
+    await downgrade(empty_url, "0010")
+    counted, kept_pending = await pending_counts(database)
+    assert len(counted) == 3 and kept_pending == counted
+    async with database.read() as conn:
+        columns = await (await conn.sa()).run_sync(
+            lambda sync: {c["name"] for c in inspect(sync).get_columns("task")}
+        )
+    assert "waiting" not in columns
+    await upgrade(empty_url)
+    assert (await waiting_state(database))[1] == 1
 
 
 async def task_documents(db: Database) -> list[tuple[Any, Any, bool]]:

@@ -154,6 +154,7 @@ async def test_a_text_statement_names_its_columns_as_the_driver_does(db: Databas
         "b_priority": 0,
         "b_max_attempts": None,
         "b_run_at": None,
+        "b_waiting": False,
     }
     if db.is_sqlite:
         statement = insert_task_of_live_job(db.dialect)

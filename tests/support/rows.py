@@ -33,7 +33,10 @@ async def add_job(db: Database) -> UUID:
 
 async def add_tasks(db: Database, job_id: UUID, moments: list[datetime], **values: Any) -> list:
     """Pending tasks of ``job_id`` submitted at ``moments`` (``values`` set more columns):
-    their ids, in the order of ``moments``."""
+    their ids, in the order of ``moments``. A task whose ``run_at`` is ahead waits for it,
+    as a submit would leave it."""
+    run_at = values.get("run_at")
+    values.setdefault("waiting", run_at is not None and run_at > utcnow())
     rows = [
         {
             "id": new_id(),

@@ -7,8 +7,10 @@ from datetime import UTC, datetime, timedelta, timezone
 from uuid import UUID
 
 import pytest
+from sqlalchemy import select
 
 from app.domain.events import Event, TaskAvailable
+from app.persistence.models import task_table
 from app.realtime import due_announcer
 from tests.support.api import assert_problem
 
@@ -153,6 +155,23 @@ async def test_every_task_of_a_moment_is_announced_however_many_share_it(
     tasks = [await alice.submit(JOB, run_at=moment) for _ in range(7)]
     ids = {task["id"] for task in tasks}
     await recorder.wait_for(lambda events: ids <= set(announced(events)), seconds=15)
+
+
+async def test_the_announcer_queues_a_task_that_came_due_before_it_announces_it(
+    alice, job, recorder, db
+):
+    """Announced, a due task is in the claim queue, no longer among the waiting ones."""
+    delayed = await alice.submit(JOB, delay_seconds=1)
+    assert await waiting_flags(db) == {UUID(delayed["id"]): True}
+    await recorder.wait_for(lambda events: delayed["id"] in announced(events))
+    assert await waiting_flags(db) == {UUID(delayed["id"]): False}
+    assert (await alice.task(delayed["id"]))["queue_position"] == 1
+
+
+async def waiting_flags(db) -> dict[UUID, bool]:
+    async with db.read() as conn:
+        rows = await conn.execute(select(task_table.c.id, task_table.c.waiting))
+        return {row.id: bool(row.waiting) for row in rows}
 
 
 async def test_a_task_published_while_the_timer_reads_its_next_look_is_announced_on_time(

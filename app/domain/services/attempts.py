@@ -17,7 +17,7 @@ from app.domain.events import EventBatch, TaskCancelled, TaskStatusChanged
 from app.domain.records import TaskRecord
 from app.domain.retries import RetryPolicy
 from app.domain.services.jobs import JobNames
-from app.domain.services.task_rows import queue_position, task_record
+from app.domain.services.task_rows import due_at, queue_position, task_record
 from app.domain.states import TaskStatus, previous_status
 from app.persistence.models import is_active, next_version, task_table
 
@@ -66,7 +66,7 @@ async def end_abandoned_attempts(
                 )
                 .values(
                     status=TaskStatus.PENDING.value,
-                    run_at=policy.next_run_at(candidate.attempt, now),
+                    **due_at(policy.next_run_at(candidate.attempt, now), now),
                     worker_id=None,
                     claim_token=None,
                     lease_expires_at=None,

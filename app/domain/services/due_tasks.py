@@ -1,5 +1,7 @@
 """Delayed and retried tasks coming due: which ones did between two moments, and when the
-next one will (both read on the ``ix_task_due`` index, which holds only such tasks)."""
+next one will (both read on the ``ix_task_due`` index, which holds only such tasks); and
+queueing the waiting ones that are due (``ix_task_delayed``), so that claims and queue
+positions read them off the claim queue instead of stepping over the waiting ones."""
 
 from __future__ import annotations
 
@@ -7,12 +9,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from uuid import UUID
 
-from sqlalchemy import and_, bindparam, func, or_, select
+from sqlalchemy import and_, bindparam, false, func, or_, select, update
 
 from app.domain.events import EventBatch, TaskAvailable
 from app.domain.naming import INTERNAL_ROOM
 from app.persistence.database import Database
-from app.persistence.models import is_pending, job_table, task_table
+from app.persistence.models import is_delayed, is_pending, job_table, task_table
 
 task = task_table
 _WAITING = [is_pending(), task.c.run_at.is_not(None)]
@@ -34,6 +36,19 @@ _CAME_DUE = (
     .limit(bindparam("limit"))
 )
 _NEXT_DUE = select(func.min(task.c.run_at)).where(*_WAITING, task.c.run_at > _AFTER)
+# Not a new version: nothing a client sees changes (``waiting`` is not part of a task).
+_QUEUE_DUE = update(task).values(waiting=false())
+_DUE_WAITING = (
+    select(task.c.id)
+    .where(is_delayed(), task.c.run_at <= _UNTIL)
+    .order_by(task.c.run_at)
+    .limit(bindparam("limit"))
+)
+# PostgreSQL: the tasks picked once (a materialized CTE: as ``id IN (subquery)`` the planner
+# may run the subquery again and queue more than ``limit``), skipping the ones a claim has
+# locked (it is taking them: no need to wait).
+_PICKED = _DUE_WAITING.with_for_update(skip_locked=True).cte("due").prefix_with("MATERIALIZED")
+_QUEUE_DUE_LOCKING = _QUEUE_DUE.where(task.c.id == _PICKED.c.id, is_delayed())
 
 
 @dataclass
@@ -66,6 +81,18 @@ async def came_due(
             events.add(TaskAvailable(job_name=job_name, room_id=row.room_id, task_id=str(row.id)))
     last = (rows[-1].run_at, rows[-1].id) if rows else None
     return DueBatch(events, internal, len(rows), last)
+
+
+async def queue_due(db: Database, until: datetime, limit: int) -> int:
+    """Queue up to ``limit`` of the waiting tasks due at ``until``, earliest first; returns
+    how many. Claims take a due waiting task all the same: this only keeps them few."""
+    if db.is_sqlite:
+        statement = _QUEUE_DUE.where(task.c.id.in_(_DUE_WAITING.scalar_subquery()), is_delayed())
+    else:
+        statement = _QUEUE_DUE_LOCKING
+    async with db.write() as conn:
+        result = await conn.execute(statement, {"until": until, "limit": limit})
+    return result.rowcount
 
 
 async def next_due(db: Database, after: datetime) -> datetime | None:

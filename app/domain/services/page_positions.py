@@ -1,14 +1,15 @@
 """A page of tasks with the queue positions of its pending ones, read by one statement.
 
-Per task, the statements of ``task_rows`` walk the job's delayed tasks (and bucket rows)
-once each: a page of P pending tasks would walk them P times, and anyone may submit delayed
-tasks to a shared job. A page's statement takes its pending tasks (the subjects) as rows,
-from one JSON parameter (so that it is the same statement for every page of a shape:
-compiled once, and hot). Up to ``FEW`` subjects, it counts each one's place as its own
-statement would; beyond, it ranks them all among the counted rows in one pass per job:
-running sums over the union of those rows and the subjects, in queue order (a window
-function, on a sort of those rows). A position is then the sum of its parts, as in
-``task_rows``; the counts inside the subjects' own seconds stay row by row.
+Per task, the statements of ``task_rows`` walk the job's bucket rows, and for a delayed
+task the waiting tasks due after it, once each: a page of P pending tasks would walk them
+P times, and anyone may submit delayed tasks to a shared job. A page's statement takes
+its pending tasks (the subjects) as rows, from one JSON parameter (so that it is the same
+statement for every page of a shape: compiled once, and hot). Up to ``FEW`` subjects, it
+counts each one's place as its own statement would; beyond, it ranks them all among the
+counted rows in one pass per job: running sums over the union of those rows and the
+subjects, in queue order (a window function, on a sort of those rows). A position is then
+the sum of its parts, as in ``task_rows``; the counts inside the subjects' own seconds
+stay row by row.
 """
 
 from __future__ import annotations
@@ -41,8 +42,10 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.domain.records import TaskRecord
 from app.domain.services.task_rows import (
+    QUEUED_IN_BUCKET,
     counts_from_end,
     delayed_position,
+    due_waiting,
     is_ready,
     joined_record,
     position_params,
@@ -52,7 +55,7 @@ from app.domain.services.task_rows import (
     waiting,
 )
 from app.domain.states import TaskStatus
-from app.persistence.models import is_pending, queue_bucket_table, task_table
+from app.persistence.models import queue_bucket_table, task_table
 from app.persistence.prepared import hot
 from app.persistence.types import utcnow
 
@@ -181,12 +184,11 @@ def _ranked(page: _Page) -> Any:
     would leave a planner unable to tell how few rows of the ranked unions are subjects:
     PostgreSQL would price the counts inside a second for every row it expects, and then
     compile the statement before running it, JIT.)"""
-    delayed = _delayed_tasks(page)
     parts = []
     if page.shape.ready:
-        parts += _ready_parts(page, delayed)
+        parts += _ready_parts(page, _waiting_tasks(page, due_waiting(), "due_waiting"))
     if page.shape.delayed:
-        parts += _delayed_parts(page, delayed)
+        parts += _delayed_parts(page, _waiting_tasks(page, waiting(), "delayed"))
     summed = union_all(*parts).subquery()
     position = cast(func.sum(summed.c.part), Integer)
     return select(summed.c.task_id, position).group_by(summed.c.task_id)
@@ -217,33 +219,34 @@ def _due_order_reversed(c: Any) -> list[Any]:
     return [c.run_at.desc(), c.priority, c.created_at.desc(), c.task_id.desc()]
 
 
-def _delayed_tasks(page: _Page) -> Any:
-    """The delayed tasks of the page's jobs (on ``ix_task_delayed``)."""
+def _waiting_tasks(page: _Page, which: list[Any], name: str) -> Any:
+    """The waiting tasks of the page's jobs matching ``which`` (on ``ix_task_delayed``)."""
     rows = select(
         task.c.job_id, task.c.id.label("task_id"), task.c.priority, task.c.created_at, task.c.run_at
     )
-    return rows.where(page.of_jobs(task.c.job_id), is_pending(), *waiting()).cte("delayed")
+    return rows.where(page.of_jobs(task.c.job_id), *which).cte(name)
 
 
-def _ready_parts(page: _Page, delayed: Any) -> list[Any]:
-    """A ready subject's position, in (task_id, part) rows to add up: its bucket rows, plus
-    or less the tasks of its second up to it or after it, less the delayed tasks up to it."""
+def _ready_parts(page: _Page, due_waiting: Any) -> list[Any]:
+    """A ready subject's position, in (task_id, part) rows to add up: its bucket rows' queued
+    tasks, plus or less the queued tasks of its second up to it or after it, plus the due
+    waiting tasks up to it."""
     subject = page.subject
     in_buckets = _in_buckets_up_to(page)
     in_second = case(
         (subject.c.from_end, -second_after_subject(subject.c)),
         else_=second_up_to_subject(subject.c),
     )
-    delayed_ahead = _delayed_up_to(page, delayed)
+    due_ahead = _due_waiting_up_to(page, due_waiting)
     return [
         select(in_buckets.c.task_id, in_buckets.c.up_to.label("part")),
         select(subject.c.task_id, in_second.label("part")).where(subject.c.ready),
-        select(delayed_ahead.c.task_id, (-delayed_ahead.c.up_to).label("part")),
+        select(due_ahead.c.task_id, due_ahead.c.up_to.label("part")),
     ]
 
 
 def _in_buckets_up_to(page: _Page) -> Any:
-    """``up_to`` a ready subject: the pending tasks of the bucket rows of higher priority,
+    """``up_to`` a ready subject: the queued tasks of the bucket rows of higher priority,
     and of its own priority up to its second (``from_end``) or before it."""
     subject = page.subject
     counted = select(
@@ -251,7 +254,7 @@ def _in_buckets_up_to(page: _Page) -> Any:
         _NO_TASK.label("task_id"),
         bucket.c.priority,
         bucket.c.bucket,
-        bucket.c.pending.label("weight"),
+        QUEUED_IN_BUCKET.label("weight"),
         _ZERO.label("place"),
     ).where(page.of_jobs(bucket.c.job_id))
     place = case((subject.c.from_end, _ONE), else_=-_ONE)
@@ -261,12 +264,14 @@ def _in_buckets_up_to(page: _Page) -> Any:
     return _sums_up_to(page, counted, subjects, _bucket_order)
 
 
-def _delayed_up_to(page: _Page, delayed: Any) -> Any:
-    """``up_to`` a ready subject: the delayed tasks of higher priority, and of its own up
-    to it (FIFO)."""
+def _due_waiting_up_to(page: _Page, due_waiting: Any) -> Any:
+    """``up_to`` a ready subject: the due waiting tasks of higher priority, and of its own
+    up to it (FIFO; itself included, should it be one)."""
     subject = page.subject
     key = ("job_id", "task_id", "priority", "created_at")
-    counted = select(*(delayed.c[name] for name in key), _ONE.label("weight"), _ZERO.label("place"))
+    counted = select(
+        *(due_waiting.c[name] for name in key), _ONE.label("weight"), _ZERO.label("place")
+    )
     subjects = select(*(subject.c[name] for name in key), _ZERO, _ONE).where(subject.c.ready)
     return _sums_up_to(page, counted, subjects, _claim_order)
 

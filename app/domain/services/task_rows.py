@@ -5,10 +5,12 @@ past), higher priority first and FIFO (``created_at``, ``id``) within a priority
 order claims take; then the delayed ones by ``run_at``. A pending task's ``queue_position``
 is its 1-based place in that order.
 
-It is computed without walking the queue: the database keeps how many tasks wait per
-(job, priority, second of submission) (``app/persistence/queue_counts.py``), so the tasks
-up to a task are a sum over a few bucket rows and a count, row by row, inside the task's own
-second, less the delayed tasks among them (indexed per job by due time).
+It is computed without walking the queue: the database keeps how many tasks are pending,
+and how many of those wait for their ``run_at``, per (job, priority, second of submission)
+(``app/persistence/queue_counts.py``), so the queued tasks up to a task are a sum over a few
+bucket rows and a count, row by row, inside the task's own second; plus the waiting tasks
+among them that are due but not yet queued by the announcer (few, indexed per job by due
+time). A delayed task's place is every pending task less the waiting ones due after it.
 The count inside the second runs from whichever end of it is nearer the task: the tasks
 before it (with the rows of the earlier seconds), or those after it (taken from the rows up
 to its own second). A task just submitted is the last of its second, so its count is next to
@@ -37,7 +39,13 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.domain.records import TaskRecord
 from app.domain.states import TaskStatus
-from app.persistence.models import is_pending, job_table, queue_bucket_table, task_table
+from app.persistence.models import (
+    is_delayed,
+    is_queued,
+    job_table,
+    queue_bucket_table,
+    task_table,
+)
 from app.persistence.prepared import hot
 from app.persistence.queue_counts import bucket_of, bucket_start
 from app.persistence.types import utcnow
@@ -75,16 +83,20 @@ _BOUND = SimpleNamespace(
 )
 
 
-def _counted(*where: Any, subject: Any = _BOUND) -> Any:
-    """Pending tasks of the bucket rows matching ``where`` (0 when none)."""
-    total = select(func.sum(bucket.c.pending)).where(bucket.c.job_id == subject.job_id, *where)
+QUEUED_IN_BUCKET = bucket.c.pending - bucket.c.waiting
+
+
+def _counted(*where: Any, subject: Any = _BOUND, weight: Any = bucket.c.pending) -> Any:
+    """Pending tasks (or ``weight``) of the bucket rows matching ``where`` (0 when none)."""
+    total = select(func.sum(weight)).where(bucket.c.job_id == subject.job_id, *where)
     return func.coalesce(total.scalar_subquery(), 0)
 
 
 def _count(*where: Any, subject: Any = _BOUND) -> Any:
-    """Pending tasks of the job matching ``where``, counted row by row on an index."""
+    """Tasks of the job matching ``where`` (which says which pending ones: queued or
+    waiting), counted row by row on an index."""
     rows = select(func.count()).select_from(task)
-    return rows.where(task.c.job_id == subject.job_id, is_pending(), *where).scalar_subquery()
+    return rows.where(task.c.job_id == subject.job_id, *where).scalar_subquery()
 
 
 def _up_to_subject(subject: Any = _BOUND) -> Any:
@@ -98,44 +110,57 @@ def _after_subject(subject: Any = _BOUND) -> Any:
 
 
 def second_up_to_subject(subject: Any = _BOUND) -> Any:
-    """The pending tasks of the subject's priority and second up to it (from the start)."""
+    """The queued tasks of the subject's priority and second up to it (from the start)."""
     own_second = [task.c.priority == subject.priority, task.c.created_at >= subject.bucket_start]
-    return _count(*own_second, _up_to_subject(subject), subject=subject)
+    return _count(is_queued(), *own_second, _up_to_subject(subject), subject=subject)
 
 
 def second_after_subject(subject: Any = _BOUND) -> Any:
-    """The pending tasks of the subject's priority and second after it (from the end)."""
+    """The queued tasks of the subject's priority and second after it (from the end)."""
     own_second = [task.c.priority == subject.priority, task.c.created_at < subject.bucket_end]
-    return _count(*own_second, _after_subject(subject), subject=subject)
+    return _count(is_queued(), *own_second, _after_subject(subject), subject=subject)
 
 
 def waiting() -> list[Any]:
-    """Delayed: pending, but not claimable before ``now`` (on ``ix_task_delayed``)."""
-    return [task.c.run_at.is_not(None), task.c.run_at > NOW]
+    """Delayed: waiting, and not claimable before ``now`` (on ``ix_task_delayed``)."""
+    return [is_delayed(), task.c.run_at > NOW]
+
+
+def due_waiting() -> list[Any]:
+    """Waiting but due at ``now``: claimable, not yet queued by the announcer (few, on
+    ``ix_task_delayed``)."""
+    return [is_delayed(), task.c.run_at <= NOW]
+
+
+def ahead_of_ready(subject: Any = _BOUND) -> Any:
+    """Claimed before a ready subject, or the subject itself: higher priority, or its own
+    priority up to it (FIFO)."""
+    priority = subject.priority
+    return or_(
+        task.c.priority > priority, and_(task.c.priority == priority, _up_to_subject(subject))
+    )
 
 
 def ready_position(*, from_end: bool, subject: Any = _BOUND) -> Any:
-    """A ready subject: the pending tasks of higher priority, those of its own priority
-    submitted up to it — less the delayed ones among them. Its own priority: the bucket rows
-    before its second plus its second's tasks up to it, or (``from_end``) the bucket rows up
-    to its second less its second's tasks after it."""
+    """A ready subject: the queued tasks of higher priority and those of its own priority
+    submitted up to it, plus the due waiting ones among them. Its own priority: the bucket
+    rows before its second plus its second's queued tasks up to it, or (``from_end``) the
+    bucket rows up to its second less its second's queued tasks after it. (A subject that
+    is itself due but still waiting counts among the due waiting ones.)"""
     priority = subject.priority
-    higher = _counted(bucket.c.priority > priority, subject=subject)
+    queued = {"subject": subject, "weight": QUEUED_IN_BUCKET}
+    higher = _counted(bucket.c.priority > priority, **queued)
     own = bucket.c.priority == priority
     if from_end:
         same_priority = _counted(
-            own, bucket.c.bucket <= subject.bucket, subject=subject
+            own, bucket.c.bucket <= subject.bucket, **queued
         ) - second_after_subject(subject)
     else:
         same_priority = _counted(
-            own, bucket.c.bucket < subject.bucket, subject=subject
+            own, bucket.c.bucket < subject.bucket, **queued
         ) + second_up_to_subject(subject)
-    delayed_ahead = _count(
-        *waiting(),
-        or_(task.c.priority > priority, and_(task.c.priority == priority, _up_to_subject(subject))),
-        subject=subject,
-    )
-    return higher + same_priority - delayed_ahead
+    due_ahead = _count(*due_waiting(), ahead_of_ready(subject), subject=subject)
+    return higher + same_priority + due_ahead
 
 
 def delayed_position(subject: Any = _BOUND) -> Any:
@@ -201,6 +226,12 @@ _DELAYED_POSITION = hot(select(delayed_position()))
 
 def is_ready(run_at: datetime | None, now: datetime) -> bool:
     return run_at is None or run_at <= now
+
+
+def due_at(run_at: datetime | None, now: datetime) -> dict[str, Any]:
+    """The values of a task entering pending at ``now``, due at ``run_at``: it waits (out
+    of the claim queue) while that is ahead."""
+    return {"run_at": run_at, "waiting": not is_ready(run_at, now)}
 
 
 def counts_from_end(created_at: datetime) -> bool:

@@ -44,6 +44,7 @@ from app.domain.services.ownership import check_worker, owned_worker
 from app.domain.services.page_positions import with_positions
 from app.domain.services.task_rows import (
     SELECT_TASKS,
+    due_at,
     load_task,
     position_before_insert,
     position_params,
@@ -73,6 +74,9 @@ task = task_table
 log = logging.getLogger(__name__)
 # A claim aborted as one side of a deadlock runs again, this many times in all at most.
 CLAIM_ATTEMPTS = 4
+# PostgreSQL: an empty claim while a task was claimable waits for locked tasks this many
+# times at most (see ``_claim``).
+LOCKED_CLAIM_ATTEMPTS = 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -228,6 +232,7 @@ async def _insert_task(
         "b_priority": record.priority,
         "b_max_attempts": options.max_attempts,
         "b_run_at": record.run_at,
+        "b_waiting": record.run_at is not None,  # only a run_at ahead is kept
     }
     if db.is_sqlite:
         statement = insert_task_of_live_job(db.dialect)
@@ -349,14 +354,18 @@ async def _claim(
         rows = [row for row in rows if row.id is not None]
         if not rows:
             check_worker(principal, worker_id, owner)
-            if await conn.scalar(claimable_left_statement(), params):
-                # Skipped what another claim held but did not take: wait for it this time.
-                statement = claim_statement(
-                    db.dialect,
-                    check_owner=not principal.is_superuser,
-                    limit=max_tasks,
-                    wait_for_locked=True,
-                )
+            statement = claim_statement(
+                db.dialect,
+                check_owner=not principal.is_superuser,
+                limit=max_tasks,
+                wait_for_locked=True,
+            )
+            # Skipped what another claim held but did not take: wait for it this time. A
+            # second time when the task it waited for moved meanwhile to the queue it did
+            # not read (the announcer queued a due task it had locked).
+            for _ in range(LOCKED_CLAIM_ATTEMPTS):
+                if rows or not await conn.scalar(claimable_left_statement(), params):
+                    break
                 rows = [row for row in (await conn.execute(statement, params)) if row.id]
     names = await JobNames.resolve(conn, {row.job_id for row in rows})
     records = _in_queue_order(task_record(row, names[row.job_id]) for row in rows)
@@ -433,7 +442,7 @@ async def update_task(
         if retry and status == TaskStatus.FAILED:
             attempt = await _retryable_attempt(conn, task_id)
             if attempt is not None:
-                values = _retry_values(error, retry_policy.next_run_at(attempt, now))
+                values = _retry_values(error, retry_policy.next_run_at(attempt, now), now)
         if progress is not None:
             values["progress"] = progress
         if progress_message is not None:
@@ -493,12 +502,12 @@ _ATTEMPTS = hot(
 )
 
 
-def _retry_values(error: str | None, run_at: Any) -> dict[str, Any]:
+def _retry_values(error: str | None, run_at: datetime, now: datetime) -> dict[str, Any]:
     """Back to pending, due at ``run_at``, free for any worker; ``started_at`` and ``error``
     stay to tell what the ended attempt did (the next claim clears them)."""
     return {
         "status": TaskStatus.PENDING.value,
-        "run_at": run_at,
+        **due_at(run_at, now),
         "worker_id": None,
         "claim_token": None,
         "lease_expires_at": None,

@@ -1,0 +1,179 @@
+"""A pending task whose ``run_at`` is ahead waits apart from the claim queue: it is marked
+``waiting`` when it enters pending (submit, retry with a backoff), and the announcer's step
+(``due_tasks.queue_due``) queues it once it is due. Until then a claim still takes it in its
+place, and its queue position is the same either way; the kept counts follow it."""
+
+from datetime import datetime, timedelta
+from typing import Any
+from uuid import UUID
+
+from sqlalchemy import func, select, update
+
+from app.domain.records import Principal
+from app.domain.retries import RetryPolicy
+from app.domain.services import due_tasks, tasks
+from app.domain.services.jobs import register_job
+from app.domain.services.page_positions import with_positions
+from app.domain.services.task_rows import SELECT_TASKS
+from app.domain.services.users import create_user
+from app.domain.states import TaskStatus
+from app.persistence.database import Database
+from app.persistence.models import queue_bucket_table, task_table
+from app.persistence.types import utcnow
+
+S = TaskStatus
+JOB = "room1:modifiers:Job"
+
+
+class NoExecutors:
+    def has_executor(self, full_name: str) -> bool:
+        return False
+
+
+async def owner_and_worker(db: Database) -> tuple[Principal, UUID]:
+    user_id, _ = await create_user(db, "owner")
+    owner = Principal(id=user_id, name="owner", is_superuser=False)
+    registration, _ = await register_job(
+        db,
+        owner,
+        "room1",
+        category="modifiers",
+        name="Job",
+        schema={},
+        worker_id=None,
+        allowed_categories=["modifiers"],
+    )
+    return owner, registration.worker_id
+
+
+async def submit(db: Database, owner: Principal, **options: Any) -> UUID:
+    record, _, _ = await tasks.submit_task(
+        db, owner, "room1", JOB, {}, NoExecutors(), options=tasks.SubmitOptions(**options)
+    )
+    return record.id
+
+
+async def waiting_flags(db: Database) -> dict[UUID, bool]:
+    async with db.read() as conn:
+        rows = await conn.execute(select(task_table.c.id, task_table.c.waiting))
+        return {row.id: bool(row.waiting) for row in rows}
+
+
+async def kept_waiting(db: Database) -> int:
+    async with db.read() as conn:
+        total = select(func.coalesce(func.sum(queue_bucket_table.c.waiting), 0))
+        return int(await conn.scalar(total))
+
+
+async def come_due(db: Database, task_id: UUID) -> None:
+    """The task's ``run_at`` passes; the announcer has not looked yet."""
+    async with db.write() as conn:
+        await conn.execute(
+            update(task_table)
+            .where(task_table.c.id == task_id)
+            .values(run_at=utcnow() - timedelta(seconds=1))
+        )
+
+
+async def positions(db: Database, now: datetime) -> dict[UUID, int | None]:
+    async with db.read() as conn:
+        rows = (await conn.execute(SELECT_TASKS)).all()
+        return {record.id: record.queue_position for record in await with_positions(conn, rows)}
+
+
+async def test_a_task_due_ahead_waits_and_one_due_now_is_queued(db: Database) -> None:
+    owner, _ = await owner_and_worker(db)
+    now = utcnow()
+    later = await submit(db, owner, run_at=now + timedelta(hours=1))
+    at_once = await submit(db, owner)
+    overdue = await submit(db, owner, run_at=now - timedelta(minutes=1))
+    assert await waiting_flags(db) == {later: True, at_once: False, overdue: False}
+    assert await kept_waiting(db) == 1
+
+
+async def test_a_retry_with_a_backoff_waits_and_an_immediate_one_is_queued(db: Database) -> None:
+    owner, worker = await owner_and_worker(db)
+    flags = {}
+    for base_seconds in (600, 0):
+        task_id = await submit(db, owner, max_attempts=2)
+        (claimed,), _ = await tasks.claim_tasks(db, owner, worker, 1, lease_seconds=60)
+        assert claimed.id == task_id
+        record, _ = await tasks.update_task(
+            db,
+            owner,
+            task_id,
+            status=S.FAILED,
+            error="boom",
+            retry=True,
+            claim_token=claimed.claim_token,
+            retry_policy=RetryPolicy(base_seconds=base_seconds, jitter=0),
+        )
+        assert record.status == S.PENDING
+        flags[base_seconds] = (await waiting_flags(db))[task_id]
+    assert flags == {600: True, 0: False}
+    assert await kept_waiting(db) == 1
+
+
+async def test_a_due_task_is_claimed_in_its_place_before_the_announcer_queues_it(
+    db: Database,
+) -> None:
+    owner, worker = await owner_and_worker(db)
+    delayed = await submit(db, owner, run_at=utcnow() + timedelta(hours=1))
+    queued = await submit(db, owner)
+    urgent_delayed = await submit(db, owner, priority=5, run_at=utcnow() + timedelta(hours=1))
+    # Nothing due but the queued task: a claim of two gets it alone.
+    await come_due(db, delayed)
+    await come_due(db, urgent_delayed)
+    assert (await waiting_flags(db))[delayed] is True
+    claimed, _ = await tasks.claim_tasks(db, owner, worker, 3, lease_seconds=60)
+    # Higher priority first, then FIFO: the older delayed task before the queued one.
+    assert [record.id for record in claimed] == [urgent_delayed, delayed, queued]
+
+
+async def test_an_empty_claim_is_empty_only_when_nothing_is_due(db: Database) -> None:
+    owner, worker = await owner_and_worker(db)
+    delayed = await submit(db, owner, run_at=utcnow() + timedelta(hours=1))
+    assert (await tasks.claim_tasks(db, owner, worker, 1, lease_seconds=60))[0] == []
+    await come_due(db, delayed)
+    claimed, _ = await tasks.claim_tasks(db, owner, worker, 1, lease_seconds=60)
+    assert [record.id for record in claimed] == [delayed]
+
+
+async def test_queueing_the_due_tasks_keeps_every_position(db: Database) -> None:
+    owner, _ = await owner_and_worker(db)
+    ahead = utcnow() + timedelta(hours=1)
+    submitted = [
+        await submit(db, owner, **options)
+        for options in (
+            {"run_at": ahead},
+            {},
+            {"priority": 2, "run_at": ahead},
+            {"priority": -1},
+            {"run_at": ahead + timedelta(minutes=1)},
+            {"priority": 2},
+        )
+    ]
+    for task_id in submitted[:3:2]:  # two of the three delayed ones come due
+        await come_due(db, task_id)
+    now = utcnow()
+    before = await positions(db, now)
+    assert sorted(before.values()) == list(range(1, len(submitted) + 1))
+    assert await kept_waiting(db) == 3
+
+    assert await due_tasks.queue_due(db, now, 1000) == 2
+
+    flags = await waiting_flags(db)
+    assert [flags[task_id] for task_id in submitted] == [False, False, False, False, True, False]
+    assert await kept_waiting(db) == 1
+    assert await positions(db, now) == before
+    assert await due_tasks.queue_due(db, now, 1000) == 0
+
+
+async def test_queueing_goes_in_batches_of_the_earliest_due(db: Database) -> None:
+    owner, _ = await owner_and_worker(db)
+    delayed = [await submit(db, owner, run_at=utcnow() + timedelta(hours=1)) for _ in range(3)]
+    for task_id in delayed:
+        await come_due(db, task_id)
+    assert await due_tasks.queue_due(db, utcnow(), 2) == 2
+    assert await due_tasks.queue_due(db, utcnow(), 2) == 1
+    assert not any((await waiting_flags(db)).values())
