@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import enum
 import functools
 import hashlib
 from typing import TYPE_CHECKING, Any
@@ -147,25 +148,47 @@ def _due() -> Any:
     return task_table.c.run_at <= bindparam("now", type_=task_table.c.run_at.type)
 
 
-def _claimable() -> tuple[list[Any], list[Any]]:
-    """Claimable at ``:now``, in two kinds read off two indexes: queued tasks (on the claim
-    queue; ``run_at`` checked all the same, for a delayed task an older replica queued),
-    and waiting ones already due that the announcer has not queued yet (few, on
-    ``ix_task_delayed``)."""
-    queued = [is_queued(), or_(task_table.c.run_at.is_(None), _due())]
-    return queued, [is_delayed(), _due()]
+class ClaimFrom(enum.Enum):
+    """Where a claim takes tasks from: the claim queue (pending, not waiting; ``run_at``
+    checked all the same, for a delayed task an older replica queued), the waiting tasks
+    already due that the announcer has not queued yet (few, on ``ix_task_delayed``), or
+    both at once."""
+
+    QUEUE = "queue"
+    DUE_WAITING = "due-waiting"
+    BOTH = "both"
+
+    def conditions(self) -> list[list[Any]]:
+        queued = [is_queued(), or_(task_table.c.run_at.is_(None), _due())]
+        due_waiting = [is_delayed(), _due()]
+        return {
+            ClaimFrom.QUEUE: [queued],
+            ClaimFrom.DUE_WAITING: [due_waiting],
+            ClaimFrom.BOTH: [queued, due_waiting],
+        }[self]
 
 
 @functools.cache
 def claim_statement(
-    dialect: str, *, check_owner: bool, limit: int, wait_for_locked: bool = False
+    dialect: str,
+    *,
+    check_owner: bool,
+    limit: int,
+    wait_for_locked: bool = False,
+    source: ClaimFrom = ClaimFrom.QUEUE,
 ) -> Executable:
-    """Claim up to ``limit`` of the first claimable tasks (due at ``:now``; highest priority,
-    then oldest) of ``:worker_id``'s jobs, atomically, as a new attempt with
-    ``:claim_token`` (and ``:claim_key``, the claim's Idempotency-Key or NULL); with
+    """Claim up to ``limit`` of the first claimable tasks of ``source`` (due at ``:now``;
+    highest priority, then oldest) of ``:worker_id``'s jobs, atomically, as a new attempt
+    with ``:claim_token`` (and ``:claim_key``, the claim's Idempotency-Key or NULL); with
     ``check_owner`` only if the worker belongs to ``:owner_id``.
     Built once per shape (``limit`` is part of the shape: a bound LIMIT would be
     re-rendered on every execution).
+
+    A claim reads the claim queue; the due waiting tasks only when the queue had fewer
+    than it asked for (``DUE_WAITING``, a second statement): reading them in every claim
+    cost a sixth more of PostgreSQL's instructions per task. Until the announcer queues a
+    due task (at its ``run_at``, give or take its timer), claims take the queued ones
+    first, whatever their priorities.
 
     PostgreSQL: ``WITH picked AS (SELECT … FROM served jobs, LATERAL (SELECT … ORDER BY …
     LIMIT n FOR UPDATE SKIP LOCKED) … LIMIT n) UPDATE task … FROM picked RETURNING``, the
@@ -183,8 +206,9 @@ def claim_statement(
     was there all the same (skipped as locked), and if so claims once more
     ``wait_for_locked``: the same statement with ``FOR UPDATE`` (no ``SKIP LOCKED``), which
     waits for the other claim to commit and then takes the first row still claimable.
-    (The question is a statement of its own: as a column of the claim, even unasked, its
-    plan cost every claim 6 % more of PostgreSQL's instructions.)
+    (The question is a column of the ``DUE_WAITING`` claim alone, which runs only after
+    a short claim of the queue: as a column of every claim, even unasked, its plan cost 6 %
+    more of PostgreSQL's instructions.) ``BOTH`` serves these waiting claims.
 
     SQLite: the same single ``UPDATE … RETURNING`` with ``id IN (subquery)``; it runs on the
     one writer connection (alone or in a commit group, see ``Database.autocommit``), which
@@ -217,14 +241,10 @@ def claim_statement(
             )
             return select(*head.c).select_from(served).join(head, true())
 
-        queued, due_waiting = _claimable()
-        heads = union_all(heads_of(queued, "queued"), heads_of(due_waiting, "due")).subquery()
-        picked = (
-            select(heads.c.id, heads.c.row_address)
-            .order_by(heads.c.priority.desc(), heads.c.created_at, heads.c.id)
-            .limit(limit)
-            .cte("picked")
-        )
+        kinds = [heads_of(kind, f"head{n}") for n, kind in enumerate(source.conditions())]
+        heads = _best_of(kinds).subquery()
+        picked = select(heads.c.id, heads.c.row_address).order_by(*_in_order(heads))
+        picked = picked.limit(limit).cte("picked")
         # The picked rows stay locked until the update, so their addresses (ctid) hold: the
         # update reaches them directly, whatever the planner believes about the table (with
         # the statistics of a young table it would rather scan every pending task).
@@ -235,15 +255,13 @@ def claim_statement(
             .where(*claimable, task.c.job_id.in_(served_jobs))
             .order_by(*queue_order)
             .limit(limit)
-            .subquery()
-            for claimable in _claimable()
+            for claimable in source.conditions()
         ]
-        heads = union_all(*(select(*kind.c) for kind in kinds)).subquery()
-        candidates = (
-            select(heads.c.id)
-            .order_by(heads.c.priority.desc(), heads.c.created_at, heads.c.id)
-            .limit(limit)
-        )
+        if len(kinds) == 1:
+            candidates = kinds[0].with_only_columns(task.c.id)
+        else:
+            heads = _best_of([select(*kind.subquery().c) for kind in kinds]).subquery()
+            candidates = select(heads.c.id).order_by(*_in_order(heads)).limit(limit)
         chosen = task.c.id.in_(candidates.scalar_subquery())
     claimed = (
         update(task)
@@ -272,20 +290,32 @@ def claim_statement(
     rows = claimed.cte("claimed")
     one = select(literal(1).label("one")).subquery("one")
     owner = select(worker_table.c.user_id).where(worker_table.c.id == bindparam("worker_id"))
-    return hot(
-        select(rows, owner.scalar_subquery().label("worker_owner")).select_from(
-            one.outerjoin(rows, true())
-        )
-    )
+    columns = [rows, owner.scalar_subquery().label("worker_owner")]
+    if source == ClaimFrom.DUE_WAITING:
+        columns.append(_claimable_left().label("claimable_left"))
+    return hot(select(*columns).select_from(one.outerjoin(rows, true())))
+
+
+def _best_of(kinds: list[Any]) -> Any:
+    """The heads of each kind of claimable task together (one kind: as it is)."""
+    return union_all(*kinds) if len(kinds) > 1 else kinds[0]
+
+
+def _in_order(heads: Any) -> list[Any]:
+    return [heads.c.priority.desc(), heads.c.created_at, heads.c.id]
 
 
 @functools.cache
 def claimable_left_statement() -> Executable:
-    """Whether ``:worker_id``'s jobs have a task claimable at ``:now`` (PostgreSQL: asked
-    after a claim that got nothing; see ``claim_statement``)."""
+    """Whether ``:worker_id``'s jobs have a task claimable at ``:now``, queued or due and
+    waiting (PostgreSQL: asked after a claim that waited for a locked task and got nothing;
+    see ``claim_statement``)."""
+    return hot(select(_claimable_left().label("claimable_left")))
+
+
+def _claimable_left() -> Any:
     served = task_table.c.job_id.in_(_served_jobs())
-    queued, due_waiting = (exists().where(*kind, served) for kind in _claimable())
-    return hot(select(or_(queued, due_waiting).label("claimable_left")))
+    return or_(*(exists().where(*kind, served) for kind in ClaimFrom.BOTH.conditions()))
 
 
 def insert_ignoring_duplicates(dialect: str, table: Table, values: dict[str, Any]) -> Executable:

@@ -124,6 +124,10 @@ class DueTaskAnnouncer:
             after, after_id = due.last
 
     async def _announce_now(self, tasks: list[TaskRecord]) -> None:
+        try:  # they are due: into the claim queue first, as a look would
+            await queue_due(self._db, utcnow(), BATCH)
+        except Exception:  # claims take them all the same; the next look queues them
+            log.warning("due-task announcer could not queue due tasks", exc_info=True)
         events, internal = EventBatch(), []
         for record in tasks:
             if is_internal_job(record.job_name):

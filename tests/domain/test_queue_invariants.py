@@ -5,7 +5,8 @@ SQLite and PostgreSQL, and checks after every step that the queue keeps its prom
 - a task is held by at most one live claim, and only an active task holds a claim token;
 - terminal states are final; attempts never exceed the maximum;
 - no acknowledged (submitted) task is lost;
-- no claim comes back empty while a claimable task exists;
+- no claim comes back empty while a claimable task exists; claims take the queue in order,
+  then the due tasks not yet queued;
 - the queue positions of a job's pending tasks are a permutation of 1..n;
 - the kept counts of pending and waiting tasks match the tasks.
 
@@ -141,8 +142,11 @@ class QueueMachine(RuleBasedStateMachine):
     def claim(self, worker: int, batch: int) -> None:
         worker_id = self.workers[worker]
         queue, _ = self.run(self._all_tasks(utcnow()))
+        not_queued = self.run(self._waiting_ids())
         ready = [r for r in queue if r.status == S.PENDING and r.id not in self.waiting]
-        first = {r.id for r in sorted(ready, key=lambda r: claim_order(r, utcnow()))[:batch]}
+        # The queued tasks first; the due ones the announcer has not queued yet after them.
+        in_order = sorted(ready, key=lambda r: (r.id in not_queued, claim_order(r, utcnow())))
+        first = {r.id for r in in_order[:batch]}
         records, _ = self.run(
             tasks.claim_tasks(self.db, self.owner, worker_id, batch, lease_seconds=60)
         )
@@ -280,7 +284,7 @@ class QueueMachine(RuleBasedStateMachine):
     def the_database_agrees_with_what_was_acknowledged(self) -> None:
         now = utcnow()
         rows, counted = self.run(self._all_tasks(now))
-        waiting = self.run(self._waiting_count())
+        waiting = len(self.run(self._waiting_ids()))
         assert {record.id for record in rows} == set(self.status), "a task was lost"
         pending_positions = []
         for record in rows:
@@ -318,11 +322,12 @@ class QueueMachine(RuleBasedStateMachine):
             pending, waiting = kept.one()
             return records, (int(pending), int(waiting))
 
-    async def _waiting_count(self) -> int:
-        """The job's pending tasks that still wait, counted on the task rows."""
+    async def _waiting_ids(self) -> set[UUID]:
+        """The job's pending tasks that still wait (due or not), read off the task rows."""
         async with self.db.read() as conn:
-            waiting = select(func.count()).where(task_table.c.job_id == self.job_id, is_delayed())
-            return int(await conn.scalar(waiting))
+            job = task_table.c.job_id == self.job_id
+            waiting = select(task_table.c.id).where(job, is_delayed())
+            return set((await conn.execute(waiting)).scalars())
 
 
 def claim_order(record: Any, now: datetime) -> tuple[Any, ...]:

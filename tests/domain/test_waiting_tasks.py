@@ -1,7 +1,8 @@
 """A pending task whose ``run_at`` is ahead waits apart from the claim queue: it is marked
 ``waiting`` when it enters pending (submit, retry with a backoff), and the announcer's step
-(``due_tasks.queue_due``) queues it once it is due. Until then a claim still takes it in its
-place, and its queue position is the same either way; the kept counts follow it."""
+(``due_tasks.queue_due``) queues it once it is due. Until then a claim that the queue cannot
+fill still takes it, and its queue position is the same either way; the kept counts follow
+it."""
 
 from datetime import datetime, timedelta
 from typing import Any
@@ -114,20 +115,36 @@ async def test_a_retry_with_a_backoff_waits_and_an_immediate_one_is_queued(db: D
     assert await kept_waiting(db) == 1
 
 
-async def test_a_due_task_is_claimed_in_its_place_before_the_announcer_queues_it(
+async def test_a_claim_takes_the_queue_first_then_the_due_tasks_not_yet_queued(
     db: Database,
 ) -> None:
+    """Until the announcer queues a due task, claims take the queued ones first; a claim the
+    queue cannot fill takes the due ones too, in their order."""
     owner, worker = await owner_and_worker(db)
     delayed = await submit(db, owner, run_at=utcnow() + timedelta(hours=1))
-    queued = await submit(db, owner)
+    queued = [await submit(db, owner) for _ in range(2)]
     urgent_delayed = await submit(db, owner, priority=5, run_at=utcnow() + timedelta(hours=1))
-    # Nothing due but the queued task: a claim of two gets it alone.
     await come_due(db, delayed)
     await come_due(db, urgent_delayed)
     assert (await waiting_flags(db))[delayed] is True
-    claimed, _ = await tasks.claim_tasks(db, owner, worker, 3, lease_seconds=60)
+
+    first, _ = await tasks.claim_tasks(db, owner, worker, 1, lease_seconds=60)
+    assert [record.id for record in first] == [queued[0]]
+    rest, _ = await tasks.claim_tasks(db, owner, worker, 3, lease_seconds=60)
     # Higher priority first, then FIFO: the older delayed task before the queued one.
-    assert [record.id for record in claimed] == [urgent_delayed, delayed, queued]
+    assert [record.id for record in rest] == [urgent_delayed, delayed, queued[1]]
+
+
+async def test_once_queued_a_due_task_is_claimed_in_its_place(db: Database) -> None:
+    owner, worker = await owner_and_worker(db)
+    queued = await submit(db, owner)
+    urgent_delayed = await submit(db, owner, priority=5, run_at=utcnow() + timedelta(hours=1))
+    await come_due(db, urgent_delayed)
+    assert await due_tasks.queue_due(db, utcnow(), 1000) == 1
+    claimed, _ = await tasks.claim_tasks(db, owner, worker, 1, lease_seconds=60)
+    assert [record.id for record in claimed] == [urgent_delayed]
+    claimed, _ = await tasks.claim_tasks(db, owner, worker, 1, lease_seconds=60)
+    assert [record.id for record in claimed] == [queued]
 
 
 async def test_an_empty_claim_is_empty_only_when_nothing_is_due(db: Database) -> None:

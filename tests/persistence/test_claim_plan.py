@@ -10,7 +10,7 @@ from sqlalchemy import insert, text
 
 from app.domain.services.task_rows import SELECT_TASKS, joined_record, position_query
 from app.persistence.database import Database
-from app.persistence.dialects import claim_statement
+from app.persistence.dialects import ClaimFrom, claim_statement
 from app.persistence.models import job_table, link_table, task_table, user_table, worker_table
 from app.persistence.types import new_id, utcnow
 
@@ -87,13 +87,28 @@ async def test_the_claim_uses_the_claim_queue_index(db: Database, check_owner: b
     )
     assert "ix_task_claim_queue" in plan, plan
     assert "Seq Scan on task" not in plan, plan
-    # The queue is read in index order and the scan stops at the head: the one sort of
-    # tasks is of the due waiting ones the announcer has not queued yet (few), read off
-    # the index of waiting tasks by due time.
+    # The queue is read in index order and the scan stops at the head: no sort of tasks.
+    assert "Sort Key: task" not in plan, plan
+
+
+@pytest.mark.parametrize("check_owner", [True, False])
+async def test_a_claim_of_due_waiting_tasks_reads_them_by_due_time(db: Database, check_owner: bool):
+    """The few due tasks the announcer has not queued yet are read off the index of waiting
+    tasks by due time (and sorted there); the claim queue is not read."""
+    ids = await seed(db)
+    source = ClaimFrom.DUE_WAITING
+    statement = claim_statement("postgresql", check_owner=check_owner, limit=1, source=source)
+    now = utcnow()
+    plan = await explain(
+        db,
+        statement,
+        {**ids, "claim_token": uuid4(), "claim_key": None, "lease_until": now, "now": now},
+    )
     lines = plan.splitlines()
     sorts = [n for n, line in enumerate(lines) if "Sort Key: task" in line]
     assert len(sorts) == 1, plan
     assert "Index Scan using ix_task_delayed" in lines[sorts[0] + 1], plan
+    assert "Seq Scan on task" not in plan, plan
 
 
 @pytest.mark.parametrize("kind", ["early in its second", "late in its second", "delayed"])

@@ -12,7 +12,7 @@ import pytest
 from app.domain.services.task_rows import position_query
 from app.domain.states import TaskStatus
 from app.persistence.database import Database
-from app.persistence.dialects import claim_statement, claimable_left_statement
+from app.persistence.dialects import ClaimFrom, claim_statement, claimable_left_statement
 from app.persistence.types import utcnow
 from app.settings import Settings
 from tests.support.databases import create_schema_from_models
@@ -39,12 +39,20 @@ async def query_plan(db: Database, statement) -> str:
 
 
 @pytest.mark.parametrize("check_owner", [True, False])
-async def test_the_claim_reads_queued_tasks_in_order_and_due_waiting_ones_by_due_time(
-    db: Database, check_owner: bool
-) -> None:
+async def test_a_claim_reads_the_claim_queue_in_order(db: Database, check_owner: bool) -> None:
     plan = await query_plan(db, claim_statement("sqlite", check_owner=check_owner, limit=2))
     assert "USING COVERING INDEX ix_task_claim_queue" in plan, plan
+    assert "ix_task_delayed" not in plan and "SCAN task" not in plan, plan
+
+
+@pytest.mark.parametrize("source", [ClaimFrom.DUE_WAITING, ClaimFrom.BOTH])
+async def test_a_claim_of_due_waiting_tasks_reads_them_by_due_time(
+    db: Database, source: ClaimFrom
+) -> None:
+    statement = claim_statement("sqlite", check_owner=True, limit=2, source=source)
+    plan = await query_plan(db, statement)
     assert "USING COVERING INDEX ix_task_delayed" in plan, plan
+    assert ("ix_task_claim_queue" in plan) == (source == ClaimFrom.BOTH), plan
     assert "SCAN task" not in plan, plan
 
 

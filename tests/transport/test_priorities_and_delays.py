@@ -217,7 +217,7 @@ async def test_a_delayed_task_committed_after_a_look_went_past_its_time_is_annou
     alice, job, db, recorder
 ):
     """A submit whose commit lands after the announcer has read past the task's ``run_at``
-    (here held up by a lock on its job) is announced when it is published."""
+    (here held up by a lock on its job) is queued and announced when it is published."""
     await alice.register(name="Other")
     conn = await db.engine.connect()
     hold = await conn.begin()
@@ -232,3 +232,4 @@ async def test_a_delayed_task_committed_after_a_look_went_past_its_time_is_annou
     await conn.close()
     task = (await held).json()
     await recorder.wait_for(lambda events: task["id"] in announced(events))
+    assert (await waiting_flags(db))[UUID(task["id"])] is False

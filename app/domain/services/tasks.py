@@ -61,6 +61,7 @@ from app.domain.states import (
 )
 from app.persistence.database import Database, is_deadlock
 from app.persistence.dialects import (
+    ClaimFrom,
     claim_statement,
     claimable_left_statement,
     insert_task_of_live_job,
@@ -336,7 +337,6 @@ async def _claim(
     request_key: str | None,
 ) -> tuple[list[TaskRecord], EventBatch]:
     now = utcnow()
-    statement = claim_statement(db.dialect, check_owner=not principal.is_superuser, limit=max_tasks)
     params = {
         "worker_id": worker_id,
         "claim_token": uuid4(),
@@ -345,34 +345,58 @@ async def _claim(
         "lease_until": now + timedelta(seconds=lease_seconds),
         "now": now,
     }
-    rows = (await conn.execute(statement, params)).all()
-    if db.is_sqlite:
-        if not rows:  # nothing claimed: is the worker unknown, or not the caller's?
-            await owned_worker(conn, principal, worker_id)
-    else:  # the claim's rows carry the worker's owner (one row of NULLs if none)
+    shape = {"check_owner": not principal.is_superuser}
+    rows = (await conn.execute(claim_statement(db.dialect, **shape, limit=max_tasks), params)).all()
+    if not db.is_sqlite:  # the claim's rows carry the worker's owner (one row of NULLs if none)
         owner = rows[0].worker_owner
         rows = [row for row in rows if row.id is not None]
         if not rows:
             check_worker(principal, worker_id, owner)
-            statement = claim_statement(
-                db.dialect,
-                check_owner=not principal.is_superuser,
-                limit=max_tasks,
-                wait_for_locked=True,
-            )
-            # Skipped what another claim held but did not take: wait for it this time. A
-            # second time when the task it waited for moved meanwhile to the queue it did
-            # not read (the announcer queued a due task it had locked).
-            for _ in range(LOCKED_CLAIM_ATTEMPTS):
-                if rows or not await conn.scalar(claimable_left_statement(), params):
-                    break
-                rows = [row for row in (await conn.execute(statement, params)) if row.id]
+    if len(rows) < max_tasks:  # the queue was short: due tasks the announcer has not queued
+        due = claim_statement(
+            db.dialect, **shape, limit=max_tasks - len(rows), source=ClaimFrom.DUE_WAITING
+        )
+        more = (await conn.execute(due, params)).all()
+        if db.is_sqlite:
+            rows += more
+        else:
+            rows += [row for row in more if row.id is not None]
+            if not rows:
+                left = more[0].claimable_left
+                rows = await _claim_waiting_for_locked(conn, db, shape, max_tasks, params, left)
+    if db.is_sqlite and not rows:  # nothing claimed: is the worker unknown, or not the caller's?
+        await owned_worker(conn, principal, worker_id)
     names = await JobNames.resolve(conn, {row.job_id for row in rows})
     records = _in_queue_order(task_record(row, names[row.job_id]) for row in rows)
     events = EventBatch()
     for record in records:
         events.add(TaskStatusChanged(record, TaskStatus.PENDING))
     return records, events
+
+
+async def _claim_waiting_for_locked(
+    conn: AsyncConnection,
+    db: Database,
+    shape: dict[str, Any],
+    max_tasks: int,
+    params: dict[str, Any],
+    left: bool,
+) -> list[Any]:
+    """PostgreSQL, after a claim that got nothing although a task was claimable (``left``):
+    it skipped what another claim held but did not take, so wait for it this time. Again
+    when the task it waited for moved meanwhile to where it did not look (the announcer
+    queued a due task it had locked)."""
+    statement = claim_statement(
+        db.dialect, **shape, limit=max_tasks, wait_for_locked=True, source=ClaimFrom.BOTH
+    )
+    for _ in range(LOCKED_CLAIM_ATTEMPTS):
+        if not left:
+            break
+        rows = [row for row in (await conn.execute(statement, params)) if row.id is not None]
+        if rows:
+            return rows
+        left = await conn.scalar(claimable_left_statement(), params)
+    return []
 
 
 async def _keyed_claim(
