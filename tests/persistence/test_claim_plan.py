@@ -133,3 +133,5 @@ async def test_the_queue_position_reads_counts_and_index_ranges(db: Database, ki
     assert "pk_task_queue_bucket" in plan, plan
     assert ("ix_task_delayed" in plan) and ("ix_task_claim_queue" in plan) != delayed, plan
     assert "Seq Scan" not in plan, plan
+    if delayed:  # the waiting tasks due after it: the index range starts at its due time
+        assert "run_at >= " in plan.split("ix_task_delayed", 1)[1], plan

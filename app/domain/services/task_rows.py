@@ -165,7 +165,8 @@ def ready_position(*, from_end: bool, subject: Any = _BOUND) -> Any:
 
 def delayed_position(subject: Any = _BOUND) -> Any:
     """A delayed subject: every pending task but the delayed ones due after it (by due
-    time, then priority, then FIFO)."""
+    time, then priority, then FIFO). Counted from the subject's due time on (the range the
+    index reads: a delayed task due after all others counts next to nothing)."""
     due_after = or_(
         task.c.run_at > subject.run_at,
         and_(
@@ -176,7 +177,10 @@ def delayed_position(subject: Any = _BOUND) -> Any:
             ),
         ),
     )
-    return _counted(subject=subject) - _count(*waiting(), due_after, subject=subject)
+    # Due at or after the subject: still waiting at ``now``, since the subject is (so that
+    # the only lower bound of the range on ``run_at`` is the subject's own).
+    from_its_time = [is_delayed(), task.c.run_at >= subject.run_at]
+    return _counted(subject=subject) - _count(*from_its_time, due_after, subject=subject)
 
 
 def joined_record(row: Any) -> TaskRecord:
