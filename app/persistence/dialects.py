@@ -186,7 +186,7 @@ def claim_statement(
 
     A claim reads the claim queue; the due waiting tasks only when the queue had fewer
     than it asked for (``DUE_WAITING``, a second statement): reading them in every claim
-    cost a sixth more of PostgreSQL's instructions per task. Until the announcer queues a
+    cost PostgreSQL 8 % more instructions per task. Until the announcer queues a
     due task (at its ``run_at``, give or take its timer), claims take the queued ones
     first, whatever their priorities.
 

@@ -12,7 +12,7 @@ from sqlalchemy import func, select, update
 
 from app.domain.records import Principal
 from app.domain.retries import RetryPolicy
-from app.domain.services import due_tasks, tasks
+from app.domain.services import due_tasks, sweeps, tasks
 from app.domain.services.jobs import register_job
 from app.domain.services.page_positions import with_positions
 from app.domain.services.task_rows import SELECT_TASKS
@@ -112,6 +112,18 @@ async def test_a_retry_with_a_backoff_waits_and_an_immediate_one_is_queued(db: D
         assert record.status == S.PENDING
         flags[base_seconds] = (await waiting_flags(db))[task_id]
     assert flags == {600: True, 0: False}
+    assert await kept_waiting(db) == 1
+
+
+async def test_a_task_whose_lease_ran_out_waits_for_its_backoff(db: Database) -> None:
+    owner, worker = await owner_and_worker(db)
+    task_id = await submit(db, owner, max_attempts=2)
+    await tasks.claim_tasks(db, owner, worker, 1, lease_seconds=60)
+    later = utcnow() + timedelta(minutes=5)  # the lease (60 s) has run out by then
+    ended, _ = await sweeps.end_expired_leases(db, later, RetryPolicy(base_seconds=600, jitter=0))
+    assert ended == 1
+    assert (await tasks.get_task(db, task_id)).status == S.PENDING
+    assert await waiting_flags(db) == {task_id: True}
     assert await kept_waiting(db) == 1
 
 

@@ -132,7 +132,7 @@ def due_waiting() -> list[Any]:
     return [is_delayed(), task.c.run_at <= NOW]
 
 
-def ahead_of_ready(subject: Any = _BOUND) -> Any:
+def _ahead_of_ready(subject: Any = _BOUND) -> Any:
     """Claimed before a ready subject, or the subject itself: higher priority, or its own
     priority up to it (FIFO)."""
     priority = subject.priority
@@ -159,7 +159,7 @@ def ready_position(*, from_end: bool, subject: Any = _BOUND) -> Any:
         same_priority = _counted(
             own, bucket.c.bucket < subject.bucket, **queued
         ) + second_up_to_subject(subject)
-    due_ahead = _count(*due_waiting(), ahead_of_ready(subject), subject=subject)
+    due_ahead = _count(*due_waiting(), _ahead_of_ready(subject), subject=subject)
     return higher + same_priority + due_ahead
 
 
