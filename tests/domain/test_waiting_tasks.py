@@ -8,7 +8,9 @@ from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID
 
-from sqlalchemy import func, select, update
+import pytest
+from sqlalchemy import func, select, text, update
+from sqlalchemy.exc import DBAPIError
 
 from app.domain.records import Principal
 from app.domain.retries import RetryPolicy
@@ -19,6 +21,7 @@ from app.domain.services.task_rows import SELECT_TASKS
 from app.domain.services.users import create_user
 from app.domain.states import TaskStatus
 from app.persistence.database import Database
+from app.persistence.dialects import ClaimFrom
 from app.persistence.models import queue_bucket_table, task_table
 from app.persistence.types import utcnow
 
@@ -206,3 +209,49 @@ async def test_queueing_goes_in_batches_of_the_earliest_due(db: Database) -> Non
     assert await due_tasks.queue_due(db, utcnow(), 2) == 2
     assert await due_tasks.queue_due(db, utcnow(), 2) == 1
     assert not any((await waiting_flags(db)).values())
+
+
+def failing_due_claims(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The claim of due waiting tasks fails in the database (a table it does not have)."""
+    build = tasks.claim_statement
+
+    def claim_statement(*args: Any, **kwargs: Any) -> Any:
+        if kwargs.get("source") == ClaimFrom.DUE_WAITING:
+            return text("SELECT * FROM no_such_table")
+        return build(*args, **kwargs)
+
+    monkeypatch.setattr(tasks, "claim_statement", claim_statement)
+
+
+async def test_tasks_claimed_from_the_queue_are_answered_when_the_due_ones_cannot_be_read(
+    db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A short claim of the queue has committed its tasks: a failure reading the due ones
+    after it must not lose them (its repeat would claim others)."""
+    owner, worker = await owner_and_worker(db)
+    queued = await submit(db, owner)
+    failing_due_claims(monkeypatch)
+    claimed, _ = await tasks.claim_tasks(db, owner, worker, 3, lease_seconds=60)
+    assert [record.id for record in claimed] == [queued]
+    assert (await tasks.get_task(db, queued)).status == S.CLAIMED
+
+
+async def test_a_claim_that_got_nothing_fails_with_the_due_ones(
+    db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    owner, worker = await owner_and_worker(db)
+    failing_due_claims(monkeypatch)
+    with pytest.raises(DBAPIError):
+        await tasks.claim_tasks(db, owner, worker, 3, lease_seconds=60)
+
+
+async def test_a_keyed_claim_takes_nothing_when_the_due_ones_cannot_be_read(
+    db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A keyed claim is one transaction: it fails whole, and its repeat claims afresh."""
+    owner, worker = await owner_and_worker(db)
+    queued = await submit(db, owner)
+    failing_due_claims(monkeypatch)
+    with pytest.raises(DBAPIError):
+        await tasks.claim_tasks(db, owner, worker, 3, lease_seconds=60, request_key="k1")
+    assert (await tasks.get_task(db, queued)).status == S.PENDING

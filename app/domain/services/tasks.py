@@ -356,7 +356,15 @@ async def _claim(
         due = claim_statement(
             db.dialect, **shape, limit=max_tasks - len(rows), source=ClaimFrom.DUE_WAITING
         )
-        more = (await conn.execute(due, params)).all()
+        try:
+            more = (await conn.execute(due, params)).all()
+        except Exception:
+            # Tasks already claimed (committed on their own, outside a keyed claim's
+            # transaction) are answered: run again, the claim would take others instead.
+            if not rows or request_key is not None:
+                raise
+            log.warning("claim for worker %s: the due tasks not read", worker_id, exc_info=True)
+            more = []
         if db.is_sqlite:
             rows += more
         else:
