@@ -81,7 +81,10 @@ async def _claimer(client: httpx.AsyncClient, worker_id: str, ledger: ClaimLedge
 
 
 async def test_concurrent_claimers_take_every_task_exactly_once(hub_server: HubServer) -> None:
-    limits = httpx.Limits(max_connections=32, max_keepalive_connections=32)
+    # Idle connections are dropped well before the server's keep-alive timeout (uvicorn:
+    # 5 s, httpx's default expiry too): a client stalled on a loaded machine must not send
+    # on a connection the server is closing at that moment (a ReadError, nothing sent back).
+    limits = httpx.Limits(max_connections=32, max_keepalive_connections=32, keepalive_expiry=1.0)
     async with httpx.AsyncClient(
         base_url=hub_server.base_url,
         headers=hub_server.admin_headers,
