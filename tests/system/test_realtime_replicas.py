@@ -73,7 +73,9 @@ def room() -> str:
 
 @pytest.fixture
 async def https(cluster: Cluster) -> AsyncIterator[tuple[httpx.AsyncClient, httpx.AsyncClient]]:
-    limits = httpx.Limits(max_connections=32, max_keepalive_connections=32)
+    # Idle connections dropped well before the servers' keep-alive timeout (see
+    # test_concurrent_claims.py).
+    limits = httpx.Limits(max_connections=32, max_keepalive_connections=32, keepalive_expiry=1.0)
     async with (
         httpx.AsyncClient(
             base_url=cluster.a.base_url, timeout=30.0, trust_env=False, limits=limits
