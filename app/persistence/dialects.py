@@ -38,9 +38,9 @@ from sqlalchemy.sql import Executable
 from app.domain.naming import INTERNAL_ROOM
 from app.domain.states import TaskStatus
 from app.persistence.models import (
-    is_delayed,
     is_pending,
     is_queued,
+    is_waiting,
     job_table,
     link_table,
     next_version,
@@ -160,7 +160,7 @@ class ClaimFrom(enum.Enum):
 
     def conditions(self) -> list[list[Any]]:
         queued = [is_queued(), or_(task_table.c.run_at.is_(None), _due())]
-        due_waiting = [is_delayed(), _due()]
+        due_waiting = [is_waiting(), _due()]
         return {
             ClaimFrom.QUEUE: [queued],
             ClaimFrom.DUE_WAITING: [due_waiting],

@@ -45,12 +45,13 @@ metadata = MetaData(
 
 
 PENDING_ONLY = "status = 'pending'"
-WAITING_ONLY = f"{PENDING_ONLY} AND run_at IS NOT NULL"
+# Pending with a ``run_at`` (delayed or retried): waiting for it, or queued since it came.
+SCHEDULED_ONLY = f"{PENDING_ONLY} AND run_at IS NOT NULL"
 # A pending task either waits for its ``run_at`` (``waiting``: set when it enters pending
 # with a ``run_at`` ahead, cleared when the due-task announcer finds it due) or is queued:
 # the claim queue holds only the queued ones, so a claim never walks tasks that wait.
 QUEUED_ONLY = f"{PENDING_ONLY} AND NOT waiting"
-DELAYED_ONLY = f"{PENDING_ONLY} AND waiting"
+WAITING_ONLY = f"{PENDING_ONLY} AND waiting"
 # Claimed or running (the domain's ``ACTIVE_STATUSES``): the tasks whose lease the sweeper
 # watches.
 ACTIVE_VALUES = ("claimed", "running")
@@ -136,11 +137,11 @@ class Task(TaskhubModel, table=True):
 
     __tablename__ = "task"
     __table_args__ = (
-        # Delayed and retried tasks waiting for their ``run_at`` (the due-task announcer).
+        # Delayed and retried tasks by ``run_at`` (the due-task announcer).
         Index(
             "ix_task_due",
             "run_at",
-            **_partial(WAITING_ONLY),
+            **_partial(SCHEDULED_ONLY),
         ),
         # Retention: terminal tasks by age.
         Index(
@@ -265,8 +266,8 @@ def is_queued() -> ColumnElement[bool]:
     return and_(is_pending(), literal_column(f"NOT {task_table.name}.waiting"))
 
 
-def is_delayed() -> ColumnElement[bool]:
-    """Pending and waiting (``DELAYED_ONLY``, spelled as the index's predicate)."""
+def is_waiting() -> ColumnElement[bool]:
+    """Pending and waiting (``WAITING_ONLY``, spelled as the index's predicate)."""
     return and_(is_pending(), literal_column(f"{task_table.name}.waiting"))
 
 
@@ -303,7 +304,7 @@ Index(
     task_table.c.id,
     task_table.c.status,
     task_table.c.waiting,
-    **_partial(DELAYED_ONLY),
+    **_partial(WAITING_ONLY),
 )
 
 

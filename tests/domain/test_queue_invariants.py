@@ -45,7 +45,7 @@ from app.domain.services.task_rows import SELECT_TASKS, load_task
 from app.domain.services.users import create_user
 from app.domain.states import ACTIVE_STATUSES, TaskStatus, is_terminal
 from app.persistence.database import Database
-from app.persistence.models import is_delayed, metadata, queue_bucket_table, task_table
+from app.persistence.models import is_waiting, metadata, queue_bucket_table, task_table
 from app.persistence.types import utcnow
 from app.settings import Settings
 
@@ -326,7 +326,7 @@ class QueueMachine(RuleBasedStateMachine):
         """The job's pending tasks that still wait (due or not), read off the task rows."""
         async with self.db.read() as conn:
             job = task_table.c.job_id == self.job_id
-            waiting = select(task_table.c.id).where(job, is_delayed())
+            waiting = select(task_table.c.id).where(job, is_waiting())
             return set((await conn.execute(waiting)).scalars())
 
 

@@ -14,10 +14,10 @@ from sqlalchemy import and_, bindparam, false, func, or_, select, update
 from app.domain.events import EventBatch, TaskAvailable
 from app.domain.naming import INTERNAL_ROOM
 from app.persistence.database import Database
-from app.persistence.models import is_delayed, is_pending, job_table, task_table
+from app.persistence.models import is_pending, is_waiting, job_table, task_table
 
 task = task_table
-_WAITING = [is_pending(), task.c.run_at.is_not(None)]
+_SCHEDULED = [is_pending(), task.c.run_at.is_not(None)]
 _AFTER = bindparam("after", type_=task.c.run_at.type)
 _AFTER_ID = bindparam("after_id", type_=task.c.id.type)
 _UNTIL = bindparam("until", type_=task.c.run_at.type)
@@ -31,16 +31,16 @@ _CAME_DUE = (
     select(task.c.id, task.c.room_id, task.c.run_at, job_table.c.room_id.label("job_room"))
     .add_columns(job_table.c.category, job_table.c.name)
     .join(job_table, job_table.c.id == task.c.job_id)
-    .where(*_WAITING, _PAST_MARK, task.c.run_at <= _UNTIL)
+    .where(*_SCHEDULED, _PAST_MARK, task.c.run_at <= _UNTIL)
     .order_by(task.c.run_at, task.c.id)
     .limit(bindparam("limit"))
 )
-_NEXT_DUE = select(func.min(task.c.run_at)).where(*_WAITING, task.c.run_at > _AFTER)
+_NEXT_DUE = select(func.min(task.c.run_at)).where(*_SCHEDULED, task.c.run_at > _AFTER)
 # Not a new version: nothing a client sees changes (``waiting`` is not part of a task).
 _QUEUE_DUE = update(task).values(waiting=false())
 _DUE_WAITING = (
     select(task.c.id)
-    .where(is_delayed(), task.c.run_at <= _UNTIL)
+    .where(is_waiting(), task.c.run_at <= _UNTIL)
     .order_by(task.c.run_at)
     .limit(bindparam("limit"))
 )
@@ -48,7 +48,7 @@ _DUE_WAITING = (
 # may run the subquery again and queue more than ``limit``), skipping the ones a claim has
 # locked (it is taking them: no need to wait).
 _PICKED = _DUE_WAITING.with_for_update(skip_locked=True).cte("due").prefix_with("MATERIALIZED")
-_QUEUE_DUE_LOCKING = _QUEUE_DUE.where(task.c.id == _PICKED.c.id, is_delayed())
+_QUEUE_DUE_LOCKING = _QUEUE_DUE.where(task.c.id == _PICKED.c.id, is_waiting())
 
 
 @dataclass
@@ -87,7 +87,7 @@ async def queue_due(db: Database, until: datetime, limit: int) -> int:
     """Queue up to ``limit`` of the waiting tasks due at ``until``, earliest first; returns
     how many. Claims take a due waiting task all the same: this only keeps them few."""
     if db.is_sqlite:
-        statement = _QUEUE_DUE.where(task.c.id.in_(_DUE_WAITING.scalar_subquery()), is_delayed())
+        statement = _QUEUE_DUE.where(task.c.id.in_(_DUE_WAITING.scalar_subquery()), is_waiting())
     else:
         statement = _QUEUE_DUE_LOCKING
     async with db.write() as conn:

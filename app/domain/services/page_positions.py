@@ -48,11 +48,11 @@ from app.domain.services.task_rows import (
     due_waiting,
     is_ready,
     joined_record,
+    not_yet_due,
     position_params,
     ready_position,
     second_after_subject,
     second_up_to_subject,
-    waiting,
 )
 from app.domain.states import TaskStatus
 from app.persistence.models import queue_bucket_table, task_table
@@ -188,7 +188,7 @@ def _ranked(page: _Page) -> Any:
     if page.shape.ready:
         parts += _ready_parts(page, _waiting_tasks(page, due_waiting(), "due_waiting"))
     if page.shape.delayed:
-        parts += _delayed_parts(page, _waiting_tasks(page, waiting(), "delayed"))
+        parts += _delayed_parts(page, _waiting_tasks(page, not_yet_due(), "delayed"))
     summed = union_all(*parts).subquery()
     position = cast(func.sum(summed.c.part), Integer)
     return select(summed.c.task_id, position).group_by(summed.c.task_id)

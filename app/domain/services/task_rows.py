@@ -40,8 +40,8 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from app.domain.records import TaskRecord
 from app.domain.states import TaskStatus
 from app.persistence.models import (
-    is_delayed,
     is_queued,
+    is_waiting,
     job_table,
     queue_bucket_table,
     task_table,
@@ -121,15 +121,15 @@ def second_after_subject(subject: Any = _BOUND) -> Any:
     return _count(is_queued(), *own_second, _after_subject(subject), subject=subject)
 
 
-def waiting() -> list[Any]:
+def not_yet_due() -> list[Any]:
     """Delayed: waiting, and not claimable before ``now`` (on ``ix_task_delayed``)."""
-    return [is_delayed(), task.c.run_at > NOW]
+    return [is_waiting(), task.c.run_at > NOW]
 
 
 def due_waiting() -> list[Any]:
     """Waiting but due at ``now``: claimable, not yet queued by the announcer (few, on
     ``ix_task_delayed``)."""
-    return [is_delayed(), task.c.run_at <= NOW]
+    return [is_waiting(), task.c.run_at <= NOW]
 
 
 def _ahead_of_ready(subject: Any = _BOUND) -> Any:
@@ -179,7 +179,7 @@ def delayed_position(subject: Any = _BOUND) -> Any:
     )
     # Due at or after the subject: still waiting at ``now``, since the subject is (so that
     # the only lower bound of the range on ``run_at`` is the subject's own).
-    from_its_time = [is_delayed(), task.c.run_at >= subject.run_at]
+    from_its_time = [is_waiting(), task.c.run_at >= subject.run_at]
     return _counted(subject=subject) - _count(*from_its_time, due_after, subject=subject)
 
 
