@@ -289,6 +289,28 @@ async def test_a_schema_of_exactly_256_kib_as_compact_json_is_accepted(alice):
     await alice.submit("room1:modifiers:Big")
 
 
+async def test_the_hub_keeps_answering_while_a_big_schema_is_checked(alice):
+    """A schema with thousands of subschemas takes seconds to check (half a millisecond
+    each); the check runs beside the event loop, not on it."""
+    schema = {"type": "object", "properties": {f"p{i}": {"type": "integer"} for i in range(4_000)}}
+    gaps: list[float] = []
+
+    async def tick() -> None:
+        last = asyncio.get_running_loop().time()
+        while True:
+            await asyncio.sleep(0.005)
+            now = asyncio.get_running_loop().time()
+            gaps.append(now - last)
+            last = now
+
+    ticker = asyncio.create_task(tick())
+    started = asyncio.get_running_loop().time()
+    await alice.register(name="Wide", schema=schema)
+    took = asyncio.get_running_loop().time() - started
+    ticker.cancel()
+    assert max(gaps) < took / 4, f"the loop stood still for {max(gaps):.2f} s of {took:.2f} s"
+
+
 @pytest.mark.postgres_only
 async def test_registering_with_a_worker_being_removed_is_404_not_a_500(alice, database_url):
     """Another transaction (the sweeper's) holds the worker's row to remove it: the
