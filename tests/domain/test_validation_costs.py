@@ -65,7 +65,6 @@ def test_a_schema_naming_thousands_of_properties_walks_the_smaller_side():
     side, well within the deadline from the objects' side."""
     properties = {f"p{i}": {"type": "integer"} for i in range(10_000)}
     schema = items_of({"properties": properties})
-    check_schema(schema)
     assert payload_errors(object(), schema, {"xs": [{"p9999": 1}] * 50_000}) == []
     refused = payload_errors(object(), schema, {"xs": [{"p3": "three", "other": 1}]})
     assert [error["loc"] for error in refused] == [["xs", 0, "p3"]]
@@ -164,3 +163,21 @@ def test_the_enum_lookups_kept_stay_within_a_budget_of_members():
     kept.of(["x"])  # 6 members held: the oldest goes
     assert kept.of(small) is not first
     assert _json_key("c") in kept.of(other).keys
+
+
+@pytest.mark.parametrize(
+    ("const", "value", "equal"),
+    [(1, 1.0, True), (1, True, False), ({"a": [1]}, {"a": [1.0]}, True), ([1, 2], [2, 1], False)],
+    ids=["int and float", "true is not 1", "nested", "array order"],
+)
+def test_const_follows_json_equality(const, value, equal):
+    assert (errors({"const": const}, value) == []) is equal
+
+
+def test_a_422_lists_messages_of_at_most_500_characters():
+    """jsonschema's own keywords quote whole values: a 100 kB string that is too long."""
+    schema = {"properties": {"s": {"maxLength": 10}, "c": {"const": "x" * 1_000}}}
+    refused = payload_errors(object(), schema, {"s": "y" * 100_000, "c": "z"})
+    assert [error["loc"] for error in refused] == [["c"], ["s"]]
+    assert all(len(error["msg"]) <= 500 for error in refused)
+    assert refused[1]["msg"].endswith("…")
