@@ -38,8 +38,8 @@ _MESSAGE_CHARACTERS = 500
 # Keyword applications: 2 to 7 µs each here; a 1 MiB payload of 3-D points (17,000 of
 # them) against its plain schema makes about 120,000 in 0.6 to 0.8 s (a slow spell).
 MAX_KEYWORD_APPLICATIONS = 1_000_000
-# Seconds of the event loop (wall time): what the count does not bound, since some keywords
-# do work that grows with the schema or the value in one application.
+# CPU seconds of the validating thread (the event loop's): what the count does not bound,
+# since some keywords do work that grows with the schema or the value in one application.
 MAX_VALIDATION_SECONDS = 2.0
 # Schema bytes (compact JSON) a ``SchemaCache`` keeps by default: thousands of real schemas,
 # and at ~24 times in memory under ~400 MB however large the schemas a process meets.

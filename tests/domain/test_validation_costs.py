@@ -31,10 +31,11 @@ def errors(schema: dict, payload: object, applications: int = 10**9, seconds: fl
 
 
 def test_a_big_enum_is_looked_up_not_compared_with_every_member():
-    """Compared member by member, these 100,000 items took 277 s of the event loop."""
+    """Compared member by member, 100,000 items took 277 s of the event loop; these 50,000
+    would stop at the deadline."""
     schema = items_of({"enum": BIG_ENUM})
     check_schema(schema)
-    assert payload_errors(object(), schema, {"xs": ["v19999"] * 100_000}) == []
+    assert payload_errors(object(), schema, {"xs": ["v19999"] * 50_000}) == []
     refused = payload_errors(object(), schema, {"xs": ["v0", "w", "v1"]})
     assert [error["loc"] for error in refused] == [["xs", 1]]
     assert len(refused[0]["msg"]) < 300, "the message quotes the enum cut short"
