@@ -14,7 +14,7 @@ from pydantic import Field
 from sqlalchemy import and_, func, select
 
 from app.dispatch.definitions import InternalContext, InternalJob
-from app.domain.payloads import payload_errors
+from app.domain.payload_checks import payload_errors_here
 from app.domain.services.jobs import find_visible_job
 from app.domain.states import TaskStatus
 from app.persistence.dialects import duration_microseconds
@@ -103,8 +103,9 @@ class ValidatePayload(InternalJob):
     async def run(self, ctx: InternalContext) -> dict[str, Any]:
         async with ctx.db.read() as conn:
             row = await find_visible_job(conn, ctx.room_id, self.job)
-        # The hub's own validation (RE2 patterns, a budget): the job's schema is any user's.
-        errors = payload_errors((row.id, row.updated_at), row.schema, self.payload)
+        # The hub's own validation (RE2 patterns, a budget, a costly payload beside the event
+        # loop, which the hub's requests may share): the job's schema is any user's.
+        errors = await payload_errors_here((row.id, row.updated_at), row.schema, self.payload)
         return {"job": self.job, "valid": not errors, "errors": errors}
 
 

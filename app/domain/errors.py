@@ -11,6 +11,8 @@ class DomainError(Exception):
     slug: ClassVar[str] = "internal-error"
     title: ClassVar[str] = "Internal Server Error"
     status: ClassVar[int] = 500
+    # Seconds after which the same request may succeed (``Retry-After``), if that is known.
+    retry_after: ClassVar[int | None] = None
 
     def __init__(self, detail: str, *, errors: list[dict[str, Any]] | None = None) -> None:
         super().__init__(detail)
@@ -84,3 +86,11 @@ class InternalJobNotConfigured(DomainError):
 
 class ServiceUnavailable(DomainError):
     slug, title, status = "service-unavailable", "Service Unavailable", 503
+
+
+class ValidationBusy(DomainError):
+    """Too many costly payloads are being validated in this process already (see
+    ``payload_checks.py``); the request changed nothing."""
+
+    slug, title, status = "validation-busy", "Service Unavailable", 503
+    retry_after = 1

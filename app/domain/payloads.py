@@ -38,8 +38,9 @@ _MESSAGE_CHARACTERS = 500
 # Keyword applications: 2 to 7 µs each here; a 1 MiB payload of 3-D points (17,000 of
 # them) against its plain schema makes about 120,000 in 0.6 to 0.8 s (a slow spell).
 MAX_KEYWORD_APPLICATIONS = 1_000_000
-# CPU seconds of the validating thread (the event loop's): what the count does not bound,
-# since some keywords do work that grows with the schema or the value in one application.
+# CPU seconds of the validating thread (``payload_checks.py``: a costly payload's is not the
+# event loop's): what the count does not bound, since some keywords do work that grows with
+# the schema or the value in one application.
 MAX_VALIDATION_SECONDS = 2.0
 # Schema bytes (compact JSON) a ``SchemaCache`` keeps by default: thousands of real schemas,
 # and at ~24 times in memory under ~400 MB however large the schemas a process meets.
@@ -207,7 +208,11 @@ def _cut(message: str) -> str:
 def validate_payload(version: Any, schema: dict[str, Any], payload: dict[str, Any]) -> None:
     """Raise 422 listing the failing paths. ``version`` identifies this schema of this job
     (e.g. ``(job_id, updated_at)``) so its compiled validator is reused."""
-    errors = payload_errors(version, schema, payload)
+    raise_for(payload_errors(version, schema, payload))
+
+
+def raise_for(errors: list[dict[str, Any]]) -> None:
+    """422 for a payload's ``errors`` (``payload_errors``), if there are any."""
     if errors:
         raise ValidationFailed(
             "The payload does not match the job's schema.",
@@ -226,14 +231,19 @@ def payload_errors(
     refused (422) instead of finishing."""
     if not schema:  # {} accepts every payload (most jobs' schemas are not empty)
         return []
-    validator = _validators.compiled(version, schema)
+    return errors_in_full(compiled_validator(version, schema), payload)
+
+
+def compiled_validator(version: Any, schema: dict[str, Any]) -> Any:
+    """The validator of this version of a job's schema, compiled once (kept within a budget
+    of schema bytes; not thread-safe: call it on one thread)."""
+    return _validators.compiled(version, schema)
+
+
+def errors_in_full(validator: Any, payload: dict[str, Any]) -> list[dict[str, Any]]:
+    """``errors_within`` the full budget; 422 past it."""
     try:
-        errors = sorted(
-            errors_within(
-                validator, payload, MAX_KEYWORD_APPLICATIONS, MAX_VALIDATION_SECONDS, _ERRORS_READ
-            ),
-            key=lambda e: list(e.absolute_path),
-        )
+        return errors_within_seconds(validator, payload, MAX_VALIDATION_SECONDS)
     except TooCostly:
         raise ValidationFailed(
             f"Checking this payload against the job's schema would take more than "
@@ -241,6 +251,18 @@ def payload_errors(
             "smaller payload (or register the job with a simpler schema).",
             errors=[{"loc": ["body", "payload"], "msg": "too costly to validate"}],
         ) from None
+
+
+def errors_within_seconds(
+    validator: Any, payload: dict[str, Any], seconds: float
+) -> list[dict[str, Any]]:
+    """``payload_errors`` by a compiled ``validator`` within ``seconds`` of the calling
+    thread's CPU time (and ``MAX_KEYWORD_APPLICATIONS``): ``TooCostly`` past either."""
+    try:
+        errors = sorted(
+            errors_within(validator, payload, MAX_KEYWORD_APPLICATIONS, seconds, _ERRORS_READ),
+            key=lambda e: list(e.absolute_path),
+        )
     except Unresolvable as exc:  # a schema registered before references were checked
         raise ValidationFailed(
             "The job's schema has a reference that does not resolve within it; the job must "

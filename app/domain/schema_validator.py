@@ -34,6 +34,7 @@ from __future__ import annotations
 import functools
 import itertools
 import reprlib
+import threading
 import time
 from collections import OrderedDict
 from collections.abc import Iterator
@@ -179,6 +180,7 @@ class _EnumMembers:
     def __init__(self, budget: int = 500_000) -> None:
         self._budget = budget
         self._held = 0
+        self._lock = threading.Lock()
         self._entries: OrderedDict[int, tuple[list[Any], _Members]] = OrderedDict()
 
     def of(self, enum: list[Any]) -> _Members:
@@ -189,12 +191,15 @@ class _EnumMembers:
             keys=frozenset(_json_key(member) for member in enum),
             containers=any(isinstance(member, dict | list) for member in enum),
         )
-        if len(enum) <= self._budget:
-            self._entries[id(enum)] = (enum, members)
-            self._held += len(enum)
-            while self._held > self._budget:
-                _, (gone, _) = self._entries.popitem(last=False)
-                self._held -= len(gone)
+        if len(enum) > self._budget:
+            return members
+        with self._lock:  # the event loop and the validation thread both validate
+            if id(enum) not in self._entries:  # (unless the other one just put it there)
+                self._entries[id(enum)] = (enum, members)
+                self._held += len(enum)
+                while self._held > self._budget:
+                    _, (gone, _) = self._entries.popitem(last=False)
+                    self._held -= len(gone)
         return members
 
 

@@ -7,6 +7,7 @@ import pytest
 from sqlalchemy import update
 
 from app.dispatch.executor import retried_write
+from app.domain import payload_checks
 from app.domain.services import internal_tasks
 from app.domain.states import TaskStatus
 from app.persistence.models import task_table
@@ -14,6 +15,7 @@ from app.persistence.types import utcnow
 from app.sweeper import UNDISPATCHED_GRACE
 from tests.dispatch import slow_jobs
 from tests.support.api import assert_problem
+from tests.support.costly_payloads import COSTLY, POINTS_SCHEMA, until
 
 SUMMARY = "@internal:analysis:RoomSummary"
 NOT_JSON = "@internal:modifiers:NotJson"
@@ -76,6 +78,20 @@ async def test_validate_payload_checks_as_the_hub_does_in_linear_time(alice):
     )
     result = (await wait_done(alice, task["id"]))["result"]
     assert (result["valid"], result["errors"][0]["loc"]) == (False, ["s"])
+
+
+async def test_validate_payload_checks_a_costly_payload_beside_the_event_loop(alice, bob):
+    """On the embedded default the job runs in the hub's process: a costly payload is
+    validated on the payload thread there, as a submit's is, while the hub answers others."""
+    await alice.register(name="Points", schema=POINTS_SCHEMA)
+    task = await alice.submit(
+        VALIDATE, payload={"job": "room1:modifiers:Points", "payload": COSTLY}
+    )
+    await until(lambda: payload_checks.PROCESS_CHECKS.waiting == 1)
+    assert (await bob.get("/rooms/room1/tasks")).status_code == 200
+    assert payload_checks.PROCESS_CHECKS.waiting == 1, "answered while it was validated"
+    result = (await wait_done(alice, task["id"]))["result"]
+    assert (result["valid"], result["errors"]) == (True, [])
 
 
 async def test_a_failing_internal_job_ends_failed_with_its_error(alice):

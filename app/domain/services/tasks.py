@@ -30,7 +30,8 @@ from app.domain.events import (
     TaskStatusChanged,
 )
 from app.domain.naming import INTERNAL_ROOM, validate_room_id
-from app.domain.payloads import validate_payload
+from app.domain.naming import full_name as name_of
+from app.domain.payload_checks import check_payload
 from app.domain.records import Page, Principal, TaskRecord, beyond
 from app.domain.retries import DEFAULT_RETRY_POLICY, RetryPolicy, may_retry
 from app.domain.services.jobs import (
@@ -117,57 +118,60 @@ async def submit_task(
     validate_room_id(room_id)
     visible_job_name(room_id, full_name)
     options = options or SubmitOptions()
-    now = utcnow()
-    run_at = (
-        options.run_at.astimezone(UTC)
-        if options.run_at is not None and options.run_at > now
-        else None
-    )
-    async with db.autocommit() as conn:
-        job = known_jobs.get(full_name) if known_jobs is not None else None
-        while True:
-            fresh = job is None
-            if job is None:
-                try:
-                    job = await find_visible_job(conn, room_id, full_name)
-                except JobNotFound:
-                    if idempotency_key is not None:  # the job may have gone since the first
-                        original = await _submitted_to_name_before(
-                            conn, principal, room_id, full_name, idempotency_key
-                        )
-                        if original is not None:
-                            return original, EventBatch(), False
-                    raise
-                if known_jobs is not None:
-                    known_jobs.remember(full_name, job)
-            try:
-                record = _new_task(job, room_id, principal, payload, internal, options, now, run_at)
-            except (ValidationFailed, InternalJobNotConfigured):
-                if fresh:
-                    raise
-                job = None  # judged by a job as read earlier: read it again to be sure
-                continue
-            if idempotency_key is not None:
-                original = await _submitted_before(conn, principal, job.id, idempotency_key)
-                if original is not None:
-                    return original, EventBatch(), False
-            if await _insert_task(conn, db, record, job, idempotency_key, options, now):
-                break
-            # A concurrent duplicate won, or the job changed or went since it was read.
-            if idempotency_key is not None:
-                original = await _submitted_before(conn, principal, job.id, idempotency_key)
-                if original is not None:
-                    return original, EventBatch(), False
+    job = known_jobs.get(full_name) if known_jobs is not None else None
+    while True:
+        fresh = job is None
+        if job is None:
+            async with db.autocommit() as conn:
+                job, replay = await _visible_job(
+                    conn, principal, room_id, full_name, idempotency_key
+                )
+            if replay is not None:
+                return replay, EventBatch(), False
             if known_jobs is not None:
-                known_jobs.forget(full_name)
+                known_jobs.remember(full_name, job)
+        try:
+            _check_executor(job, internal)
+            # No connection is held meanwhile: a costly payload takes up to seconds.
+            await check_payload((job.id, job.updated_at), job.schema, payload)
+        except (ValidationFailed, InternalJobNotConfigured):
             if fresh:
-                raise JobNotFound(f"Job {full_name!r} not found.")
-            job = None
+                raise
+            job = None  # judged by a job as read earlier: read it again to be sure
+            continue
+        now = utcnow()
+        record = _new_task(job, room_id, principal, payload, options, now)
+        async with db.autocommit() as conn:
+            answer = await _inserted_or_replayed(
+                conn, db, principal, record, job, idempotency_key, options, now
+            )
+        if answer is record:
+            break
+        if answer is not None:
+            return answer, EventBatch(), False
+        # The job changed or went since it was read.
+        if known_jobs is not None:
+            known_jobs.forget(full_name)
+        if fresh:
+            raise JobNotFound(f"Job {full_name!r} not found.")
+        job = None
     events = EventBatch()
     events.add(TaskStatusChanged(record))
-    if job.room_id != INTERNAL_ROOM and run_at is None:
+    if job.room_id != INTERNAL_ROOM and record.run_at is None:
         events.add(TaskAvailable(job_name=record.job_name, room_id=room_id, task_id=str(record.id)))
     return record, events, True
+
+
+def _check_executor(job: Any, internal: InternalExecutors) -> None:
+    """503 for a task of an ``@internal`` job that no executor here can run."""
+    if job.room_id == INTERNAL_ROOM and not internal.has_executor(_full_name(job)):
+        raise InternalJobNotConfigured(
+            f"Internal job {_full_name(job)!r} is registered but no executor is available."
+        )
+
+
+def _full_name(job: Any) -> str:
+    return name_of(job.room_id, job.category, job.name)
 
 
 def _new_task(
@@ -175,18 +179,14 @@ def _new_task(
     room_id: str,
     principal: Principal,
     payload: dict[str, Any],
-    internal: InternalExecutors,
     options: SubmitOptions,
     now: datetime,
-    run_at: datetime | None,
 ) -> TaskRecord:
-    """The record of a task about to be submitted to ``job`` (a row of the job table)."""
-    job_name = f"{job.room_id}:{job.category}:{job.name}"
-    if job.room_id == INTERNAL_ROOM and not internal.has_executor(job_name):
-        raise InternalJobNotConfigured(
-            f"Internal job {job_name!r} is registered but no executor is available."
-        )
-    validate_payload((job.id, job.updated_at), job.schema, payload)
+    """The record of a task submitted at ``now`` to ``job`` (a row of the job table); only
+    a ``run_at`` ahead of ``now`` is kept."""
+    job_name = _full_name(job)
+    ahead = options.run_at is not None and options.run_at > now
+    run_at = options.run_at.astimezone(UTC) if ahead and options.run_at else None
     return TaskRecord(
         id=new_id(),
         job_id=job.id,
@@ -206,6 +206,51 @@ def _new_task(
         max_attempts=options.max_attempts or job.max_attempts,
         run_at=run_at,
     )
+
+
+async def _visible_job(
+    conn: AsyncConnection,
+    principal: Principal,
+    room_id: str,
+    full_name: str,
+    idempotency_key: str | None,
+) -> tuple[Any, TaskRecord | None]:
+    """``(job, None)``; or ``(None, task)`` for a job gone since this user submitted
+    ``task`` to it with ``idempotency_key`` (a replay answers what the first request got)."""
+    try:
+        return await find_visible_job(conn, room_id, full_name), None
+    except JobNotFound:
+        if idempotency_key is not None:
+            original = await _submitted_to_name_before(
+                conn, principal, room_id, full_name, idempotency_key
+            )
+            if original is not None:
+                return None, original
+        raise
+
+
+async def _inserted_or_replayed(
+    conn: AsyncConnection,
+    db: Database,
+    principal: Principal,
+    record: TaskRecord,
+    job: Any,
+    idempotency_key: str | None,
+    options: SubmitOptions,
+    now: datetime,
+) -> TaskRecord | None:
+    """``record``, inserted; or the task this user submitted to ``job`` before with
+    ``idempotency_key`` (also when the duplicates race: the unique index decides, and the
+    loser reads the winner); None if the job changed or went since it was read."""
+    if idempotency_key is not None:
+        original = await _submitted_before(conn, principal, job.id, idempotency_key)
+        if original is not None:
+            return original
+    if await _insert_task(conn, db, record, job, idempotency_key, options, now):
+        return record
+    if idempotency_key is not None:
+        return await _submitted_before(conn, principal, job.id, idempotency_key)
+    return None
 
 
 async def _insert_task(

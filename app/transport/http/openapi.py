@@ -29,7 +29,9 @@ ALWAYS_ERRORS = (401, 413, 422, 503)
 # Response headers of problems, by status.
 _PROBLEM_HEADERS: dict[int, dict[str, str]] = {
     401: {"WWW-Authenticate": "Bearer"},
-    503: {"Retry-After": "seconds to wait before trying again (database-unavailable)"},
+    503: {
+        "Retry-After": "seconds to wait before trying again (database-unavailable, validation-busy)"
+    },
 }
 # ``{full_name:path}`` (Starlette) → ``full_name`` (OpenAPI).
 _PATH_PARAM = re.compile(r"{([A-Za-z_][A-Za-z0-9_]*)(?::[A-Za-z_]+)?}")

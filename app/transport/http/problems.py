@@ -66,6 +66,8 @@ def problem_response(
 async def domain_error_handler(_request: Request, exc: Exception) -> Response:
     assert isinstance(exc, DomainError)
     headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
+    if exc.retry_after is not None:
+        headers = {"Retry-After": str(exc.retry_after)}
     return problem_response(
         exc.status, exc.slug, exc.title, exc.detail, errors=exc.errors, headers=headers
     )

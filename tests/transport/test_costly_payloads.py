@@ -1,0 +1,58 @@
+"""A costly payload (up to seconds of validation) neither stops the hub's other requests nor
+holds a database connection while it is validated; past a bound of them waiting in one
+process, a costly submit is refused with 503 and changes nothing."""
+
+import asyncio
+
+import pytest
+
+from app.domain import payload_checks
+from app.domain.payload_checks import PayloadChecks
+from app.settings import Settings
+from tests.support.api import assert_problem
+from tests.support.costly_payloads import COSTLY, POINTS_SCHEMA, until
+
+JOB = "room1:modifiers:Points"
+
+
+@pytest.fixture
+def settings(database_url: str) -> Settings:
+    # One pooled connection: a submit that held it while its payload is validated would
+    # leave none for the other requests.
+    return Settings(database_url=database_url, db_pool_size=1)
+
+
+def submitting(client, payload: dict) -> asyncio.Task:  # type: ignore[no-untyped-def]
+    return asyncio.create_task(client.post(f"/rooms/room1/tasks/{JOB}", json={"payload": payload}))
+
+
+async def test_the_hub_reads_and_writes_for_others_while_a_costly_payload_is_validated(alice, bob):
+    await alice.register(name="Points", schema=POINTS_SCHEMA)
+    costly = submitting(alice, COSTLY)
+    await until(lambda: payload_checks.PROCESS_CHECKS.waiting == 1)
+    listed = await bob.get("/rooms/room1/tasks")
+    await bob.register(room="room2", name="Other")
+    small = await bob.submit(JOB, payload={"points": [[1, 2, 3]]})
+    assert not costly.done(), "the others were answered while it was still being validated"
+    assert listed.json()["total"] == 0
+    response = await costly
+    assert response.status_code == 202, response.text[:300]
+    assert {task["id"] for task in (await bob.get("/rooms/room1/tasks")).json()["items"]} == {
+        small["id"],
+        response.json()["id"],
+    }
+
+
+async def test_past_the_bound_a_costly_submit_is_refused_with_503_and_changes_nothing(
+    alice, monkeypatch
+):
+    monkeypatch.setattr(payload_checks, "PROCESS_CHECKS", PayloadChecks(most_waiting=1))
+    await alice.register(name="Points", schema=POINTS_SCHEMA)
+    first = submitting(alice, COSTLY)
+    await until(lambda: payload_checks.PROCESS_CHECKS.waiting == 1)
+    refused = await alice.post(f"/rooms/room1/tasks/{JOB}", json={"payload": COSTLY})
+    assert_problem(refused, 503, "validation-busy")
+    assert refused.headers["retry-after"] == "1"
+    assert (await first).status_code == 202
+    tasks = (await alice.get("/rooms/room1/tasks")).json()
+    assert tasks["total"] == 1
