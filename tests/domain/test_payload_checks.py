@@ -82,3 +82,26 @@ async def test_a_payload_counts_against_the_bound_until_the_thread_is_done_with_
         await checks.check(VERSION, SCHEMA, COSTLY)
     await until(lambda: checks.waiting == 0)
     assert await refusal(checks, COSTLY) is None
+
+
+async def test_one_user_s_costly_payloads_leave_room_for_everyone_else_s():
+    checks = PayloadChecks(most_waiting=8, most_waiting_per_user=1)
+    alice, bob = object(), object()
+    first = asyncio.create_task(checks.check(VERSION, SCHEMA, COSTLY, alice))
+    await until(lambda: checks.waiting == 1)
+    with pytest.raises(ValidationBusy) as busy:
+        await checks.check(VERSION, SCHEMA, COSTLY, alice)
+    assert "of your costly payloads" in busy.value.detail
+    await checks.check(VERSION, SCHEMA, COSTLY, bob)
+    await first
+    await checks.check(VERSION, SCHEMA, COSTLY, alice)
+    assert checks.waiting == 0
+
+
+async def test_a_background_task_s_payload_waits_for_its_turn_instead_of_being_refused():
+    """``ValidatePayload`` runs in the background: its payload is held anyway."""
+    checks = PayloadChecks(most_waiting=1)
+    first = asyncio.create_task(refusal(checks, COSTLY))
+    await until(lambda: checks.waiting == 1)
+    assert await checks.errors(VERSION, SCHEMA, COSTLY, bounded=False) == []
+    assert await first is None

@@ -133,7 +133,7 @@ async def submit_task(
         try:
             _check_executor(job, internal)
             # No connection is held meanwhile: a costly payload takes up to seconds.
-            await check_payload((job.id, job.updated_at), job.schema, payload)
+            await check_payload((job.id, job.updated_at), job.schema, payload, principal.id)
         except (ValidationFailed, InternalJobNotConfigured):
             if fresh:
                 raise
