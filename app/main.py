@@ -30,7 +30,7 @@ from app.shutdown import StopSignals
 from app.transport.http import jobs, tasks, workers
 from app.transport.http.openapi import openapi_endpoint
 from app.transport.http.problems import EXCEPTION_HANDLERS, problem_response
-from app.transport.http.router import ApiRoutes
+from app.transport.http.router import ApiRoutes, starlette_routes
 from app.transport.sockets.handlers import SocketHandlers
 
 API_PREFIX = "/v1/joblib"
@@ -193,9 +193,7 @@ def create_web_app(hub: Hub, running: Callable[[], AbstractAsyncContextManager[N
         async with running():
             yield
 
-    api_routes = [
-        Route(API_PREFIX + ep.path, ep.handler_endpoint, methods=[ep.method]) for ep in ENDPOINTS
-    ]
+    api_routes = starlette_routes(ENDPOINTS, API_PREFIX)
     routes = [
         Route("/healthz", healthz, methods=["GET"]),
         Route("/readyz", readyz, methods=["GET"]),

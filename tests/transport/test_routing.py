@@ -53,6 +53,32 @@ async def test_other_requests_and_api_misses_go_to_starlette(http, alice, starle
     assert starlette_requests == ["/healthz", f"{PREFIX}/no/such/thing", f"{PREFIX}/tasks/claim"]
 
 
+@pytest.mark.parametrize(
+    ("method", "path", "allowed"),
+    [
+        ("DELETE", "/rooms/room1/jobs", {"GET", "HEAD", "PUT"}),
+        ("OPTIONS", "/tasks/01a21772-9eca-7784-bb61-e3d7034a662c", {"GET", "HEAD", "PATCH"}),
+        ("PUT", "/workers", {"GET", "HEAD", "POST"}),
+        ("POST", "/workers/01a21772-9eca-7784-bb61-e3d7034a662c", {"PATCH", "DELETE"}),
+        ("DELETE", "/rooms/room1/tasks/room1:modifiers:Rotate", {"POST"}),
+    ],
+)
+async def test_a_405_lists_every_method_of_the_path_in_allow(alice, method, path, allowed):
+    """RFC 9110: the methods the resource supports, not those of the first endpoint
+    registered on its path."""
+    response = await alice.request(method, path)
+    assert_problem(response, 405, "method-not-allowed")
+    assert set(response.headers["allow"].split(", ")) == allowed
+
+
+async def test_every_method_of_a_path_answers_under_a_root_path(mounted):
+    worker = (await mounted.post("/workers")).json()
+    assert (await mounted.request("PATCH", f"/workers/{worker['id']}")).status_code == 200
+    assert (await mounted.request("HEAD", "/workers")).status_code == 200
+    assert (await mounted.delete(f"/workers/{worker['id']}")).status_code == 204
+    assert (await mounted.get("/workers")).json()["items"] == []
+
+
 async def test_an_endpoint_that_fails_unexpectedly_answers_a_500_problem(
     alice, monkeypatch, caplog
 ):

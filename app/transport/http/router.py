@@ -19,6 +19,7 @@ from urllib.parse import unquote
 from starlette.convertors import Convertor
 from starlette.requests import Request
 from starlette.responses import Response
+from starlette.routing import Route as StarletteRoute
 from starlette.routing import compile_path
 
 from app.observability.request_id import Receive, Scope, Send
@@ -83,3 +84,24 @@ async def _problem(request: Request, exc: Exception) -> Response:
         if handler is not None:
             return await handler(request, exc)
     raise exc  # not an Exception subclass the handlers cover (cannot happen)
+
+
+def starlette_routes(endpoints: Iterable[Endpoint], prefix: str) -> list[StarletteRoute]:
+    """The endpoints as Starlette routes, for what ``ApiRoutes`` passes on: one route per
+    path, in the endpoints' order, taking every method of that path, so that a 405 lists
+    them all in ``Allow`` (RFC 9110), not only the first endpoint's."""
+    by_path: dict[str, dict[str, Any]] = {}
+    for endpoint in endpoints:
+        by_path.setdefault(endpoint.path, {})[endpoint.method] = endpoint.handler_endpoint
+
+    def by_method(handlers: dict[str, Any]) -> Any:
+        async def handle(request: Request) -> Response:
+            method = "GET" if request.method == "HEAD" else request.method
+            return await handlers[method](request)
+
+        return handle
+
+    return [
+        StarletteRoute(prefix + path, by_method(handlers), methods=list(handlers))
+        for path, handlers in by_path.items()
+    ]
