@@ -198,7 +198,11 @@ def create_web_app(hub: Hub, running: Callable[[], AbstractAsyncContextManager[N
         Route("/healthz", healthz, methods=["GET"]),
         Route("/readyz", readyz, methods=["GET"]),
         Route("/metrics", metrics_endpoint, methods=["GET"]),
-        Route("/openapi.json", openapi_endpoint(ENDPOINTS, API_PREFIX), methods=["GET"]),
+        Route(
+            "/openapi.json",
+            openapi_endpoint(ENDPOINTS, API_PREFIX, hub.settings.allowed_categories),
+            methods=["GET"],
+        ),
         *api_routes,
         Route("/", room_page, methods=["GET"]),
         Mount("/static", StaticFiles(directory=STATIC_DIR), name="static"),

@@ -13,6 +13,10 @@ MAX_ROOM_ID_LENGTH = 128
 MAX_JOB_NAME_LENGTH = 128
 UNADDRESSABLE_ROOM_IDS = frozenset({".", ".."})  # URL dot-segments, even percent-encoded
 MAX_CATEGORY_LENGTH = 64  # of an allowed category (the setting checks its list)
+# The rules below as ECMA-262 regular expressions, for the OpenAPI document (lengths apart).
+ROOM_ID_PATTERN = r"^(?:@global|@internal|(?!\.\.?$)[^@:]+)$"
+JOB_NAME_PATTERN = r"^[^:]+$"
+FULL_NAME_PATTERN = r"^[^:]+:[^:]+:[^:]+$"
 
 
 def validate_room_id(room_id: str) -> str:

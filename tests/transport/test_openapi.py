@@ -5,14 +5,18 @@ from __future__ import annotations
 
 import inspect
 import re
+from collections.abc import Callable
 from typing import Any
 
 import httpx
 import jsonschema
+import pytest
 from openapi_spec_validator import validate
 from starlette.routing import Route
 
-from app.main import API_PREFIX, ENDPOINTS
+from app.domain.errors import InvalidRoomId, ValidationFailed
+from app.domain.naming import validate_job_name, validate_room_id
+from app.main import API_PREFIX, ENDPOINTS, create_app
 from app.transport.http.openapi import build_openapi, openapi_path
 from tests.support.api import ApiClient
 
@@ -70,11 +74,53 @@ def assert_matches(
     ).validate(response.json())
 
 
-async def test_document_is_valid_openapi_3_1(http: httpx.AsyncClient) -> None:
+async def test_document_is_valid_openapi_3_1(http: httpx.AsyncClient, settings) -> None:
     document = await fetch_document(http)
     validate(document)  # raises on an invalid document
     assert document["openapi"].startswith("3.1")
+    categories = document["components"]["schemas"]["JobRegisterIn"]["properties"]["category"]
+    assert categories.pop("enum") == settings.allowed_categories
     assert document == build_openapi(ENDPOINTS, API_PREFIX)
+
+
+def accepted(rule: Callable[[str], object], value: str) -> bool:
+    try:
+        rule(value)
+    except (InvalidRoomId, ValidationFailed):
+        return False
+    return True
+
+
+@pytest.mark.parametrize(
+    "room_id",
+    ["room1", "lab/7", "@global", "@internal", "Ω room", ".x", "...", "", "@", "a@b", "a:b",
+     "@globals", "@other", ".", ".."],
+)  # fmt: skip
+def test_the_documented_room_id_is_the_naming_rule(room_id: str) -> None:
+    operation = build_openapi(ENDPOINTS, API_PREFIX)["paths"][API_PREFIX + "/rooms/{room_id}/jobs"]
+    (parameter,) = operation["put"]["parameters"]
+    schema = parameter["schema"]
+    documented = re.fullmatch(schema["pattern"], room_id) is not None
+    documented = documented and schema["minLength"] <= len(room_id) <= schema["maxLength"]
+    assert documented == accepted(validate_room_id, room_id)
+
+
+@pytest.mark.parametrize("name", ["Rotate", "a b", "x" * 128, "", "a:b", ":", "x" * 129])
+def test_the_documented_job_name_is_the_naming_rule(name: str) -> None:
+    schemas = build_openapi(ENDPOINTS, API_PREFIX)["components"]["schemas"]
+    schema = schemas["JobRegisterIn"]["properties"]["name"]
+    documented = re.fullmatch(schema["pattern"], name) is not None
+    documented = documented and schema["minLength"] <= len(name) <= schema["maxLength"]
+    assert documented == accepted(validate_job_name, name)
+
+
+async def test_the_document_lists_this_hub_s_categories(settings) -> None:
+    app = create_app(settings.model_copy(update={"allowed_categories": ["a", "b"]}))
+    transport = httpx.ASGITransport(app=app)  # type: ignore[arg-type]
+    async with httpx.AsyncClient(transport=transport, base_url="http://hub.test") as http:
+        document = await fetch_document(http)
+    category = document["components"]["schemas"]["JobRegisterIn"]["properties"]["category"]
+    assert category["enum"] == ["a", "b"]
 
 
 async def test_operations_are_secured_and_list_their_errors(http: httpx.AsyncClient) -> None:

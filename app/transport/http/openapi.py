@@ -15,6 +15,7 @@ from pydantic.json_schema import JsonSchemaMode, models_json_schema
 from starlette.requests import Request
 from starlette.responses import Response
 
+from app.domain.naming import FULL_NAME_PATTERN, MAX_ROOM_ID_LENGTH, ROOM_ID_PATTERN
 from app.transport.http.api import JSON_MEDIA_TYPE, Endpoint, json_response
 from app.transport.http.problems import PROBLEM_MEDIA_TYPE
 from app.transport.http.schemas import ProblemOut
@@ -150,10 +151,24 @@ def build_openapi(endpoints: Iterable[Endpoint], prefix: str) -> dict[str, Any]:
 
 
 def _path_parameter(name: str) -> dict[str, Any]:
-    schema: dict[str, Any] = {"type": "string"}
+    schema: dict[str, Any] = {"type": "string", **_PATH_PARAM_RULES.get(name, {})}
     if name in _UUID_PARAMS:
         schema["format"] = "uuid"
     return {"name": name, "in": "path", "required": True, "schema": schema}
+
+
+# The naming rules (``app/domain/naming.py``) of the path parameters that have them.
+_PATH_PARAM_RULES: dict[str, dict[str, Any]] = {
+    "room_id": {"minLength": 1, "maxLength": MAX_ROOM_ID_LENGTH, "pattern": ROOM_ID_PATTERN},
+    "full_name": {"pattern": FULL_NAME_PATTERN},
+}
+
+
+def _with_categories(document: dict[str, Any], categories: list[str]) -> dict[str, Any]:
+    """``document`` with a job's ``category`` listing this hub's allowed categories."""
+    schemas = document["components"]["schemas"]
+    schemas["JobRegisterIn"]["properties"]["category"]["enum"] = list(categories)
+    return document
 
 
 def _query_parameters(components: dict[str, Any], query_ref: dict[str, Any]) -> list[Any]:
@@ -203,15 +218,20 @@ def _headers(described: dict[str, str]) -> dict[str, Any]:
 
 
 def openapi_endpoint(
-    endpoints: Iterable[Endpoint], prefix: str
+    endpoints: Iterable[Endpoint], prefix: str, categories: list[str] | None = None
 ) -> Callable[[Request], Awaitable[Response]]:
-    """A Starlette endpoint serving the document (built once, on first use)."""
+    """A Starlette endpoint serving the document (built once, on first use); with
+    ``categories``, the hub's allowed categories (``TASKHUB_ALLOWED_CATEGORIES``) as the
+    ones a job may have."""
     endpoints = list(endpoints)
     cache: dict[str, Any] = {}
 
     async def openapi_json(_request: Request) -> Response:
         if "document" not in cache:
-            cache["document"] = build_openapi(endpoints, prefix)
+            document = build_openapi(endpoints, prefix)
+            if categories is not None:
+                document = _with_categories(document, categories)
+            cache["document"] = document
         return json_response(cache["document"])
 
     return openapi_json

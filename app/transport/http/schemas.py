@@ -9,6 +9,7 @@ from uuid import UUID
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from app.domain.naming import JOB_NAME_PATTERN, MAX_JOB_NAME_LENGTH
 from app.domain.records import JobRecord, Page, TaskRecord, WorkerRecord
 from app.domain.retries import MAX_ATTEMPTS_LIMIT
 from app.domain.services.tasks import SubmitOptions
@@ -78,7 +79,11 @@ class JobRegisterIn(BaseModel):
     model_config = ConfigDict(populate_by_name=True)
 
     category: str  # any length: one outside the allow-list is a 400 invalid-category
-    name: str = Field(max_length=128)
+    # 1..128 characters without ":" (``naming.validate_job_name``: its 422 says so).
+    name: str = Field(
+        max_length=MAX_JOB_NAME_LENGTH,
+        json_schema_extra={"minLength": 1, "pattern": JOB_NAME_PATTERN},
+    )
     schema_: dict[str, Any] = Field(default_factory=dict, alias="schema")
     worker_id: UUID | None = None
     # Taskhub: attempts a task of this job gets unless its submit says otherwise.
