@@ -19,6 +19,7 @@ from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from app.domain import payload_checks
 from app.observability import metrics
 from app.observability.request_id import Receive, RequestIdMiddleware, Scope, Send
 from app.observability.scrape import metrics_endpoint
@@ -182,6 +183,7 @@ def create_app(settings: Settings | None = None, *, drain_on_signals: bool = Fal
     )
     sockets = SocketHandlers(sio, hub)
     hub.publisher.add_sink(SocketSink(sio))
+    payload_checks.PROCESS_CHECKS.observe(metrics.PayloadThreadMetrics())
     return TaskhubApp(sio, hub, sockets, drain_on_signals=drain_on_signals)
 
 

@@ -19,7 +19,7 @@ import concurrent.futures
 import functools
 import threading
 from collections import Counter
-from typing import Any
+from typing import Any, Protocol
 
 from app.domain.errors import ValidationBusy
 from app.domain.payloads import (
@@ -37,6 +37,27 @@ MOST_WAITING = 8
 MOST_WAITING_PER_USER = 2
 
 
+class ThreadObserver(Protocol):
+    """What the process's metrics learn of the payload thread (called on either thread)."""
+
+    def queued(self) -> None: ...  # a costly payload goes to the thread
+
+    def finished(self) -> None: ...  # the thread is done with one (valid or not)
+
+    def refused(self) -> None: ...  # a costly payload refused with 503 (too many waiting)
+
+
+class _Unobserved:
+    def queued(self) -> None:
+        pass
+
+    def finished(self) -> None:
+        pass
+
+    def refused(self) -> None:
+        pass
+
+
 class PayloadChecks:
     """Validates payloads on the event loop or, when costly, on a thread of its own (see the
     module). One per process; methods are called on the event loop's thread."""
@@ -52,9 +73,14 @@ class PayloadChecks:
         self._most_waiting_per_user = most_waiting_per_user
         self._waiting: Counter[Any] = Counter()  # by user (None: a payload of nobody's)
         self._waiting_lock = threading.Lock()  # released on the thread
+        self._observer: ThreadObserver = _Unobserved()
         self._thread = concurrent.futures.ThreadPoolExecutor(
             max_workers=1, thread_name_prefix="taskhub-payloads"
         )
+
+    def observe(self, observer: ThreadObserver) -> None:
+        """Tell ``observer`` what goes on at the thread from now on (the process's metrics)."""
+        self._observer = observer
 
     @property
     def waiting(self) -> int:
@@ -96,6 +122,7 @@ class PayloadChecks:
             if bounded:
                 self._refuse_past_the_bounds(user)
             self._waiting[user] += 1
+        self._observer.queued()
         done = self._thread.submit(errors_in_full, validator, payload)
         # Counted until the thread is done with it, even if the request goes away first
         # (a running validation cannot be stopped): a client that hangs up and submits
@@ -106,11 +133,13 @@ class PayloadChecks:
     def _refuse_past_the_bounds(self, user: Any) -> None:
         """503 if the thread has ``most_waiting`` payloads, or ``user``'s bound of them."""
         if user is not None and self._waiting[user] >= self._most_waiting_per_user:
+            self._observer.refused()
             raise ValidationBusy(
                 f"{self._waiting[user]} of your costly payloads are being validated "
                 "already; send the next one when they are done (or send a smaller payload)."
             )
         if self._waiting.total() >= self._most_waiting:
+            self._observer.refused()
             raise ValidationBusy(
                 f"{self._waiting.total()} costly payloads are being validated here "
                 "already; try again shortly (or send a smaller payload)."
@@ -121,6 +150,7 @@ class PayloadChecks:
             self._waiting[user] -= 1
             if not self._waiting[user]:
                 del self._waiting[user]
+        self._observer.finished()
 
 
 PROCESS_CHECKS = PayloadChecks()

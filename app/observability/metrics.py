@@ -2,7 +2,7 @@
 
 The metrics live in prometheus-client's default registry, so they work in its multiprocess
 mode too (``PROMETHEUS_MULTIPROC_DIR``): counters and histograms are summed across
-processes, the two gauges count what is live (``livesum``). ``taskhub_queue_depth`` is not
+processes, the gauges count what is live (``livesum``). ``taskhub_queue_depth`` is not
 here: it is read from the database at scrape time (``app.observability.scrape``).
 """
 
@@ -61,6 +61,18 @@ OUTBOX_DROPPED = Counter(
 )
 OUTBOXES = ("socket-events", "wake-ups")  # the names of the outboxes in app.realtime
 LONG_POLL_OUTCOMES = ("woken", "timeout", "shutdown", "abandoned")
+COSTLY_PAYLOADS = Counter(
+    "taskhub_costly_payloads",
+    "Submitted payloads too costly to validate on the event loop, by outcome: validated (on "
+    "the payload thread, valid or refused with 422) or busy (refused with 503 "
+    "validation-busy: too many waiting, or too many of one user's).",
+    ["outcome"],
+)
+COSTLY_PAYLOADS_WAITING = Gauge(
+    "taskhub_costly_payloads_waiting",
+    "Costly payloads waiting for the payload thread or being validated on it right now.",
+    multiprocess_mode="livesum",
+)
 SWEEPER_RUNS = Counter(
     "taskhub_sweeper_runs",
     "Sweeper cycles this process ran (it held the cluster-wide sweeper lease).",
@@ -83,6 +95,8 @@ for _outcome in LONG_POLL_OUTCOMES:
     LONG_POLL_SECONDS.labels(_outcome)
 for _outbox in OUTBOXES:
     OUTBOX_DROPPED.labels(_outbox)
+_COSTLY_VALIDATED = COSTLY_PAYLOADS.labels("validated")
+_COSTLY_BUSY = COSTLY_PAYLOADS.labels("busy")
 
 
 def multiprocess_mode() -> bool:
@@ -180,3 +194,17 @@ def socket_disconnected() -> None:
 
 def outbox_dropped(name: str) -> None:
     OUTBOX_DROPPED.labels(name).inc()
+
+
+class PayloadThreadMetrics:
+    """The payload thread's metrics (``app.domain.payload_checks.ThreadObserver``)."""
+
+    def queued(self) -> None:
+        COSTLY_PAYLOADS_WAITING.inc()
+
+    def finished(self) -> None:
+        COSTLY_PAYLOADS_WAITING.dec()
+        _COSTLY_VALIDATED.inc()
+
+    def refused(self) -> None:
+        _COSTLY_BUSY.inc()

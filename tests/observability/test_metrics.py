@@ -11,10 +11,12 @@ import pytest
 from prometheus_client import REGISTRY
 from prometheus_client.exposition import choose_encoder
 
+from app.domain import payload_checks
 from app.domain.events import EventBatch, TaskStatusChanged
 from app.domain.states import TaskStatus
 from app.observability import metrics
 from app.settings import Settings
+from tests.support.costly_payloads import COSTLY, POINTS_SCHEMA, until
 from tests.support.metrics import Samples
 
 JOB = "room1:modifiers:Rotate"
@@ -275,3 +277,29 @@ async def test_transitions_are_labelled_with_the_status_they_left(alice, http) -
         ("running", "completed"): 1,
         ("running", "pending"): 1,  # a retry
     }
+
+
+async def test_costly_payloads_are_counted_by_outcome_and_gauged_while_they_wait(
+    alice, http
+) -> None:
+    await alice.register(name="Points", schema=POINTS_SCHEMA)
+    points = "room1:modifiers:Points"
+    before = await scrape(http)
+    costly = [
+        asyncio.create_task(alice.post(f"/rooms/room1/tasks/{points}", json={"payload": COSTLY}))
+        for _ in range(2)
+    ]
+    await until(lambda: payload_checks.PROCESS_CHECKS.waiting == 2)
+    during = await scrape(http)
+    busy = await alice.post(f"/rooms/room1/tasks/{points}", json={"payload": COSTLY})
+    assert busy.status_code == 503
+    assert [(await task).status_code for task in costly] == [202, 202]
+    await alice.submit(points, payload={"points": [[1, 2, 3]]})  # cheap: not counted
+    after = await scrape(http)
+    waiting = "taskhub_costly_payloads_waiting"
+    assert during.count(waiting) == before.count(waiting) + 2
+    assert after.count(waiting) == before.count(waiting)
+    outcomes = {"validated": 2, "busy": 1}
+    for outcome, more in outcomes.items():
+        name, labels = "taskhub_costly_payloads_total", {"outcome": outcome}
+        assert after.count(name, labels) == before.count(name, labels) + more
