@@ -183,6 +183,7 @@ def create_app(settings: Settings | None = None, *, drain_on_signals: bool = Fal
     )
     sockets = SocketHandlers(sio, hub)
     hub.publisher.add_sink(SocketSink(sio))
+    payload_checks.PROCESS_CHECKS.deadline_seconds = settings.payload_validation_seconds
     payload_checks.PROCESS_CHECKS.observe(metrics.PayloadThreadMetrics())
     return TaskhubApp(sio, hub, sockets, drain_on_signals=drain_on_signals)
 

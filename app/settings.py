@@ -81,6 +81,9 @@ class Settings(DatabaseSettings):
     retention_batch_size: int = Field(default=1000, gt=0)
 
     max_body_bytes: int = Field(default=1_048_576, gt=0)
+    # CPU seconds one payload's validation may take (and 500,000 keyword applications a
+    # second of it); raise it with ``max_body_bytes`` for payloads far past 1 MiB.
+    payload_validation_seconds: float = duration(2.0, most=60)
     db_pool_size: int = Field(default=10, gt=0)
     db_pool_timeout_seconds: float = duration(10)
     db_statement_timeout_seconds: float = duration(30)

@@ -11,6 +11,7 @@ from taskiq import TaskiqEvents, TaskiqState
 from app.dispatch.broker import make_broker
 from app.dispatch.executor import InternalRuntime
 from app.dispatch.registry import BUILT_IN_MODULES, InternalRegistry
+from app.domain import payload_checks
 from app.persistence.database import Database
 from app.realtime.outbox import SHUTDOWN_SEND_SECONDS
 from app.realtime.publisher import Publisher
@@ -22,6 +23,7 @@ from app.settings import Settings
 
 settings = Settings()
 broker = make_broker(settings)
+payload_checks.PROCESS_CHECKS.deadline_seconds = settings.payload_validation_seconds
 
 
 @broker.on_event(TaskiqEvents.WORKER_STARTUP)

@@ -122,6 +122,7 @@ DURATIONS = [
     "TASKHUB_SQLITE_BUSY_TIMEOUT_MS",
     "TASKHUB_DB_POOL_TIMEOUT_SECONDS",
     "TASKHUB_DB_STATEMENT_TIMEOUT_SECONDS",
+    "TASKHUB_PAYLOAD_VALIDATION_SECONDS",
 ]
 
 
@@ -139,6 +140,7 @@ def test_a_duration_that_is_not_finite_or_absurdly_long_is_refused(monkeypatch, 
         ("TASKHUB_WORKER_TIMEOUT_SECONDS", "31622400"),
         ("TASKHUB_TASK_RETENTION_SECONDS", "3162240000"),  # 100 years
         ("TASKHUB_SQLITE_BUSY_TIMEOUT_MS", "86400000"),  # a day
+        ("TASKHUB_PAYLOAD_VALIDATION_SECONDS", "60"),
     ],
 )
 def test_durations_are_accepted_up_to_their_documented_bound(monkeypatch, variable, longest):
@@ -159,3 +161,9 @@ def test_database_waits_are_bounded_by_a_positive_duration(monkeypatch, variable
 def test_database_waits_default_to_seconds_not_a_minute():
     settings = Settings()
     assert (settings.db_pool_timeout_seconds, settings.db_statement_timeout_seconds) == (10, 30)
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "61"])
+def test_a_payload_s_validation_takes_a_bounded_positive_time(monkeypatch, value):
+    """(0 is not "no limit": a payload's validation holds a thread, and a request.)"""
+    refusal(monkeypatch, "TASKHUB_PAYLOAD_VALIDATION_SECONDS", value)

@@ -23,6 +23,7 @@ from typing import Any, Protocol
 
 from app.domain.errors import ValidationBusy
 from app.domain.payloads import (
+    MAX_VALIDATION_SECONDS,
     compiled_validator,
     errors_in_full,
     errors_within_seconds,
@@ -69,6 +70,7 @@ class PayloadChecks:
         most_waiting_per_user: int = MOST_WAITING_PER_USER,
     ) -> None:
         self._inline_seconds = inline_seconds
+        self.deadline_seconds = MAX_VALIDATION_SECONDS  # on the thread (a setting's)
         self._most_waiting = most_waiting
         self._most_waiting_per_user = most_waiting_per_user
         self._waiting: Counter[Any] = Counter()  # by user (None: a payload of nobody's)
@@ -123,7 +125,7 @@ class PayloadChecks:
                 self._refuse_past_the_bounds(user)
             self._waiting[user] += 1
         self._observer.queued()
-        done = self._thread.submit(errors_in_full, validator, payload)
+        done = self._thread.submit(errors_in_full, validator, payload, self.deadline_seconds)
         # Counted until the thread is done with it, even if the request goes away first
         # (a running validation cannot be stopped): a client that hangs up and submits
         # again does not get past the bound.

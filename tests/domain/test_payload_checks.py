@@ -105,3 +105,16 @@ async def test_a_background_task_s_payload_waits_for_its_turn_instead_of_being_r
     await until(lambda: checks.waiting == 1)
     assert await checks.errors(VERSION, SCHEMA, COSTLY, bounded=False) == []
     assert await first is None
+
+
+async def test_the_deadline_on_the_thread_is_the_process_s_setting():
+    """``TASKHUB_PAYLOAD_VALIDATION_SECONDS``, with the keyword applications that go with it
+    (500,000 a second)."""
+    checks = PayloadChecks()
+    checks.deadline_seconds = 0.05
+    refused = await refusal(checks, COSTLY)
+    assert refused is not None
+    assert refused.errors == [{"loc": ["body", "payload"], "msg": "too costly to validate"}]
+    assert "25,000 steps or 0.05 seconds" in refused.detail
+    checks.deadline_seconds = 5.0
+    assert await refusal(checks, COSTLY) is None

@@ -4,11 +4,13 @@ process, a costly submit is refused with 503 and changes nothing."""
 
 import asyncio
 
+import httpx
 import pytest
 
 from app.domain import payload_checks
+from app.main import create_app
 from app.settings import Settings
-from tests.support.api import assert_problem
+from tests.support.api import ApiClient, assert_problem
 from tests.support.costly_payloads import COSTLY, POINTS_SCHEMA, until
 
 JOB = "room1:modifiers:Points"
@@ -59,3 +61,19 @@ async def test_past_a_user_s_bound_a_costly_submit_is_refused_with_503_and_chang
     assert [(await task).status_code for task in (first, second)] == [202, 202]
     tasks = (await alice.get("/rooms/room1/tasks")).json()
     assert tasks["total"] == 3
+
+
+async def test_the_validation_deadline_is_a_setting(settings, tokens):
+    """``TASKHUB_PAYLOAD_VALIDATION_SECONDS``: this payload takes about 0.3 s here."""
+    app = create_app(settings.model_copy(update={"payload_validation_seconds": 0.05}))
+    try:
+        async with app.lifespan_context():
+            transport = httpx.ASGITransport(app=app)  # type: ignore[arg-type]
+            async with httpx.AsyncClient(transport=transport, base_url="http://hub.test") as http:
+                alice = ApiClient(http, tokens.alice)
+                await alice.register(name="Points", schema=POINTS_SCHEMA)
+                refused = await alice.post(f"/rooms/room1/tasks/{JOB}", json={"payload": COSTLY})
+        problem = assert_problem(refused, 422, "validation-error")
+        assert "0.05 seconds" in problem["detail"]
+    finally:
+        payload_checks.PROCESS_CHECKS.deadline_seconds = settings.payload_validation_seconds
