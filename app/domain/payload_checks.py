@@ -1,6 +1,7 @@
 """Where a submitted payload is validated: on the event loop while that stays cheap (almost
 every payload: microseconds), else on a thread of its own, so that one costly payload (up
-to ``MAX_VALIDATION_SECONDS`` of CPU) does not stop every other request of the process.
+to ``TASKHUB_PAYLOAD_VALIDATION_SECONDS`` of CPU) does not stop every other request of the
+process. The caller holds no database connection meanwhile.
 
 A payload that has not passed after ``INLINE_VALIDATION_SECONDS`` on the event loop starts
 over on the validation thread with the full budget. The thread takes one payload at a time
