@@ -5,7 +5,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 import math
-import re
 from typing import Any
 from uuid import UUID
 
@@ -67,14 +66,25 @@ def _finite(value: Any) -> Any:
 
 
 # orjson reads an integer beyond 64 bits as a float: a document with a run of 19 digits
-# or more (rare) is read by the standard library, which keeps it exact.
-_LONG_DIGIT_RUN = re.compile(r"\d{19}")
+# or more (rare) is read by the standard library, which keeps it exact. The run is found by
+# mapping every digit to "0" and looking for 19 of them: over a 650 kB document a regular
+# expression took 12-17 ms here, this 0.8 ms (and about as long as it over a short one).
+_BYTES_DIGITS_AS_ZERO = bytes.maketrans(b"123456789", b"000000000")
+_TEXT_DIGITS_AS_ZERO = str.maketrans("123456789", "000000000")
+
+
+def has_long_digit_run(document: str | bytes) -> bool:
+    """Whether ``document`` holds 19 ASCII digits in a row (an integer orjson would read
+    as a float)."""
+    if isinstance(document, bytes):
+        return b"0" * 19 in document.translate(_BYTES_DIGITS_AS_ZERO)
+    return "0" * 19 in document.translate(_TEXT_DIGITS_AS_ZERO)
 
 
 def load_json(text: str) -> Any:
     """The engines' JSON deserializer (see ``dump_json``), reading exactly what the
     standard library would."""
-    if _LONG_DIGIT_RUN.search(text) is None:
+    if not has_long_digit_run(text):
         try:
             return orjson.loads(text)
         except orjson.JSONDecodeError:  # NaN or Infinity, written by the standard library

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -20,6 +19,7 @@ from starlette.responses import Response
 
 from app.domain.errors import PayloadTooLarge, Unauthorized, ValidationFailed
 from app.domain.records import Principal
+from app.persistence.types import has_long_digit_run
 from app.runtime import Hub
 from app.transport.credentials import bearer_token
 
@@ -221,18 +221,12 @@ class ApiRequest:
         return b"".join(chunks)
 
 
-# orjson reads an integer beyond 64 bits as a float (changing it): a body with a run of
-# 19 digits or more (rare) is read by the standard library, which keeps it exact (as the
-# engines' deserializer does, ``app/persistence/types.py``).
-_LONG_DIGIT_RUN = re.compile(rb"\d{19}")
-
-
 def read_json(raw: bytes) -> Any:
     """A JSON body, integers exact. Either way refused (``ValueError``), as orjson refuses
     them: NaN and infinities (not JSON), numbers too large for a float (``1e400``), and
     lone surrogates (``"\\ud800"``: not text, and no database stores them);
     ``RecursionError`` for a document nested deeper than the standard library can read."""
-    if _LONG_DIGIT_RUN.search(raw) is None:
+    if not has_long_digit_run(raw):  # orjson would read a long integer as a float
         return orjson.loads(raw)
     data = json.loads(raw, parse_constant=_not_json, parse_float=_finite_float)
     _refuse_lone_surrogates(data)
