@@ -47,6 +47,28 @@ async def test_submit_to_unknown_or_invisible_job_is_404(alice):
     assert (await alice.get("/rooms/room1/tasks")).json()["total"] == 0
 
 
+@pytest.mark.parametrize("payload", [[1], "angle", 3, None, True])
+async def test_a_payload_that_is_not_a_json_object_is_422(alice, job, payload):
+    response = await alice.post(f"/rooms/room1/tasks/{JOB}", json={"payload": payload})
+    problem = assert_problem(response, 422, "validation-error")
+    assert problem["errors"] == [
+        {"loc": ["body", "payload"], "msg": "Input should be a valid dictionary"}
+    ]
+    assert (await alice.get("/rooms/room1/tasks")).json()["total"] == 0
+
+
+@pytest.mark.parametrize("schema", [[1], "object", None])
+async def test_a_job_schema_that_is_not_a_json_object_is_422(alice, schema):
+    body = {"category": "modifiers", "name": "Odd", "schema": schema}
+    problem = assert_problem(
+        await alice.put("/rooms/room1/jobs", json=body), 422, "validation-error"
+    )
+    assert problem["errors"] == [
+        {"loc": ["body", "schema"], "msg": "Input should be a valid dictionary"}
+    ]
+    assert await alice.room_jobs() == []
+
+
 async def test_submit_into_invalid_room_is_400(alice, job):
     response = await alice.post(f"/rooms/a@b/tasks/{JOB}", json={"payload": {}})
     assert_problem(response, 400, "invalid-room-id")

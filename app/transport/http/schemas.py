@@ -4,10 +4,20 @@ these same models."""
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
-from typing import Any, ClassVar, Generic, TypeVar
+from typing import Annotated, Any, ClassVar, Generic, TypeVar
 from uuid import UUID
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    AwareDatetime,
+    BaseModel,
+    ConfigDict,
+    Field,
+    PlainValidator,
+    WithJsonSchema,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
 
 from app.domain.naming import JOB_NAME_PATTERN, MAX_JOB_NAME_LENGTH
 from app.domain.records import JobRecord, Page, TaskRecord, WorkerRecord
@@ -17,6 +27,22 @@ from app.domain.states import TaskStatus
 from app.persistence.types import utcnow
 
 T = TypeVar("T")
+
+
+def _a_json_object(value: Any) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise PydanticCustomError("dict_type", "Input should be a valid dictionary")
+    return value
+
+
+# A JSON object of a request body, taken as parsed: its keys are strings already, and
+# pydantic's own ``dict[str, Any]`` would copy it key by key (7-9 ms for 60,000 keys here,
+# on the event loop; this 0.25 ms). Documented and refused as ``dict[str, Any]`` is.
+JsonObject = Annotated[
+    dict[str, Any],
+    PlainValidator(_a_json_object),
+    WithJsonSchema({"type": "object", "additionalProperties": True}),
+]
 Attempts = Field(default=None, ge=1, le=MAX_ATTEMPTS_LIMIT)
 MAX_DELAY_SECONDS = 366 * 24 * 3600
 MAX_PRIORITY = 1_000_000
@@ -84,7 +110,7 @@ class JobRegisterIn(BaseModel):
         max_length=MAX_JOB_NAME_LENGTH,
         json_schema_extra={"minLength": 1, "pattern": JOB_NAME_PATTERN},
     )
-    schema_: dict[str, Any] = Field(default_factory=dict, alias="schema")
+    schema_: JsonObject = Field(default_factory=dict, alias="schema")
     worker_id: UUID | None = None
     # Taskhub: attempts a task of this job gets unless its submit says otherwise.
     max_attempts: int | None = Attempts
@@ -139,7 +165,7 @@ class TaskSubmitIn(BaseModel):
     ``run_at`` or ``delay_seconds`` (not claimable before), ``max_attempts`` (else the
     job's)."""
 
-    payload: dict[str, Any] = Field(default_factory=dict)
+    payload: JsonObject = Field(default_factory=dict)
     priority: int = Field(default=0, ge=-MAX_PRIORITY, le=MAX_PRIORITY)
     run_at: AwareDatetime | None = None
     delay_seconds: float | None = Field(default=None, ge=0, le=MAX_DELAY_SECONDS)
