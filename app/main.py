@@ -19,6 +19,7 @@ from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from app import runtime
 from app.domain import payload_checks
 from app.observability import metrics
 from app.observability.request_id import Receive, RequestIdMiddleware, Scope, Send
@@ -92,6 +93,7 @@ class TaskhubApp(socketio.ASGIApp):
         sockets: SocketHandlers,
         *,
         drain_on_signals: bool = False,
+        freeze_start_up: bool = False,
     ) -> None:
         self.sio = sio
         self.hub = hub
@@ -101,6 +103,7 @@ class TaskhubApp(socketio.ASGIApp):
         self._api = ApiRoutes(ENDPOINTS, API_PREFIX, hub)
         self._entry = RequestIdMiddleware(self._dispatch)
         self._stop_signals = StopSignals(self.begin_shutdown) if drain_on_signals else None
+        self._freeze_start_up = freeze_start_up
         self._draining = False
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -126,6 +129,8 @@ class TaskhubApp(socketio.ASGIApp):
             self.sockets.start()
             if self._stop_signals is not None:
                 self._stop_signals.install()
+            if self._freeze_start_up:
+                runtime.freeze_start_up()
             yield
         finally:
             if self._stop_signals is not None:
@@ -167,9 +172,16 @@ class TaskhubApp(socketio.ASGIApp):
                 await socket.send(engineio_packet.Packet(engineio_packet.NOOP))
 
 
-def create_app(settings: Settings | None = None, *, drain_on_signals: bool = False) -> TaskhubApp:
+def create_app(
+    settings: Settings | None = None,
+    *,
+    drain_on_signals: bool = False,
+    freeze_start_up: bool = False,
+) -> TaskhubApp:
     """The application. ``drain_on_signals``: SIGTERM/SIGINT start the graceful shutdown at
-    once (``taskhub serve``) rather than when the server gets to the lifespan shutdown."""
+    once (``taskhub serve``) rather than when the server gets to the lifespan shutdown.
+    ``freeze_start_up``: the app is its process's server (``taskhub serve``): once started,
+    ``runtime.freeze_start_up``."""
     settings = settings or Settings()
     hub = Hub.create(settings)
     manager = socket_manager(settings) if settings.redis_url else None
@@ -185,7 +197,9 @@ def create_app(settings: Settings | None = None, *, drain_on_signals: bool = Fal
     hub.publisher.add_sink(SocketSink(sio))
     payload_checks.PROCESS_CHECKS.deadline_seconds = settings.payload_validation_seconds
     payload_checks.PROCESS_CHECKS.observe(metrics.PayloadThreadMetrics())
-    return TaskhubApp(sio, hub, sockets, drain_on_signals=drain_on_signals)
+    return TaskhubApp(
+        sio, hub, sockets, drain_on_signals=drain_on_signals, freeze_start_up=freeze_start_up
+    )
 
 
 def create_web_app(hub: Hub, running: Callable[[], AbstractAsyncContextManager[None]]) -> Starlette:

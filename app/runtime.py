@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 from dataclasses import dataclass, field
 from datetime import datetime
 from uuid import UUID
@@ -146,3 +147,14 @@ class Hub:
             return False
         await self.publisher.publish(events)
         return True
+
+
+def freeze_start_up() -> None:
+    """Move every object alive now (modules, the app, its pools: some 150,000 of them) out
+    of the garbage collector's sight for good. A server process calls it once it has
+    started: a big request body allocates tens of thousands of lists or dicts, and each
+    collection they set off walked all of those objects again (a 560 kB payload of 40,000
+    points took 105-114 ms to submit in-process here, 34-41 ms frozen). Not for a process
+    that starts and stops many apps (tests): what one leaves behind would never go."""
+    gc.collect()
+    gc.freeze()

@@ -115,7 +115,7 @@ def worker_app() -> TaskhubApp:
     from app.main import create_app
 
     exit_with_supervisor()
-    return create_app(Settings(), drain_on_signals=True)
+    return create_app(Settings(), drain_on_signals=True, freeze_start_up=True)
 
 
 def exit_with_supervisor() -> None:
@@ -172,7 +172,8 @@ def serve(settings: Settings) -> int:
         if settings.workers == 1:
             from app.main import create_app
 
-            uvicorn.run(create_app(settings, drain_on_signals=True), **options)  # type: ignore[arg-type]
+            app = create_app(settings, drain_on_signals=True, freeze_start_up=True)
+            uvicorn.run(app, **options)  # type: ignore[arg-type]
         else:
             os.environ[SUPERVISOR_ENV] = str(os.getpid())  # inherited by the workers
             try:

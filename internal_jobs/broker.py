@@ -19,6 +19,7 @@ from app.realtime.redis_clients import socket_manager
 from app.realtime.socket_sink import SocketSink
 from app.realtime.waiters import TaskWaiters
 from app.realtime.wake_bus import RedisWakeBus
+from app.runtime import freeze_start_up
 from app.settings import Settings
 
 settings = Settings()
@@ -41,6 +42,7 @@ async def start_runtime(state: TaskiqState) -> None:
     registry = InternalRegistry.from_modules([*BUILT_IN_MODULES, *settings.internal_job_modules])
     state.taskhub = InternalRuntime(db=db, publisher=publisher, registry=registry)
     state.taskhub_bus = bus
+    freeze_start_up()
 
 
 @broker.on_event(TaskiqEvents.WORKER_SHUTDOWN)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import subprocess
 import sys
@@ -61,3 +62,19 @@ def test_one_process_keeps_its_metrics_in_memory(monkeypatch: pytest.MonkeyPatch
     monkeypatch.delenv(serving.MULTIPROC_ENV, raising=False)
     with serving.metrics_directory(1) as path:
         assert path is None
+
+
+@pytest.mark.parametrize("freeze", [True, False])
+async def test_a_served_app_freezes_its_start_up_objects_out_of_the_collector_s_way(
+    settings, tokens, freeze: bool
+) -> None:
+    """``taskhub serve`` only: a process that starts and stops many apps must not."""
+    from app.main import create_app
+
+    gc.unfreeze()
+    app = create_app(settings, freeze_start_up=freeze)
+    try:
+        async with app.lifespan_context():
+            assert (gc.get_freeze_count() > 0) is freeze
+    finally:
+        gc.unfreeze()  # (this test process starts many more)
