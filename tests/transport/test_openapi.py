@@ -267,3 +267,38 @@ async def test_every_operation_documents_the_413_it_answers_to_an_oversized_body
         response = await alice.request(endpoint.method, actual, content=oversized, headers=headers)
         assert response.status_code == 413, (endpoint.method, path, response.text)
         assert_matches(document, endpoint.method, path, response)
+
+
+def test_links_lead_to_operations_with_every_path_parameter_they_need() -> None:
+    """A link names an operation of the document, gives each of its path parameters, and
+    reads them from a property the linking answer really has."""
+    document = build_openapi(ENDPOINTS, API_PREFIX)
+    operations = {
+        operation["operationId"]: (path, operation)
+        for path, item in document["paths"].items()
+        for operation in item.values()
+    }
+    schemas = document["components"]["schemas"]
+    linked = set()
+    for path, item in document["paths"].items():
+        for operation in item.values():
+            for status, response in operation["responses"].items():
+                for link in response.get("links", {}).values():
+                    linked.add(operation["operationId"])
+                    target_path, _target = operations[link["operationId"]]
+                    needed = set(re.findall(r"{(\w+)}", target_path))
+                    assert set(link["parameters"]) == needed, (path, status, link)
+                    answer = response["content"]["application/json"]["schema"]["$ref"]
+                    for expression in link["parameters"].values():
+                        if expression.startswith("$request.path."):
+                            assert "{" + expression.removeprefix("$request.path.") + "}" in path
+                            continue
+                        pointer = expression.removeprefix("$response.body#/").split("/")
+                        schema = schemas[answer.rsplit("/", 1)[-1]]
+                        for key in pointer:
+                            schema = schema["properties"][key]
+                            options = [schema, *schema.get("anyOf", [])]
+                            refs = [option["$ref"] for option in options if "$ref" in option]
+                            if refs:
+                                schema = schemas[refs[0].rsplit("/", 1)[-1]]
+    assert linked == {"submit_task", "register_job", "create_worker", "claim_task"}

@@ -196,6 +196,9 @@ def _responses(
         success["content"] = {JSON_MEDIA_TYPE: {"schema": ref(ep.response, "serialization")}}
     if ep.headers:
         success["headers"] = _headers(ep.headers)
+    links = _LINKS.get(ep.handler.__name__)
+    if links is not None:
+        success["links"] = copy.deepcopy(links)
     responses: dict[str, Any] = {str(ep.status): success}
     for status in _OTHER_SUCCESSES.get((ep.method, ep.path), ()):
         responses[str(status)] = {**success, "description": HTTPStatus(status).phrase}
@@ -208,6 +211,43 @@ def _responses(
         if status in _PROBLEM_HEADERS:
             responses[str(status)]["headers"] = _headers(_PROBLEM_HEADERS[status])
     return responses
+
+
+def _link(operation: str, **parameters: str) -> dict[str, Any]:
+    return {"operationId": operation, "parameters": parameters}
+
+
+_TASK_LINKS = {
+    "GetTask": _link("get_task", task_id="$response.body#/id"),
+    "UpdateTask": _link("update_task", task_id="$response.body#/id"),
+}
+_JOB_LINKS = {
+    "GetJob": _link(
+        "get_job", room_id="$request.path.room_id", full_name="$response.body#/full_name"
+    ),
+    "SubmitTask": _link(
+        "submit_task", room_id="$request.path.room_id", full_name="$response.body#/full_name"
+    ),
+    "ListJobTasks": _link(
+        "list_job_tasks", room_id="$request.path.room_id", full_name="$response.body#/full_name"
+    ),
+    "Heartbeat": _link("heartbeat", worker_id="$response.body#/worker_id"),
+}
+_WORKER_LINKS = {
+    "Heartbeat": _link("heartbeat", worker_id="$response.body#/id"),
+    "DeleteWorker": _link("delete_worker", worker_id="$response.body#/id"),
+}
+# What a success answer lets a client do next, by operation (OpenAPI links: for tools that
+# follow them, such as clients generated from this document or stateful API testing).
+_LINKS: dict[str, dict[str, Any]] = {
+    "submit_task": _TASK_LINKS,
+    "register_job": _JOB_LINKS,
+    "create_worker": _WORKER_LINKS,
+    "claim_task": {
+        "GetTask": _link("get_task", task_id="$response.body#/task/id"),
+        "UpdateTask": _link("update_task", task_id="$response.body#/task/id"),
+    },
+}
 
 
 def _headers(described: dict[str, str]) -> dict[str, Any]:
