@@ -209,7 +209,9 @@ def _cut(message: str) -> str:
 
 def validate_payload(version: Any, schema: dict[str, Any], payload: dict[str, Any]) -> None:
     """Raise 422 listing the failing paths. ``version`` identifies this schema of this job
-    (e.g. ``(job_id, updated_at)``) so its compiled validator is reused."""
+    (e.g. ``(job_id, updated_at)``) so its compiled validator is reused. This and
+    ``payload_errors`` validate on the calling thread with the default budget; the hub
+    itself goes through ``payload_checks`` (the event loop kept free, its setting)."""
     raise_for(payload_errors(version, schema, payload))
 
 
