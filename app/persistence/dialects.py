@@ -12,6 +12,7 @@ from sqlalchemy import (
     BigInteger,
     ColumnElement,
     Integer,
+    LargeBinary,
     Table,
     TextClause,
     and_,
@@ -358,6 +359,25 @@ def duration_microseconds(
     days = day_number(end) - day_number(start)
     seconds = cast(func.round(days * literal_column("86400")), Integer)
     return seconds * literal_column("1000000") + (microseconds(end) - microseconds(start))
+
+
+def document_is_small(dialect: str, column: ColumnElement[Any], limit: int) -> ColumnElement[bool]:
+    """Whether a stored JSON document (a ``JSONAsSent`` column; NULL counts as small) holds
+    at most ``limit`` bytes, told without reading the document.
+
+    PostgreSQL: ``json`` has no cast to text that leaves it unread (``payload::text`` goes
+    through its output function: detoasted and copied, about 4 ms a MB here), so the size
+    comes off the stored value (``pg_column_size``), which is the document's own only when
+    it is not compressed (``pg_column_compression``, PostgreSQL 14: a compressed one counts
+    as big, however small it is stored; PostgreSQL compresses only rows past about 2 kB).
+    SQLite: the length of its text as bytes (it reads the text, from the page cache)."""
+    if dialect == "postgresql":
+        stored = func.pg_column_size(column)
+        return or_(
+            column.is_(None),
+            and_(stored <= limit, func.pg_column_compression(column).is_(None)),
+        )
+    return func.coalesce(func.length(cast(column, LargeBinary)), literal_column("0")) <= limit
 
 
 _local_leases: set[tuple[str, str]] = set()  # (database, name) held by a ClusterLease

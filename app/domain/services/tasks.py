@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 from uuid import UUID, uuid4
 
-from sqlalchemy import bindparam, exists, false, func, literal_column, or_, select, update
+from sqlalchemy import bindparam, exists, false, literal_column, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.domain.errors import (
@@ -32,7 +32,7 @@ from app.domain.events import (
 from app.domain.naming import INTERNAL_ROOM, validate_room_id
 from app.domain.naming import full_name as name_of
 from app.domain.payload_checks import check_payload
-from app.domain.records import Page, Principal, TaskRecord, beyond
+from app.domain.records import Principal, TaskRecord
 from app.domain.retries import DEFAULT_RETRY_POLICY, RetryPolicy, may_retry
 from app.domain.services.jobs import (
     JobNames,
@@ -42,7 +42,6 @@ from app.domain.services.jobs import (
     visible_job_name,
 )
 from app.domain.services.ownership import check_worker, owned_worker
-from app.domain.services.page_positions import with_positions
 from app.domain.services.task_rows import (
     SELECT_TASKS,
     due_at,
@@ -700,50 +699,3 @@ async def get_task(db: Database, task_id: UUID) -> TaskRecord:
     if record is None:
         raise TaskNotFound(f"Task {task_id} not found.")
     return record
-
-
-async def list_room_tasks(
-    db: Database, room_id: str, status: TaskStatus | None, limit: int, offset: int
-) -> Page[TaskRecord]:
-    validate_room_id(room_id)
-    async with db.read() as conn:
-        return await _page(conn, [task.c.room_id == room_id], status, limit, offset)
-
-
-async def list_job_tasks(
-    db: Database,
-    room_id: str,
-    full_name: str,
-    status: TaskStatus | None,
-    limit: int,
-    offset: int,
-) -> Page[TaskRecord]:
-    validate_room_id(room_id)
-    async with db.read() as conn:
-        job = await find_visible_job(conn, room_id, full_name)
-        where = [task.c.job_id == job.id, task.c.room_id == room_id]
-        return await _page(conn, where, status, limit, offset)
-
-
-async def _page(
-    conn: AsyncConnection, where: list[Any], status: TaskStatus | None, limit: int, offset: int
-) -> Page[TaskRecord]:
-    if status is not None:
-        where = [*where, task.c.status == status.value]
-    total = int(await conn.scalar(select(func.count()).select_from(task).where(*where)) or 0)
-    if not beyond(total, limit, offset):
-        rows = await conn.execute(
-            SELECT_TASKS.where(*where)
-            .order_by(task.c.created_at.desc(), task.c.id.desc())
-            .limit(limit)
-            .offset(offset)
-        )
-        items = await with_positions(conn, rows.all())
-    else:
-        items = []
-    return Page(
-        items=items,
-        total=total,
-        limit=limit,
-        offset=offset,
-    )

@@ -3,6 +3,7 @@ these same models."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any, ClassVar, Generic, TypeVar
 from uuid import UUID
@@ -18,13 +19,16 @@ from pydantic import (
     model_validator,
 )
 from pydantic_core import PydanticCustomError
+from starlette.responses import Response, StreamingResponse
 
 from app.domain.naming import JOB_NAME_PATTERN, MAX_JOB_NAME_LENGTH
 from app.domain.records import JobRecord, Page, TaskRecord, WorkerRecord
 from app.domain.retries import MAX_ATTEMPTS_LIMIT
+from app.domain.services.task_listing import TaskListing
 from app.domain.services.tasks import SubmitOptions
 from app.domain.states import TaskStatus
 from app.persistence.types import utcnow
+from app.transport.http.api import JSON_MEDIA_TYPE, dump_body, json_response
 
 T = TypeVar("T")
 
@@ -344,6 +348,32 @@ def task_page_body(page: Page[TaskRecord]) -> dict[str, Any]:
     """A page of tasks as ``PageOut[TaskOut]`` writes it (see ``task_body``)."""
     items = [task_body(record) for record in page.items]
     return {"items": items, "total": page.total, "limit": page.limit, "offset": page.offset}
+
+
+def task_listing_response(listing: TaskListing) -> Response:
+    """A page of tasks: written at once when its documents came with it, otherwise written
+    as its groups of big documents are read (``TaskListing.groups``), with no
+    ``Content-Length``. Should reading a group fail, the answer stops short of its end,
+    which a client sees as an incomplete body, never as a shorter page."""
+    if listing.complete:
+        return json_response(task_page_body(listing.page))
+    return StreamingResponse(_task_page_parts(listing), media_type=JSON_MEDIA_TYPE)
+
+
+async def _task_page_parts(listing: TaskListing) -> AsyncIterator[bytes]:
+    """``task_page_body`` written a task at a time, as its group is read (no copy of a
+    group's tasks written together: each task is sent on its own)."""
+    page = listing.page
+    yield b'{"items":['
+    first = True
+    async for group in listing.groups():
+        for record in group:
+            if not first:
+                yield b","
+            first = False
+            yield dump_body(task_body(record))
+    rest = {"total": page.total, "limit": page.limit, "offset": page.offset}
+    yield b"]," + dump_body(rest)[1:]
 
 
 def page_of(model: Any, page: Page[Any]) -> PageOut[Any]:

@@ -12,6 +12,7 @@ from starlette.types import Receive
 from app.domain.errors import ValidationFailed
 from app.domain.naming import is_internal_job
 from app.domain.records import TaskRecord
+from app.domain.services import task_listing as listings
 from app.domain.services import tasks as service
 from app.domain.states import is_terminal
 from app.observability import metrics
@@ -27,7 +28,7 @@ from app.transport.http.schemas import (
     TaskUpdateIn,
     claimed_task_body,
     task_body,
-    task_page_body,
+    task_listing_response,
 )
 
 api = Api()
@@ -224,10 +225,10 @@ async def update_task(req: ApiRequest) -> Response:
 async def list_room_tasks(req: ApiRequest) -> Response:
     """Tasks submitted into the room, newest first."""
     query = req.query(TaskPageQuery)
-    page = await service.list_room_tasks(
+    listing = await listings.list_room_tasks(
         req.hub.db, req.path("room_id"), query.status, query.limit, query.offset
     )
-    return json_response(task_page_body(page))
+    return task_listing_response(listing)
 
 
 @api.route(
@@ -240,7 +241,7 @@ async def list_room_tasks(req: ApiRequest) -> Response:
 async def list_job_tasks(req: ApiRequest) -> Response:
     """Tasks of one job submitted into the room, newest first."""
     query = req.query(TaskPageQuery)
-    page = await service.list_job_tasks(
+    listing = await listings.list_job_tasks(
         req.hub.db,
         req.path("room_id"),
         req.path("full_name"),
@@ -248,4 +249,4 @@ async def list_job_tasks(req: ApiRequest) -> Response:
         query.limit,
         query.offset,
     )
-    return json_response(task_page_body(page))
+    return task_listing_response(listing)
