@@ -8,13 +8,21 @@ import json
 import math
 from typing import Any
 
+import orjson
 import pytest
 from sqlalchemy import Text, bindparam, select, update
 
 from app.persistence.database import Database
+from app.persistence.dialects import document_is_small
 from app.persistence.models import task_table
 from app.persistence.prepared import hot
-from app.persistence.types import dump_json, has_long_digit_run, load_json, utcnow
+from app.persistence.types import (
+    dump_json,
+    has_long_digit_run,
+    load_json,
+    stored_document,
+    utcnow,
+)
 from tests.persistence.test_prepared import FINISH, LOAD, seed_running_task
 
 DOCUMENT = {"text": "é ✓ \\u0001", "big": 2**70, "negative": -(2**63) - 1, "float": 0.1, "n": None}
@@ -140,3 +148,41 @@ async def test_the_database_holds_the_text_the_hub_wrote(db: Database) -> None:
         read = (await conn.execute(LOAD, {"task_id": ids["task"]})).first()
     assert texts == (dump_json(AS_SENT), "null")
     assert spelled(read.payload) == spelled(AS_SENT) and read.result is None
+
+
+def test_a_stored_document_goes_into_an_answer_as_its_text() -> None:
+    """(Listings write payloads and results so, never decoding them.)"""
+    for document in (AS_SENT, DOCUMENT, None, [1, "two"]):
+        text = dump_json(document)
+        assert orjson.dumps({"payload": stored_document(text)}) == b'{"payload":%s}' % text.encode()
+    assert stored_document(None) is None
+
+
+def test_a_stored_document_with_nan_from_an_older_version_goes_as_null() -> None:
+    """An older version's standard-library fallback (integers beyond 64 bits) wrote NaN,
+    which is not JSON: such a document is written again, as null (a string "NaN" stays)."""
+    legacy = json.dumps({"x": float("nan"), "y": [float("-inf")], "big": 2**70, "t": "NaN"})
+    written = orjson.dumps(stored_document(legacy))
+    parsed = json.loads(written, parse_constant=lambda c: pytest.fail(f"wrote {c}"))
+    assert parsed == {"x": None, "y": [None], "big": 2**70, "t": "NaN"}
+
+
+@pytest.mark.parametrize(
+    ("document", "small"),
+    [
+        ({"t": "é" * 200}, True),  # 412 bytes
+        ({"t": "é" * 600}, False),  # 600 characters, 1,212 bytes: bytes count
+        ({"t": "a" * 3000}, False),  # PostgreSQL stores it compressed, a few dozen bytes
+    ],
+)
+async def test_a_document_is_small_up_to_a_limit_in_bytes(
+    db: Database, document: Any, small: bool
+) -> None:
+    ids = await seed_running_task(db)
+    async with db.autocommit() as conn:
+        await conn.execute(SET_PAYLOAD, {"task_id": ids["task"], "doc": document})
+        sa = await conn.sa()
+        is_small = document_is_small(sa.dialect.name, task_table.c.payload, 1000)
+        statement = select(is_small, document_is_small(sa.dialect.name, task_table.c.result, 0))
+        told = (await sa.execute(statement.where(task_table.c.id == ids["task"]))).one()
+    assert tuple(told) == (small, True)  # no result yet: small at any limit

@@ -11,32 +11,14 @@ from app.domain.services import task_listing
 from app.domain.services.task_listing import list_room_tasks
 from app.transport.http.schemas import task_listing_response
 from tests.support.api import ApiClient
+from tests.support.big_tasks import BIG, completed, points
 
 JOB = "room1:modifiers:Rotate"
-
-
-def points(count: int, seed: int = 0) -> dict[str, Any]:
-    """A payload of ``count`` 3-D points (about 25 bytes each as JSON)."""
-    return {"points": [[seed + i, i + 0.5, -i] for i in range(count)]}
-
-
-BIG = 5_000  # points: about 120 kB, far past a small document's 8 KiB
 
 
 @pytest.fixture
 async def job(alice):
     return await alice.register()
-
-
-async def completed(client: ApiClient, worker_id: str, result: Any) -> dict[str, Any]:
-    """The oldest pending task of the worker's jobs, taken to ``completed`` with ``result``."""
-    claimed = await client.claim(worker_id)
-    assert claimed is not None
-    token = claimed["claim_token"]
-    assert (await client.transition(claimed["id"], "running", claim_token=token)).status_code == 200
-    response = await client.transition(claimed["id"], "completed", claim_token=token, result=result)
-    assert response.status_code == 200, response.text[:300]
-    return response.json()
 
 
 async def a_room_of_big_and_small_tasks(alice: ApiClient, job: dict[str, Any]) -> list[str]:
