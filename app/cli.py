@@ -277,7 +277,7 @@ def main(argv: list[str] | None = None) -> int:
     except DomainError as exc:
         print(f"taskhub: {exc.detail}", file=sys.stderr)
         return 1
-    except migrations.SchemaOutdated as exc:
+    except migrations.DatabaseUnfit as exc:
         return _refuse(str(exc))
     except (OSError, DBAPIError, PostgresError, DatabaseUnavailable) as exc:  # refused, no
         # such database or role … (``DatabaseUnavailable`` says what the driver said: its cause)

@@ -16,8 +16,33 @@ from app.persistence.database import Database
 ALEMBIC_DIR = Path(__file__).resolve().parents[2] / "alembic"
 
 
-class SchemaOutdated(RuntimeError):
+class DatabaseUnfit(RuntimeError):
+    """This code cannot serve the database as it is (``taskhub`` refuses to start)."""
+
+
+class SchemaOutdated(DatabaseUnfit):
     """The database's schema is older (or newer) than this code."""
+
+
+# PostgreSQL 14 brought ``pg_column_compression``, which listings use to tell a small
+# document from a big one without reading it.
+OLDEST_POSTGRESQL = 14
+
+
+class ServerTooOld(DatabaseUnfit):
+    def __init__(self, version_num: int) -> None:
+        major = version_num // 10_000
+        super().__init__(
+            f"The database server is PostgreSQL {major}; Taskhub needs PostgreSQL "
+            f"{OLDEST_POSTGRESQL} or newer."
+        )
+
+
+def refuse_old_server(version_num: int) -> None:
+    """``ServerTooOld`` unless ``version_num`` (PostgreSQL's ``server_version_num``) is
+    recent enough."""
+    if version_num < OLDEST_POSTGRESQL * 10_000:
+        raise ServerTooOld(version_num)
 
 
 class SchemaNewer(SchemaOutdated):
@@ -88,6 +113,11 @@ async def current_revision(db: Database) -> str | None:
 
 
 async def check_schema_current(db: Database) -> None:
+    """Refuse (``DatabaseUnfit``) a database this code cannot serve: a PostgreSQL server too
+    old, or a schema at another revision than this code's."""
+    if not db.is_sqlite:
+        async with db.read() as conn:
+            refuse_old_server(int(await conn.scalar(text("SHOW server_version_num"))))
     current, head = await current_revision(db), head_revision()
     if current is not None:
         refuse_unknown([current])

@@ -482,6 +482,16 @@ async def test_schema_check_refuses_an_unmigrated_database(
         await migrations.check_schema_current(database)
 
 
+@pytest.mark.parametrize(("version_num", "refused"), [(130_012, True), (140_000, False)])
+def test_a_postgresql_server_older_than_14_is_refused(version_num: int, refused: bool) -> None:
+    """(Listings tell a small document from a big one by ``pg_column_compression``.)"""
+    if refused:
+        with pytest.raises(migrations.DatabaseUnfit, match="PostgreSQL 13; Taskhub needs"):
+            migrations.refuse_old_server(version_num)
+    else:
+        migrations.refuse_old_server(version_num)
+
+
 @pytest.mark.postgres_only
 async def test_a_role_that_may_not_read_the_revision_is_told_so_not_sent_to_migrate(
     empty_url: str, database: Database
