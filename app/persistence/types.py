@@ -102,17 +102,18 @@ class StoredJSONText(TypeDecorator[Any]):
     cache_ok = True
 
     def process_result_value(self, value: str | None, dialect: Any) -> Any:
-        return stored_document(value)
+        return stored_document(value, maybe_not_json=dialect.name == "sqlite")
 
 
-def stored_document(text: str | None) -> Any:
-    """A stored JSON document's text as ``orjson`` writes it into an answer: as it is."""
+def stored_document(text: str | None, *, maybe_not_json: bool = True) -> Any:
+    """A stored JSON document's text as ``orjson`` writes it into an answer: as it is.
+    ``maybe_not_json``: it may hold NaN or an infinity, which an older version's standard
+    library fallback (integers beyond 64 bits) wrote on SQLite; PostgreSQL's ``json``
+    refuses them (looking costs about a millisecond a MB)."""
     if text is None:
         return None
-    if "NaN" in text or "Infinity" in text:
-        # Maybe NaN or an infinity written by an older version's standard-library fallback
-        # (not JSON): written again, as null, as answers always have.
-        text = dump_json(load_json(text))
+    if maybe_not_json and ("NaN" in text or "Infinity" in text):
+        text = dump_json(load_json(text))  # written again: as null, as answers always have
     return orjson.Fragment(text)
 
 

@@ -22,19 +22,19 @@ from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
 
-from sqlalchemy import Text, case, cast, func, select, type_coerce
+from sqlalchemy import Text, and_, case, cast, func, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.domain.naming import validate_room_id
 from app.domain.records import Page, TaskRecord, beyond
 from app.domain.services.jobs import find_visible_job
 from app.domain.services.page_positions import with_positions
-from app.domain.services.task_rows import SELECT_TASKS
+from app.domain.services.task_rows import SELECT_TASKS, as_stored, documents_replaced
 from app.domain.states import TaskStatus
 from app.persistence.database import Database
 from app.persistence.dialects import document_is_small
 from app.persistence.models import task_table as task
-from app.persistence.types import StoredJSONText, stored_document
+from app.persistence.types import stored_document
 
 # A task whose payload and result are each at most this large (in bytes, as stored) is
 # read with its page; a page's small documents take at most 500 x 2 x this.
@@ -88,7 +88,8 @@ class TaskListing:
         statement = select(task.c.id, cast(task.c.payload, Text), cast(task.c.result, Text))
         async with self.db.read() as conn:
             rows = (await conn.execute(statement.where(task.c.id.in_(task_ids)))).all()
-        return {task_id: _Documents.of(payload, result) for task_id, payload, result in rows}
+        sqlite = self.db.is_sqlite
+        return {task_id: _Documents.of(*texts, sqlite=sqlite) for task_id, *texts in rows}
 
     def _filled(self, item: TaskRecord, documents: dict[UUID, _Documents]) -> TaskRecord | None:
         if item.id not in self.deferred:
@@ -109,9 +110,10 @@ class _Documents:
     size: int
 
     @classmethod
-    def of(cls, payload: str | None, result: str | None) -> _Documents:
+    def of(cls, payload: str | None, result: str | None, *, sqlite: bool) -> _Documents:
         size = sum(len(text) for text in (payload, result) if text is not None)
-        return cls(stored_document(payload), stored_document(result), size)
+        documents = (stored_document(text, maybe_not_json=sqlite) for text in (payload, result))
+        return cls(*documents, size)
 
 
 async def list_room_tasks(
@@ -168,16 +170,9 @@ async def _listing(
 def _with_small_documents(dialect: str) -> Any:
     """``SELECT_TASKS`` with a task's payload and result as stored text when both are
     small (NULL otherwise), and whether they were (``small``)."""
-    small = document_is_small(dialect, task.c.payload, SMALL_DOCUMENT_BYTES) & document_is_small(
-        dialect, task.c.result, SMALL_DOCUMENT_BYTES
+    small = and_(
+        document_is_small(dialect, task.c.payload, SMALL_DOCUMENT_BYTES),
+        document_is_small(dialect, task.c.result, SMALL_DOCUMENT_BYTES),
     )
-
-    def if_small(column: Any) -> Any:
-        return type_coerce(case((small, cast(column, Text))), StoredJSONText())
-
-    documents = {"payload", "result"}
-    columns = [
-        if_small(column).label(column.name) if column.name in documents else column
-        for column in SELECT_TASKS.selected_columns
-    ]
-    return SELECT_TASKS.with_only_columns(*columns, small.label("small"))
+    statement = documents_replaced(SELECT_TASKS, lambda column: case((small, as_stored(column))))
+    return statement.add_columns(small.label("small"))

@@ -693,9 +693,10 @@ def _authorise_update(principal: Principal, row: Any, target: TaskStatus | None)
     raise Forbidden("Only the claiming worker's owner, the submitter (to cancel) or a superuser.")
 
 
-async def get_task(db: Database, task_id: UUID) -> TaskRecord:
+async def get_task(db: Database, task_id: UUID, *, stored_documents: bool = False) -> TaskRecord:
+    """``stored_documents``: see ``load_task`` (for an answer)."""
     async with db.read() as conn:
-        record = await load_task(conn, task_id)
+        record = await load_task(conn, task_id, stored_documents=stored_documents)
     if record is None:
         raise TaskNotFound(f"Task {task_id} not found.")
     return record

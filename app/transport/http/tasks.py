@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import re
 from typing import Any
+from uuid import UUID
 
 from starlette.responses import Response
 from starlette.types import Receive
@@ -120,9 +121,9 @@ async def get_task(req: ApiRequest) -> Response:
     task_id = req.uuid("task_id")
     wait = _requested_wait(req.header("prefer"), req.hub.settings.long_poll_max_wait_seconds)
     if wait <= 0:
-        return json_response(task_body(await service.get_task(req.hub.db, task_id)))
+        return json_response(task_body(await _read(req, task_id)))
     with req.hub.waiters.watch(task_id) as wake:
-        record = await service.get_task(req.hub.db, task_id)
+        record = await _read(req, task_id)
         if is_terminal(record.status):
             return json_response(task_body(record))
         with metrics.long_poll() as outcome:
@@ -131,6 +132,11 @@ async def get_task(req: ApiRequest) -> Response:
     if ended is None:  # the client hung up: whatever is sent goes nowhere
         return Response(status_code=499)
     return json_response(task_body(ended), headers={"Preference-Applied": f"wait={wait}"})
+
+
+async def _read(req: ApiRequest, task_id: UUID) -> TaskRecord:
+    """The task as an answer writes it: its documents as stored, not decoded."""
+    return await service.get_task(req.hub.db, task_id, stored_documents=True)
 
 
 async def _wait_for_end(
@@ -157,7 +163,7 @@ async def _wait_for_end(
             if gone.done():
                 return None
             wake.clear()
-            record = await service.get_task(req.hub.db, record.id)
+            record = await _read(req, record.id)
         return record
     finally:
         gone.cancel()
