@@ -39,6 +39,7 @@ from sqlalchemy.sql import Executable
 from app.domain.naming import INTERNAL_ROOM
 from app.domain.states import TaskStatus
 from app.persistence.models import (
+    answered_task_columns,
     is_pending,
     is_queued,
     is_waiting,
@@ -282,7 +283,7 @@ def claim_statement(
             progress_message=None,
             **next_version(),
         )
-        .returning(*task.c)
+        .returning(*answered_task_columns())
     )
     if dialect != "postgresql":
         return hot(claimed)

@@ -10,7 +10,7 @@ from uuid import UUID
 
 import orjson
 import uuid_utils.compat as uuid_compat
-from sqlalchemy import JSON, DateTime, Text, TypeDecorator
+from sqlalchemy import JSON, DateTime, Text, TypeDecorator, cast
 
 
 class UTCDateTime(TypeDecorator[dt.datetime]):
@@ -103,6 +103,11 @@ class StoredJSONText(TypeDecorator[Any]):
 
     def process_result_value(self, value: str | None, dialect: Any) -> Any:
         return stored_document(value, maybe_not_json=dialect.name == "sqlite")
+
+
+def stored_text(column: Any) -> Any:
+    """A JSON document column (``JSONAsSent``) read as its stored text, for an answer."""
+    return cast(column, StoredJSONText())
 
 
 def stored_document(text: str | None, *, maybe_not_json: bool = True) -> Any:

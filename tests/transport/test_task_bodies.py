@@ -3,16 +3,17 @@ bytes the documented models (``TaskOut``, ``ClaimedTaskOut``, ``PageOut[TaskOut]
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 from typing import Any
 from uuid import uuid4
 
 import asyncpg.pgproto.pgproto
-import pydantic_core
 import pytest
 
 from app.domain.records import Page, TaskRecord
 from app.domain.states import TaskStatus
+from app.persistence.types import stored_document
 from app.transport.http.api import dump_body, json_response
 from app.transport.http.schemas import (
     ClaimedTaskOut,
@@ -69,13 +70,19 @@ def test_a_page_of_tasks_is_written_as_its_model_writes_it() -> None:
     assert written(body) == written(PageOut[TaskOut].model_validate(body))
 
 
-def test_only_integers_beyond_64_bits_leave_orjson(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The fallback (pydantic) is several times slower: ids as the PostgreSQL driver reads
-    them (a ``uuid.UUID`` subclass) must not need it."""
-    calls: list[Any] = []
-    monkeypatch.setattr(pydantic_core, "to_json", lambda value, **_: calls.append(value) or b"")
+def test_ids_as_the_postgresql_driver_reads_them_are_written_as_uuids() -> None:
     driver_id = asyncpg.pgproto.pgproto.UUID(str(uuid4()))
     assert dump_body({"id": driver_id}) == f'{{"id":"{driver_id}"}}'.encode()
-    assert not calls
-    dump_body({"result": 2**64})
-    assert calls == [{"result": 2**64}]
+
+
+def test_integers_beyond_64_bits_are_written_exactly_beside_stored_documents() -> None:
+    """orjson refuses them; they are written as their digits, also in an answer that holds
+    a document as stored (which pydantic, the earlier fallback, could not write)."""
+    body = {
+        "result": {"big": [2**64, -(2**63) - 1, 2**64 - 1, True]},
+        "payload": stored_document('{"a": 1}'),
+        "id": asyncpg.pgproto.pgproto.UUID(str(uuid4())),
+    }
+    written = dump_body(body)
+    assert json.loads(written)["result"] == {"big": [2**64, -(2**63) - 1, 2**64 - 1, True]}
+    assert b'"payload":{"a": 1}' in written

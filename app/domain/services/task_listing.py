@@ -29,12 +29,12 @@ from app.domain.naming import validate_room_id
 from app.domain.records import Page, TaskRecord, beyond
 from app.domain.services.jobs import find_visible_job
 from app.domain.services.page_positions import with_positions
-from app.domain.services.task_rows import SELECT_TASKS, as_stored, documents_replaced
+from app.domain.services.task_rows import SELECT_TASKS, documents_replaced
 from app.domain.states import TaskStatus
 from app.persistence.database import Database
 from app.persistence.dialects import document_is_small
 from app.persistence.models import task_table as task
-from app.persistence.types import stored_document
+from app.persistence.types import stored_document, stored_text
 
 # A task whose payload and result are each at most this large (in bytes, as stored) is
 # read with its page; a page's small documents take at most 500 x 2 x this.
@@ -174,5 +174,5 @@ def _with_small_documents(dialect: str) -> Any:
         document_is_small(dialect, task.c.payload, SMALL_DOCUMENT_BYTES),
         document_is_small(dialect, task.c.result, SMALL_DOCUMENT_BYTES),
     )
-    statement = documents_replaced(SELECT_TASKS, lambda column: case((small, as_stored(column))))
+    statement = documents_replaced(SELECT_TASKS, lambda column: case((small, stored_text(column))))
     return statement.add_columns(small.label("small"))

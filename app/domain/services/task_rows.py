@@ -32,7 +32,6 @@ from sqlalchemy import (
     Select,
     and_,
     bindparam,
-    cast,
     func,
     or_,
     select,
@@ -51,7 +50,7 @@ from app.persistence.models import (
 )
 from app.persistence.prepared import hot
 from app.persistence.queue_counts import bucket_of, bucket_start
-from app.persistence.types import StoredJSONText, utcnow
+from app.persistence.types import stored_text, utcnow
 
 task = task_table
 bucket = queue_bucket_table
@@ -237,14 +236,9 @@ def documents_replaced(statement: Select[Any], replace: Callable[[Any], Any]) ->
     return statement.with_only_columns(*columns)
 
 
-def as_stored(column: Any) -> Any:
-    """A JSON document column read as its stored text, for an answer (``StoredJSONText``)."""
-    return cast(column, StoredJSONText())
-
-
 _LOAD_TASK = hot(SELECT_TASKS.where(task.c.id == bindparam("task_id")))
 _LOAD_TASK_AS_STORED = hot(
-    documents_replaced(SELECT_TASKS, as_stored).where(task.c.id == bindparam("task_id"))
+    documents_replaced(SELECT_TASKS, stored_text).where(task.c.id == bindparam("task_id"))
 )
 _READY_POSITION_FROM_START = hot(select(ready_position(from_end=False)))
 _READY_POSITION_FROM_END = hot(select(ready_position(from_end=True)))

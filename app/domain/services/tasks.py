@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 from uuid import UUID, uuid4
 
-from sqlalchemy import bindparam, exists, false, literal_column, or_, select, update
+from sqlalchemy import bindparam, exists, false, literal_column, null, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.domain.errors import (
@@ -66,7 +66,14 @@ from app.persistence.dialects import (
     claimable_left_statement,
     insert_task_of_live_job,
 )
-from app.persistence.models import job_table, link_table, next_version, task_table, worker_table
+from app.persistence.models import (
+    answered_task_columns,
+    job_table,
+    link_table,
+    next_version,
+    task_table,
+    worker_table,
+)
 from app.persistence.prepared import hot
 from app.persistence.types import new_id, utcnow
 
@@ -541,6 +548,7 @@ async def update_task(
             await _explain_refusal(conn, principal, task_id, status, claim_token)
             raise InvalidTaskTransition(f"Task {task_id} changed concurrently; retry.")
         record = task_record(updated, await JobNames.one(conn, updated.job_id))
+        record.result = values.get("result")  # (not read back: see ``_update_statement``)
         record.queue_position = await queue_position(conn, record, now)
         events.add(
             TaskStatusChanged(record, _previous(record, status, retried=attempt is not None))
@@ -629,7 +637,11 @@ def _update_statement(
     # unqualified, and a bare ``job_id`` would be the link's own (always true).
     task_job = literal_column(f"{task.name}.{task.c.job_id.name}")
     served = exists().where(link_table.c.job_id == task_job).label("job_served")
-    return hot(update(task).where(*guard).values(values).returning(*task.c, served))
+    # The result is not read back: the guard admits only tasks not yet ended, which have
+    # none, so the task's result is the one this update writes, if any (``update_task``).
+    returned = [c for c in answered_task_columns() if c.name != "result"]
+    unread = null().label("result")
+    return hot(update(task).where(*guard).values(values).returning(*returned, unread, served))
 
 
 def _transition_values(

@@ -11,7 +11,6 @@ from typing import Any, TypeVar
 from uuid import UUID
 
 import orjson
-import pydantic_core
 from pydantic import BaseModel, ValidationError
 from starlette.convertors import Convertor, register_url_convertor
 from starlette.requests import Request
@@ -59,12 +58,28 @@ def json_response(
 
 
 def dump_body(content: Any) -> bytes:
-    """JSON as pydantic writes it: orjson, or pydantic for what orjson refuses (integers
-    beyond 64 bits, which a task's payload or result may hold)."""
+    """JSON as pydantic writes it, by orjson; integers beyond 64 bits, which orjson refuses
+    and a task's payload or result may hold, are written as their digits. (Not by pydantic,
+    which cannot write a stored document's text: ``StoredJSONText``.)"""
     try:
         return orjson.dumps(content, default=_uuid_subclass, option=orjson.OPT_UTC_Z)
     except orjson.JSONEncodeError:
-        return pydantic_core.to_json(content, inf_nan_mode="null")
+        exact = _big_integers_as_digits(content)
+        return orjson.dumps(exact, default=_uuid_subclass, option=orjson.OPT_UTC_Z)
+
+
+_INT64_MIN, _UINT64_MAX = -(2**63), 2**64 - 1
+
+
+def _big_integers_as_digits(value: Any) -> Any:
+    """``value`` with each integer beyond 64 bits as JSON text of its digits."""
+    if isinstance(value, dict):
+        return {key: _big_integers_as_digits(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_big_integers_as_digits(item) for item in value]
+    if isinstance(value, int) and not _INT64_MIN <= value <= _UINT64_MAX:
+        return orjson.Fragment(str(value))
+    return value
 
 
 def _uuid_subclass(value: Any) -> str:
