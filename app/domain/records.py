@@ -55,19 +55,25 @@ class WorkerRecord:
 
 
 @dataclass(slots=True)
-class JobRecord:
+class JobSummary:
+    """A job as a listing shows it: no schema (up to 256 KiB, read only for one job)."""
+
     id: UUID
     room_id: str
     category: str
     name: str
-    schema: dict[str, Any]
-    deleted: bool
-    workers: list[UUID] = field(default_factory=list)
-    max_attempts: int = 1
+    workers: list[UUID]
 
     @property
     def full_name(self) -> str:
         return f"{self.room_id}:{self.category}:{self.name}"
+
+
+@dataclass(slots=True)
+class JobRecord(JobSummary):
+    schema: dict[str, Any]
+    deleted: bool
+    max_attempts: int = 1
 
 
 T = TypeVar("T")

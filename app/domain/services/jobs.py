@@ -25,7 +25,7 @@ from app.domain.naming import (
     visible_job_rooms,
 )
 from app.domain.payloads import SCHEMA_CACHE_BYTES, SchemaCache, check_schema, check_schema_size
-from app.domain.records import JobRecord, Page, Principal, beyond
+from app.domain.records import JobRecord, JobSummary, Page, Principal, beyond
 from app.domain.services.ownership import owned_worker
 from app.domain.states import TaskStatus
 from app.persistence.database import Database, DatabaseUnavailable
@@ -232,8 +232,12 @@ def _visible_jobs(room_id: str) -> ColumnElement[bool]:
     return and_(job.c.room_id.in_(visible_job_rooms(room_id)), job.c.deleted.is_(False))
 
 
-async def list_jobs(db: Database, room_id: str, limit: int, offset: int) -> Page[JobRecord]:
-    """The room's live jobs plus ``@global`` and ``@internal`` ones, newest first."""
+_SUMMARY_COLUMNS = (job.c.id, job.c.room_id, job.c.category, job.c.name)
+
+
+async def list_jobs(db: Database, room_id: str, limit: int, offset: int) -> Page[JobSummary]:
+    """The room's live jobs plus ``@global`` and ``@internal`` ones, newest first (without
+    their schemas: a page of 500 might have held 128 MB of them, decoded)."""
     validate_room_id(room_id)
     where = _visible_jobs(room_id)
     async with db.read() as conn:
@@ -243,7 +247,7 @@ async def list_jobs(db: Database, room_id: str, limit: int, offset: int) -> Page
             if beyond(total, limit, offset)
             else (
                 await conn.execute(
-                    select(job)
+                    select(*_SUMMARY_COLUMNS)
                     .where(where)
                     .order_by(job.c.created_at.desc(), job.c.id.desc())
                     .limit(limit)
@@ -259,7 +263,7 @@ async def list_jobs(db: Database, room_id: str, limit: int, offset: int) -> Page
                 .order_by(link_table.c.worker_id)
             ):
                 links[link.job_id].append(link.worker_id)
-    items = [_record(row, links[row.id]) for row in rows]
+    items = [JobSummary(row.id, row.room_id, row.category, row.name, links[row.id]) for row in rows]
     return Page(items=items, total=total, limit=limit, offset=offset)
 
 

@@ -22,7 +22,7 @@ from pydantic_core import PydanticCustomError
 from starlette.responses import Response, StreamingResponse
 
 from app.domain.naming import JOB_NAME_PATTERN, MAX_JOB_NAME_LENGTH
-from app.domain.records import JobRecord, Page, TaskRecord, WorkerRecord
+from app.domain.records import JobRecord, JobSummary, Page, TaskRecord, WorkerRecord
 from app.domain.retries import MAX_ATTEMPTS_LIMIT
 from app.domain.services.task_listing import TaskListing
 from app.domain.services.tasks import SubmitOptions
@@ -155,7 +155,7 @@ class JobSummaryOut(BaseModel):
     workers: list[UUID]
 
     @classmethod
-    def of(cls, record: JobRecord) -> JobSummaryOut:
+    def of(cls, record: JobSummary) -> JobSummaryOut:
         return cls(
             full_name=record.full_name,
             category=record.category,
