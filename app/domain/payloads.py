@@ -129,8 +129,8 @@ def schema_bytes(schema: Any) -> int:
         return len(json.dumps(schema, separators=(",", ":"), ensure_ascii=False).encode())
 
 
-def check_schema_size(schema: dict[str, Any]) -> None:
-    """422 for a schema larger than ``MAX_SCHEMA_BYTES`` as compact JSON."""
+def check_schema_size(schema: dict[str, Any]) -> int:
+    """The schema's size as compact JSON; 422 when larger than ``MAX_SCHEMA_BYTES``."""
     size = schema_bytes(schema)
     if size > MAX_SCHEMA_BYTES:
         raise ValidationFailed(
@@ -143,6 +143,7 @@ def check_schema_size(schema: dict[str, Any]) -> None:
                 }
             ],
         )
+    return size
 
 
 def check_schema(schema: dict[str, Any]) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -24,8 +23,9 @@ from app.domain.naming import (
     validate_room_id,
     visible_job_rooms,
 )
-from app.domain.payloads import SCHEMA_CACHE_BYTES, SchemaCache, check_schema, check_schema_size
+from app.domain.payloads import SCHEMA_CACHE_BYTES, SchemaCache, check_schema_size
 from app.domain.records import JobRecord, JobSummary, Page, Principal, beyond
+from app.domain.schema_checks import check_schema_aside
 from app.domain.services.ownership import owned_worker
 from app.domain.states import TaskStatus
 from app.persistence.database import Database, DatabaseUnavailable
@@ -111,10 +111,7 @@ async def register_job(
         raise Forbidden(f"Only superusers may register jobs in {room_id!r}.")
     validate_category(category, allowed_categories)
     validate_job_name(name)
-    check_schema_size(schema)
-    # About half a millisecond a subschema (a 256 KiB schema: seconds), so in a thread: the
-    # event loop gets the GIL back every few milliseconds and keeps answering meanwhile.
-    await asyncio.to_thread(check_schema, schema)
+    await check_schema_aside(schema, check_schema_size(schema))
     events = EventBatch()
     async with db.write() as conn:
         if worker_id is None:
