@@ -24,6 +24,7 @@ from app.domain import payload_checks
 from app.observability import metrics
 from app.observability.request_id import Receive, RequestIdMiddleware, Scope, Send
 from app.observability.scrape import metrics_endpoint
+from app.realtime import socket_json
 from app.realtime.redis_clients import socket_manager
 from app.realtime.socket_sink import SocketSink
 from app.runtime import Hub
@@ -192,6 +193,7 @@ def create_app(
         # stderr handler of their own, past the log format and the secrets filter).
         logger=logging.getLogger("socketio.server"),
         engineio_logger=logging.getLogger("engineio.server"),
+        json=socket_json,
     )
     sockets = SocketHandlers(sio, hub)
     hub.publisher.add_sink(SocketSink(sio))
