@@ -26,7 +26,10 @@ class TaskRecord:
     job_name: str
     room_id: str
     status: TaskStatus
-    payload: dict[str, Any]
+    # A dict, or the text it is stored as where the task was read for an answer (a claim, a
+    # PATCH, GET, a page: ``StoredJSONText``). ``result`` too on GET and pages; a PATCH's
+    # record carries the result it wrote, as sent.
+    payload: dict[str, Any] | Any
     created_at: datetime
     started_at: datetime | None
     completed_at: datetime | None

@@ -94,9 +94,10 @@ def load_json(text: str) -> Any:
 
 class StoredJSONText(TypeDecorator[Any]):
     """A stored JSON document read as its text, to be written into an answer as it is
-    (``orjson.Fragment``) instead of decoded and encoded again: for listings, whose pages
-    of big payloads and results would otherwise take several times their size in Python
-    objects. Select it as ``cast(column, StoredJSONText())``: ``CAST(column AS TEXT)``."""
+    (``orjson.Fragment``) instead of decoded and encoded again: for the reads whose rows go
+    into answers (a task read alone, claimed or patched, pages of tasks), where a big
+    payload or result would otherwise cost milliseconds a MB of the event loop and several
+    times its size in Python objects. Select it with ``stored_text(column)``."""
 
     impl = Text()
     cache_ok = True
