@@ -8,8 +8,10 @@
 Scenarios, in this order: ``throughput`` (end-to-end, W = 1/4/16, on the ceiling app, SQLite
 and PostgreSQL), ``longpoll`` (wake latency, one replica and two), ``notify``
 (``task_available`` with 1 and 200 sockets), ``fanout`` (``task_available`` to 200 worker
-sockets), ``roomfanout`` (``task_status_event`` to 500 room sockets) and ``backlog``
-(get/submit/claim with 10k and 50k pending tasks, SQLite and PostgreSQL). Each result is a
+sockets), ``roomfanout`` (``task_status_event`` to 500 room sockets), ``backlog``
+(get/submit/claim with 10k and 50k pending tasks, SQLite and PostgreSQL) and ``documents``
+(requests carrying 0.8 MB payloads and results, pages of them, 250 kB schemas registered at
+once, and a bystander's small submits meanwhile; SQLite and PostgreSQL). Each result is a
 JSON line on stdout as soon as it is measured; the markdown tables (one per family) follow on
 stderr at the end. A scenario that fails gives an ``error`` line and the run goes on; the exit
 status is then 1.
@@ -26,11 +28,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks import backlog, realtime, throughput
+from benchmarks import backlog, documents, realtime, throughput
 from benchmarks.report import Results, csv_choices, emit, log, run_main
 from benchmarks.targets import DEFAULT_PG_ADMIN_URL, FACTORIES, TargetOptions
 
-SCENARIOS = ("throughput", "longpoll", "notify", "fanout", "roomfanout", "backlog")
+SCENARIOS = ("throughput", "longpoll", "notify", "fanout", "roomfanout", "backlog", "documents")
 
 
 @dataclass(frozen=True)
@@ -44,10 +46,13 @@ class Sizes:
     room_sockets: list[int]  # roomfanout
     backlogs: list[int]  # backlog: B values
     samples: int  # backlog: requests of each kind
+    documents: documents.Sizes
 
 
-FULL = Sizes(2000, [1, 4, 16], 30, [1, 200], [500], [10_000, 50_000], 200)
-QUICK = Sizes(200, [1, 4, 16], 5, [1, 20], [20], [500], 20)
+FULL = Sizes(
+    2000, [1, 4, 16], 30, [1, 200], [500], [10_000, 50_000], 200, documents.Sizes(10, 36_000, 6)
+)
+QUICK = Sizes(200, [1, 4, 16], 5, [1, 20], [20], [500], 20, documents.Sizes(2, 2_000, 2))
 
 Runner = Callable[[TargetOptions, Sizes, list[str]], Awaitable[Results]]
 
@@ -71,10 +76,16 @@ async def _backlog(options: TargetOptions, sizes: Sizes, targets: list[str]) -> 
     return await backlog.bench_backlog(options, databases, sizes.backlogs, sizes.samples)
 
 
+async def _documents(options: TargetOptions, sizes: Sizes, targets: list[str]) -> Results:
+    databases = [name for name in targets if name in documents.TARGETS]
+    return await documents.bench_documents(options, databases, sizes.documents)
+
+
 RUNNERS: dict[str, Runner] = {
     "throughput": _throughput,
     **{name: _realtime(name) for name in realtime.SCENARIOS},
     "backlog": _backlog,
+    "documents": _documents,
 }
 
 
@@ -105,6 +116,7 @@ def tables(results: Results) -> str:
         ("Throughput", throughput.table, lambda r: r["scenario"] == "throughput"),
         ("Real-time latency", realtime.table, lambda r: r["scenario"] in realtime.SCENARIOS),
         ("Backlog", backlog.table, lambda r: r["scenario"] == "backlog"),
+        ("Big documents", documents.table, lambda r: r["scenario"] == "documents"),
     ]
     parts = []
     for title, render, belongs in families:

@@ -23,6 +23,7 @@ from collections import Counter
 from typing import Any, Protocol
 
 from app.domain.errors import ValidationBusy
+from app.domain.gil_sharing import shared
 from app.domain.payloads import (
     MAX_VALIDATION_SECONDS,
     compiled_validator,
@@ -126,7 +127,8 @@ class PayloadChecks:
                 self._refuse_past_the_bounds(user)
             self._waiting[user] += 1
         self._observer.queued()
-        done = self._thread.submit(errors_in_full, validator, payload, self.deadline_seconds)
+        deadline = self.deadline_seconds
+        done = self._thread.submit(shared, errors_in_full, validator, payload, deadline)
         # Counted until the thread is done with it, even if the request goes away first
         # (a running validation cannot be stopped): a client that hangs up and submits
         # again does not get past the bound.
