@@ -7,8 +7,9 @@ switch interval (5 ms by default). A request the event loop serves needs the GIL
 up to that interval behind the busy thread. While such work runs, the process's switch
 interval is 1 ms instead (and back to what it was when the last of them ends). Measured with
 ``benchmarks/documents.py`` (six 250 kB schemas registered at once, a bystander submitting
-small tasks): its p50 went from 38 to 12 ms on SQLite and from 18 to 6 ms on PostgreSQL,
-and it got 2.5 times as many submits through, the registrations taking as long.
+small tasks): its p50 went from 38 to 12 ms on SQLite and from 18 to 5-6 ms on
+PostgreSQL, and it got about 2.5 times as many submits through, the registrations taking
+as long.
 """
 
 from __future__ import annotations

@@ -7,10 +7,9 @@ checks on several threads at once run no faster than one after another, and each
 GIL from the event loop in turn: six 250 kB schemas registered at once, on the default
 executor's threads, held a small submit meanwhile for 240 ms at the median and up to
 1.6 s. On one thread, the event loop has a single contender, which hands the GIL back
-within a millisecond (``gil_sharing``). Registrations are never
-refused for waiting: a worker that registers its jobs at start-up (zndraw-joblib's
-``JobManager`` among them) does not expect a 503 there; a registration waits for the
-checks before it instead.
+within a millisecond (``gil_sharing``). Registrations are never refused for waiting: a
+worker that registers its jobs at start-up (zndraw-joblib's ``JobManager`` among them)
+does not expect a 503 there; a registration waits for the checks before it instead.
 """
 
 from __future__ import annotations
