@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
-import tempfile
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,7 +29,7 @@ from typing import Any
 
 from benchmarks import backlog, documents, realtime, throughput
 from benchmarks.report import Results, csv_choices, emit, log, run_main
-from benchmarks.targets import DEFAULT_PG_ADMIN_URL, FACTORIES, TargetOptions
+from benchmarks.targets import FACTORIES, TargetOptions, add_server_arguments, scratch_options
 
 SCENARIOS = ("throughput", "longpoll", "notify", "fanout", "roomfanout", "backlog", "documents")
 
@@ -148,15 +147,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="throughput targets; backlog uses the databases among them",
     )
     parser.add_argument("--json-out", type=Path, help="also write the JSON lines to this file")
-    parser.add_argument("--server-log-level", default="warning")
-    parser.add_argument("--pg-admin-url", default=DEFAULT_PG_ADMIN_URL)
+    add_server_arguments(parser)
     return parser.parse_args(argv)
 
 
 async def main_async(args: argparse.Namespace, results: Results) -> None:
     sizes = QUICK if args.quick else FULL
-    with tempfile.TemporaryDirectory(prefix="taskhub-bench-") as workdir:
-        options = TargetOptions(Path(workdir), args.server_log_level, False, args.pg_admin_url)
+    with scratch_options(args, "bench") as options:
         await run_scenarios(options, args.only, sizes, args.targets, results)
 
 

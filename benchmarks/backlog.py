@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
-import tempfile
 import time
 import uuid
 from collections.abc import Iterator
@@ -44,7 +43,6 @@ if __package__ in (None, ""):  # run as a file: make ``benchmarks`` importable
 
 import httpx
 from sqlalchemy import insert, select
-from sqlalchemy.exc import SQLAlchemyError
 
 from app.domain.services.users import hash_token
 from app.persistence.database import Database
@@ -63,15 +61,17 @@ from benchmarks.report import (
     run_main,
 )
 from benchmarks.targets import (
-    DEFAULT_PG_ADMIN_URL,
     FACTORIES,
     Target,
     TargetError,
     TargetOptions,
+    add_server_arguments,
+    scratch_options,
 )
 from benchmarks.throughput import (
     API,
     JOB,
+    RUN_FAILURES,
     BenchError,
     call,
     heartbeat,
@@ -284,7 +284,7 @@ async def bench_backlog(
             try:
                 async with FACTORIES[name](options) as target:
                     results += await run_backlog(target, backlog, samples, vacuum, delayed)
-            except (TargetError, BenchError, httpx.HTTPError, SQLAlchemyError, OSError) as exc:
+            except RUN_FAILURES as exc:
                 error = f"{type(exc).__name__}: {exc}"
                 log(f"[backlog {name} B={backlog}] failed: {error}")
                 results += [
@@ -331,8 +331,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--no-vacuum", action="store_true", help="PostgreSQL: ANALYZE only after seeding"
     )
-    parser.add_argument("--server-log-level", default="warning")
-    parser.add_argument("--pg-admin-url", default=DEFAULT_PG_ADMIN_URL)
+    add_server_arguments(parser)
     args = parser.parse_args(argv)
     if args.samples < 1:
         parser.error("--samples must be positive")
@@ -342,8 +341,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 async def main_async(args: argparse.Namespace, results: Results) -> None:
-    with tempfile.TemporaryDirectory(prefix="taskhub-backlog-") as workdir:
-        options = TargetOptions(Path(workdir), args.server_log_level, False, args.pg_admin_url)
+    with scratch_options(args, "backlog") as options:
         results += await bench_backlog(
             options,
             args.targets,

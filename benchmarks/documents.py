@@ -24,7 +24,6 @@ import contextlib
 import os
 import statistics
 import sys
-import tempfile
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -37,7 +36,6 @@ if __package__ in (None, ""):  # run as a file: make ``benchmarks`` importable
 
 import httpx
 import orjson
-from sqlalchemy.exc import SQLAlchemyError
 
 from benchmarks.report import (
     Results,
@@ -49,8 +47,14 @@ from benchmarks.report import (
     markdown_table,
     run_main,
 )
-from benchmarks.targets import DEFAULT_PG_ADMIN_URL, FACTORIES, Target, TargetError, TargetOptions
-from benchmarks.throughput import API, JOB, BenchError, call, heartbeat, new_client
+from benchmarks.targets import (
+    FACTORIES,
+    Target,
+    TargetOptions,
+    add_server_arguments,
+    scratch_options,
+)
+from benchmarks.throughput import API, JOB, RUN_FAILURES, BenchError, call, heartbeat, new_client
 
 TARGETS = ("sqlite", "postgres")
 TASK_REQUESTS = ("submit", "claim", "running", "progress", "completed", "get")
@@ -256,7 +260,7 @@ async def bench_documents(
         try:
             async with FACTORIES[name](options) as target:
                 results += await run_documents(target, sizes)
-        except (TargetError, BenchError, httpx.HTTPError, SQLAlchemyError, OSError) as exc:
+        except RUN_FAILURES as exc:
             error = f"{type(exc).__name__}: {exc}"
             log(f"[documents {name}] failed: {error}")
             results += [emit(result_line(name, kind, None, error)) for kind in REQUESTS]
@@ -300,8 +304,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--samples", type=int, default=10, help="big tasks, and page reads")
     parser.add_argument("--points", type=int, default=36_000, help="3-D points a document")
     parser.add_argument("--schemas", type=int, default=6, help="big schemas registered at once")
-    parser.add_argument("--server-log-level", default="warning")
-    parser.add_argument("--pg-admin-url", default=DEFAULT_PG_ADMIN_URL)
+    add_server_arguments(parser)
     args = parser.parse_args(argv)
     if min(args.samples, args.points, args.schemas) < 1:
         parser.error("--samples, --points and --schemas must be positive")
@@ -309,8 +312,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 async def main_async(args: argparse.Namespace, results: Results) -> None:
-    with tempfile.TemporaryDirectory(prefix="taskhub-documents-") as workdir:
-        options = TargetOptions(Path(workdir), args.server_log_level, False, args.pg_admin_url)
+    with scratch_options(args, "documents") as options:
         sizes = Sizes(args.samples, args.points, args.schemas)
         results += await bench_documents(options, args.targets, sizes)
 

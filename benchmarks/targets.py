@@ -3,13 +3,20 @@
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import os
 import secrets
 import socket
 import sys
-from collections.abc import AsyncIterator, Callable
-from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
+import tempfile
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import (
+    AbstractAsyncContextManager,
+    AsyncExitStack,
+    asynccontextmanager,
+    contextmanager,
+)
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
@@ -27,6 +34,20 @@ DEFAULT_PG_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/test"
 
 class TargetError(RuntimeError):
     """A target server could not be prepared or started."""
+
+
+def add_server_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--server-log-level`` and ``--pg-admin-url``, which ``scratch_options`` reads."""
+    parser.add_argument("--server-log-level", default="warning")
+    parser.add_argument("--pg-admin-url", default=DEFAULT_PG_ADMIN_URL)
+
+
+@contextmanager
+def scratch_options(args: argparse.Namespace, name: str) -> Iterator[TargetOptions]:
+    """Target options in a temporary directory of the run's own (removed after), from the
+    arguments ``add_server_arguments`` added."""
+    with tempfile.TemporaryDirectory(prefix=f"taskhub-{name}-") as workdir:
+        yield TargetOptions(Path(workdir), args.server_log_level, False, args.pg_admin_url)
 
 
 @dataclass(frozen=True)

@@ -36,6 +36,7 @@ if __package__ in (None, ""):  # run as a file: make ``benchmarks`` importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import httpx
+from sqlalchemy.exc import SQLAlchemyError
 
 from benchmarks.report import (
     Results,
@@ -71,6 +72,10 @@ HEARTBEAT_SECONDS = 10.0
 
 class BenchError(RuntimeError):
     """A request answered with an unexpected status."""
+
+
+# What ends one target's run as error lines, the other targets still running.
+RUN_FAILURES = (TargetError, BenchError, httpx.HTTPError, SQLAlchemyError, OSError)
 
 
 @dataclass(frozen=True)
@@ -338,7 +343,7 @@ async def bench_target(
         async with opened as target:
             for count in workers:
                 add(await run_scenario(target, count, scenario))
-    except (TargetError, OSError, BenchError, httpx.HTTPError) as exc:
+    except RUN_FAILURES as exc:
         log(f"target {name} failed: {exc}")
         for count in workers[len(results) :]:
             add(failed(name, count, scenario.tasks, f"{type(exc).__name__}: {exc}"))

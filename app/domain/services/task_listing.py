@@ -17,6 +17,7 @@ not completed when the page was read is listed without a result, as its row then
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
@@ -167,6 +168,7 @@ async def _listing(
     return TaskListing(page=page, deferred=deferred, db=db)
 
 
+@functools.cache
 def _with_small_documents(dialect: str) -> Any:
     """``SELECT_TASKS`` with a task's payload and result as stored text when both are
     small (NULL otherwise), and whether they were (``small``)."""
