@@ -8,7 +8,6 @@ applications besides."""
 
 from __future__ import annotations
 
-import json
 from collections import OrderedDict
 from typing import Any, Generic, TypeVar
 
@@ -29,6 +28,7 @@ from app.domain.schema_validator import (
     errors_within,
     unusable_patterns,
 )
+from app.persistence.types import exact_json
 
 _MAX_ERRORS = 20
 # Errors read before the first _MAX_ERRORS by path are chosen: the rest are not built.
@@ -123,10 +123,7 @@ MAX_SCHEMA_BYTES = 256 * 1024
 
 def schema_bytes(schema: Any) -> int:
     """The size of ``schema`` as compact JSON, in bytes (UTF-8)."""
-    try:
-        return len(orjson.dumps(schema, option=orjson.OPT_NON_STR_KEYS))
-    except orjson.JSONEncodeError:  # integers beyond 64 bits
-        return len(json.dumps(schema, separators=(",", ":"), ensure_ascii=False).encode())
+    return len(exact_json(schema, orjson.OPT_NON_STR_KEYS))
 
 
 def check_schema_size(schema: dict[str, Any]) -> int:

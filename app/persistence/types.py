@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import math
+from collections.abc import Callable
 from typing import Any
 from uuid import UUID
 
@@ -43,26 +43,35 @@ class UTCDateTime(TypeDecorator[dt.datetime]):
 JSONAsSent = JSON()
 
 
-def dump_json(value: Any) -> str:
-    """The engines' JSON serializer: orjson (several times faster than the standard
-    library on every task's payload and result); the standard library for what orjson
-    refuses (integers beyond 64 bits). Unlike the standard library, NaN and infinities
-    are written as ``null`` (valid JSON, which PostgreSQL requires)."""
+def exact_json(value: Any, option: int = 0, default: Callable[[Any], Any] | None = None) -> bytes:
+    """JSON of ``value`` by orjson (``option``, ``default`` as orjson takes them), integers
+    beyond 64 bits included: orjson refuses them, so they are then written as their digits.
+    NaN and infinities are written as ``null`` (valid JSON, which PostgreSQL requires)."""
     try:
-        return orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS).decode()
+        return orjson.dumps(value, default=default, option=option)
     except orjson.JSONEncodeError:
-        return json.dumps(_finite(value))
+        return orjson.dumps(_big_integers_as_digits(value), default=default, option=option)
 
 
-def _finite(value: Any) -> Any:
-    """``value`` with NaN and infinities as None (what orjson writes: ``null``)."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
+_INT64_MIN, _UINT64_MAX = -(2**63), 2**64 - 1
+
+
+def _big_integers_as_digits(value: Any) -> Any:
+    """``value`` with each integer beyond 64 bits as JSON text of its digits."""
     if isinstance(value, dict):
-        return {key: _finite(item) for key, item in value.items()}
+        return {key: _big_integers_as_digits(item) for key, item in value.items()}
     if isinstance(value, list | tuple):
-        return [_finite(item) for item in value]
+        return [_big_integers_as_digits(item) for item in value]
+    if isinstance(value, int) and not _INT64_MIN <= value <= _UINT64_MAX:
+        return orjson.Fragment(str(value))
     return value
+
+
+def dump_json(value: Any) -> str:
+    """The engines' JSON serializer: ``exact_json`` (orjson is several times faster than
+    the standard library on every task's payload and result); keys that are not strings
+    become strings, as with the standard library."""
+    return exact_json(value, orjson.OPT_NON_STR_KEYS).decode()
 
 
 # orjson reads an integer beyond 64 bits as a float: a document with a run of 19 digits

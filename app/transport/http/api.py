@@ -18,7 +18,7 @@ from starlette.responses import Response
 
 from app.domain.errors import PayloadTooLarge, Unauthorized, ValidationFailed
 from app.domain.records import Principal
-from app.persistence.types import has_long_digit_run
+from app.persistence.types import exact_json, has_long_digit_run
 from app.runtime import Hub
 from app.transport.credentials import bearer_token
 
@@ -58,28 +58,9 @@ def json_response(
 
 
 def dump_body(content: Any) -> bytes:
-    """JSON as pydantic writes it, by orjson; integers beyond 64 bits, which orjson refuses
-    and a task's payload or result may hold, are written as their digits. (Not by pydantic,
-    which cannot write a stored document's text: ``StoredJSONText``.)"""
-    try:
-        return orjson.dumps(content, default=_uuid_subclass, option=orjson.OPT_UTC_Z)
-    except orjson.JSONEncodeError:
-        exact = _big_integers_as_digits(content)
-        return orjson.dumps(exact, default=_uuid_subclass, option=orjson.OPT_UTC_Z)
-
-
-_INT64_MIN, _UINT64_MAX = -(2**63), 2**64 - 1
-
-
-def _big_integers_as_digits(value: Any) -> Any:
-    """``value`` with each integer beyond 64 bits as JSON text of its digits."""
-    if isinstance(value, dict):
-        return {key: _big_integers_as_digits(item) for key, item in value.items()}
-    if isinstance(value, list | tuple):
-        return [_big_integers_as_digits(item) for item in value]
-    if isinstance(value, int) and not _INT64_MIN <= value <= _UINT64_MAX:
-        return orjson.Fragment(str(value))
-    return value
+    """JSON as pydantic writes it (datetimes with ``Z``), by orjson (``exact_json``: integers
+    beyond 64 bits too, beside a stored document's text, ``StoredJSONText``)."""
+    return exact_json(content, orjson.OPT_UTC_Z, _uuid_subclass)
 
 
 def _uuid_subclass(value: Any) -> str:
