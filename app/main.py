@@ -30,7 +30,7 @@ from app.realtime.socket_sink import SocketSink
 from app.runtime import Hub
 from app.settings import Settings
 from app.shutdown import StopSignals
-from app.transport.http import jobs, tasks, workers
+from app.transport.http import jobs, tasks, users, workers
 from app.transport.http.openapi import openapi_endpoint
 from app.transport.http.problems import EXCEPTION_HANDLERS, problem_response
 from app.transport.http.router import ApiRoutes, starlette_routes
@@ -41,7 +41,12 @@ STATIC_DIR = Path(__file__).resolve().parent.parent / "static"
 # The page's one dependency, the Socket.IO browser client, installed by npm (package.json).
 SOCKETIO_CLIENT_DIR = STATIC_DIR.parent / "node_modules" / "socket.io-client" / "dist"
 # Order matters: ".../jobs/{full_name}/tasks" must be tried before ".../jobs/{full_name}".
-ENDPOINTS = [*tasks.api.endpoints, *jobs.api.endpoints, *workers.api.endpoints]
+ENDPOINTS = [
+    *tasks.api.endpoints,
+    *jobs.api.endpoints,
+    *workers.api.endpoints,
+    *users.api.endpoints,
+]
 # uvicorn stops accepting within 0.1 s of the signal; polls are answered after that.
 POLL_RELEASE_DELAY_SECONDS = 0.5
 log = logging.getLogger(__name__)

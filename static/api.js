@@ -37,9 +37,9 @@ export class Api {
     return data;
   }
 
-  /** Any authenticated read: does the hub accept this token? */
-  check() {
-    return this.request("GET", "/workers?limit=1");
+  /** The token's user: `{id, name, is_superuser}` (a 401 when the hub refuses it). */
+  me() {
+    return this.request("GET", "/users/me");
   }
 
   jobs(room) {

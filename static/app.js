@@ -31,6 +31,7 @@ const CONNECTION_LABELS = {
 
 const session = {
   api: null,
+  me: null, // the signed-in user ({id, name, is_superuser}), once the hub has said
   live: null,
   room: null, // the open room, or null
 };
@@ -108,8 +109,9 @@ async function signIn(event) {
     input.focus();
     return;
   }
+  let me;
   try {
-    await new Api(token).check();
+    me = await new Api(token).me();
   } catch (failure) {
     const refused = failure instanceof ApiError && failure.status === 401;
     setFieldError(input, error, refused ? "The hub did not accept this token." : failure.message);
@@ -119,7 +121,7 @@ async function signIn(event) {
   setFieldError(input, error, "");
   input.value = "";
   localStorage.setItem(TOKEN_KEY, token);
-  start(token);
+  start(token, me);
   $(routeFromUrl().room ? "#main" : "#room-input").focus();
 }
 
@@ -128,23 +130,59 @@ function signOut(message = "") {
   session.live?.close();
   session.live = null;
   session.api = null;
+  setMe(null);
   show();
   if (message) setFieldError($("#token-input"), $("#token-error"), message);
   $("#token-input").focus();
 }
 
-function start(token) {
+function start(token, me = null) {
   session.api = new Api(token);
+  if (me) setMe(me);
+  else learnWhoIAm();
   session.live = new Live(token, {
     state: setConnection,
     taskStatus: onTaskStatus,
     jobsInvalidate: () => scheduleJobsRefresh(),
-    synced: () => session.room && refreshAll({ keepLoaded: true }),
+    synced: () => {
+      if (!session.me) learnWhoIAm(); // the hub was out of reach at the start
+      if (session.room) refreshAll({ keepLoaded: true });
+    },
     refused: () => signOut("The hub refused this token. Sign in again."),
     joinFailed: (room, error) => toast(`Could not follow room ${room}: ${error.message}`),
   });
   setConnection("connecting");
   show();
+}
+
+/** Ask the hub who the token's user is (a stored token was never checked). */
+async function learnWhoIAm() {
+  const api = session.api;
+  try {
+    const me = await api.me();
+    if (session.api === api) setMe(me);
+  } catch (error) {
+    if (session.api === api) signedOutBy(error); // else: asked again once live is back
+  }
+}
+
+function setMe(me) {
+  session.me = me;
+  const label = $("#whoami");
+  label.hidden = !me;
+  label.textContent = me ? me.name : "";
+  label.title = me ? `Signed in as ${me.name}${me.is_superuser ? " (superuser)" : ""}` : "";
+  taskList.refreshCancels();
+}
+
+/** Whether the viewer may cancel `task`, as far as the page knows: the hub lets its
+ * submitter and superusers (and the owner of the worker that took it, which the page cannot
+ * tell). Until the hub has said who the viewer is, or for a task without `submitted_by`
+ * (an older hub), Cancel is offered and the hub's 403 withdraws it. */
+function mayCancel(task) {
+  const me = session.me;
+  if (!me || me.is_superuser || task.submitted_by === undefined) return true;
+  return task.submitted_by === me.id;
 }
 
 function setConnection(state, detail = "") {
@@ -232,6 +270,7 @@ const roomState = {
 
 const taskList = new TaskList($("#tasks"), $("#tasks-empty"), {
   cancel: cancelTask,
+  mayCancel,
   changed: announceTask,
   dropped: onTasksDropped,
   ignoredOlder: () => onTasksDropped(0, 1), // the hub has a task older than all shown

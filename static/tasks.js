@@ -48,7 +48,8 @@ function microseconds(timestamp) {
 }
 
 export class TaskList {
-  /** handlers: { cancel(task), changed(task, previous), dropped(shown), ignoredOlder() } */
+  /** handlers: { cancel(task), mayCancel(task), changed(task, previous), dropped(shown),
+   * ignoredOlder() } */
   constructor(listEl, emptyEl, handlers) {
     this.listEl = listEl;
     this.emptyEl = emptyEl;
@@ -224,6 +225,11 @@ export class TaskList {
     return !this.filter || task.status === this.filter;
   }
 
+  /** Show or hide every Cancel again: what the viewer may cancel became known. */
+  refreshCancels() {
+    for (const view of this.views.values()) view.update(view.task);
+  }
+
   /** Bring the DOM in line with the store, moving only items that are out of place
    * (moving an element would take the keyboard focus away from it). */
   render() {
@@ -269,6 +275,7 @@ class TaskView {
     this.payload = h("pre", { class: "json" });
     this.cancelButton = h("button", { type: "button", class: "danger small" }, "Cancel");
     this.cancelButton.addEventListener("click", () => handlers.cancel(this.task, this));
+    this.mayCancel = handlers.mayCancel ?? (() => true);
     this.message = h("p", { class: "task-message", role: "alert" });
     this.details = h("details", { class: "payload" }, h("summary", {}, "Payload"), this.payload);
     this.root = h(
@@ -299,7 +306,7 @@ class TaskView {
     if (task.payload) this.payload.textContent = json(task.payload);
     this.details.hidden = !task.payload;
     this.cancelButton.setAttribute("aria-label", `Cancel ${name} ${shortId(task.id)}`);
-    this.#setCancellable(ACTIVE.has(task.status));
+    this.#setCancellable(ACTIVE.has(task.status) && this.mayCancel(task));
   }
 
   /** Kept however old: the person is reading (open details) or using (focus) it. */
@@ -311,7 +318,8 @@ class TaskView {
     this.message.textContent = text;
   }
 
-  /** The hub refused to cancel this task for this person (not theirs): no more Cancel. */
+  /** The hub refused to cancel this task for this person: no more Cancel. (The page offers
+   * Cancel only where the viewer may, as far as it knows: see `mayCancel` in app.js.) */
   forbidCancel(reason) {
     this.cancelForbidden = true;
     this.#setCancellable(false);

@@ -73,6 +73,7 @@ class TaskStatusChanged:
             "priority": task.priority,
             "max_attempts": task.max_attempts,
             "run_at": task.run_at.isoformat() if task.run_at else None,
+            "submitted_by": str(task.submitted_by) if task.submitted_by else None,
             "version": task.version,
         }
 

@@ -1,9 +1,9 @@
 """The room page's task list against a real hub, without a worker (tasks stay pending
 unless a test moves them): refetches that race with live events and with each other, a
-reconnect after "Load more", queue places behind tasks the page does not show, a task
-that is not the viewer's to cancel, and the bound on a list that live events grow (the
-oldest tasks go, except one the viewer has open; "Load more" brings them back; events
-of tasks gone do not)."""
+reconnect after "Load more", queue places behind tasks the page does not show, Cancel only
+on tasks the viewer may cancel (and withdrawn when the hub refuses it), and the bound on a
+list that live events grow (the oldest tasks go, except one the viewer has open; "Load
+more" brings them back; events of tasks gone do not)."""
 
 from __future__ import annotations
 
@@ -237,17 +237,54 @@ def test_queue_places_of_a_global_job_move_when_another_room_s_task_leaves(
     pages.assert_no_console_errors()
 
 
-def test_cancel_is_withdrawn_from_a_task_the_hub_does_not_let_the_viewer_cancel(
+def cancel_button(page: Page, task: dict[str, Any]) -> Any:
+    return task_item(page, task["id"]).get_by_role("button", name="Cancel")
+
+
+def test_cancel_is_offered_only_on_tasks_the_viewer_may_cancel(
     hub: PageHub, room: str, pages: Pages
 ) -> None:
+    job, (listed,) = job_with_tasks(hub, room, 1)  # alice's
+    bobs = open_room(hub, pages, room, hub.bob)
+    expect(bobs.locator("#whoami")).to_have_text("bob")
+    admins = open_room(hub, pages, room, hub.server.admin_token)
+    (live,) = submit(hub, room, job, 1)  # alice's, arriving by event
+    (own,) = submit(hub, room, job, 1, hub.bob)
+    wait_shown(bobs, [listed, live, own])
+    wait_shown(admins, [listed, live, own])
+
+    expect(cancel_button(bobs, own)).to_be_visible()
+    for task in (listed, live):
+        expect(task_item(bobs, task["id"])).to_have_attribute("data-status", "pending")
+        expect(cancel_button(bobs, task)).to_be_hidden()
+    for task in (listed, live, own):  # a superuser may cancel any
+        expect(cancel_button(admins, task)).to_be_visible()
+
+    bobs.reload()  # a stored token: who it is comes from the hub again
+    expect(bobs.locator("#whoami")).to_have_text("bob")
+    wait_shown(bobs, [listed, live, own])
+    expect(cancel_button(bobs, own)).to_be_visible()
+    expect(cancel_button(bobs, listed)).to_be_hidden()
+    cancel_button(bobs, own).click()
+    expect(task_item(bobs, own["id"])).to_have_attribute("data-status", "cancelled")
+    expect(task_item(admins, own["id"])).to_have_attribute("data-status", "cancelled")
+    pages.assert_no_console_errors()
+
+
+def test_cancel_is_withdrawn_when_the_hub_refuses_it(hub: PageHub, room: str, pages: Pages) -> None:
     _, (task,) = job_with_tasks(hub, room, 1)  # alice's
     page = open_room(hub, pages, room, hub.bob)
+    # Reloaded with the stored token while the hub will not say who it is: the page cannot
+    # tell what bob may cancel, offers Cancel, and withdraws it on the hub's 403.
+    page.route("**/v1/joblib/users/me", lambda route: route.abort())
+    page.reload()
     item = task_item(page, task["id"])
+    expect(page.locator("#whoami")).to_be_hidden()
     item.get_by_role("button", name="Cancel").click()
     expect(item.locator(".task-message")).to_contain_text("You may not cancel this task")
     expect(item.get_by_role("button", name="Cancel")).to_be_hidden()
     expect(item).to_have_attribute("data-status", "pending")
-    pages.assert_no_console_errors(allowed=[FORBIDDEN])
+    pages.assert_no_console_errors(allowed=[FORBIDDEN, r"ERR_FAILED"])
 
 
 def test_live_events_keep_the_newest_tasks_and_load_more_brings_back_the_older(

@@ -42,6 +42,7 @@ TASK_STATUS_EXTRAS = frozenset(
         "priority",
         "max_attempts",
         "run_at",
+        "submitted_by",
         "version",
     }
 )

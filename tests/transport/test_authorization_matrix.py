@@ -87,8 +87,13 @@ def submitted(body: dict[str, Any], _world: dict[str, str]) -> None:
     assert body["status"] == "pending" and body["job_name"] == JOB, body
 
 
+def is_a_user(body: dict[str, Any], _world: dict[str, str]) -> None:
+    assert set(body) == {"id", "name", "is_superuser"}, body
+
+
 NEW_JOB = {"category": "modifiers", "name": "New", "schema": {}}
 ENDPOINTS = [
+    Endpoint("who am I", "GET", "/users/me", check=is_a_user),
     Endpoint("create worker", "POST", "/workers", bob=201, alice=201, admin=201),
     Endpoint("list workers", "GET", "/workers", check=is_page),
     Endpoint(

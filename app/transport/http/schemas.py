@@ -22,7 +22,14 @@ from pydantic_core import PydanticCustomError
 from starlette.responses import Response, StreamingResponse
 
 from app.domain.naming import JOB_NAME_PATTERN, MAX_JOB_NAME_LENGTH
-from app.domain.records import JobRecord, JobSummary, Page, TaskRecord, WorkerRecord
+from app.domain.records import (
+    JobRecord,
+    JobSummary,
+    Page,
+    Principal,
+    TaskRecord,
+    WorkerRecord,
+)
 from app.domain.retries import MAX_ATTEMPTS_LIMIT
 from app.domain.services.task_listing import TaskListing
 from app.domain.services.tasks import SubmitOptions
@@ -51,6 +58,18 @@ Attempts = Field(default=None, ge=1, le=MAX_ATTEMPTS_LIMIT)
 MAX_DELAY_SECONDS = 366 * 24 * 3600
 MAX_PRIORITY = 1_000_000
 MAX_ERROR_CHARS = 65_536
+
+
+class UserOut(BaseModel):
+    """The caller, as its token identifies it."""
+
+    id: UUID
+    name: str
+    is_superuser: bool
+
+    @classmethod
+    def of(cls, principal: Principal) -> UserOut:
+        return cls(id=principal.id, name=principal.name, is_superuser=principal.is_superuser)
 
 
 class WorkerOut(BaseModel):
@@ -221,6 +240,9 @@ class TaskOut(BaseModel):
     result: Any
     progress: float | None
     progress_message: str | None
+    # The user who submitted it (null only if that user's row was deleted): with
+    # ``GET /users/me`` a client can tell which tasks the viewer may cancel.
+    submitted_by: UUID | None
     # Counts the task's writes: of two states of one task, the higher version is the later.
     version: int
 
@@ -248,6 +270,7 @@ def task_body(record: TaskRecord) -> dict[str, Any]:
         "result": record.result,
         "progress": record.progress,
         "progress_message": record.progress_message,
+        "submitted_by": record.submitted_by,
         "version": record.version,
     }
 
