@@ -1,5 +1,5 @@
-"""``taskhub``: serve, migrate, users, tokens (create, revoke), and, with the worker SDK,
-worker."""
+"""``taskhub``: serve, migrate, users (create, list, update), tokens (create, revoke),
+and, with the worker SDK, worker."""
 
 from __future__ import annotations
 
@@ -151,6 +151,33 @@ def cmd_users_create(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_users_list(settings: Settings, _args: argparse.Namespace) -> int:
+    _ready_schema(settings)
+    rows = [("NAME", "SUPERUSER", "TOKENS", "CREATED")]
+    for user in _run_with_db(settings, users.list_users):
+        created = user.created_at.isoformat(timespec="seconds")
+        rows.append((user.name, "yes" if user.is_superuser else "no", str(user.tokens), created))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
+    for row in rows:
+        print("  ".join([*(cell.ljust(w) for cell, w in zip(row, widths, strict=False)), row[-1]]))
+    return 0
+
+
+def cmd_users_update(settings: Settings, args: argparse.Namespace) -> int:
+    """Grant or take away superuser rights; the user's tokens carry the change within
+    ``TASKHUB_AUTH_CACHE_SECONDS``."""
+    _ready_schema(settings)
+    left = _run_with_db(settings, lambda db: users.set_superuser(db, args.name, args.superuser))
+    print(f"{args.name!r} is {'now' if args.superuser else 'no longer'} a superuser.")
+    if not left:
+        print(
+            "taskhub: no superuser is left; `taskhub users update NAME --superuser` or "
+            "TASKHUB_ADMIN_TOKEN at the next start makes one.",
+            file=sys.stderr,
+        )
+    return 0
+
+
 def cmd_tokens_create(settings: Settings, args: argparse.Namespace) -> int:
     _ready_schema(settings)
     token = _run_with_db(settings, lambda db: users.create_token(db, args.name))
@@ -244,6 +271,17 @@ def build_parser() -> argparse.ArgumentParser:
     create.add_argument("name", type=_user_name)
     create.add_argument("--superuser", action="store_true")
     create.set_defaults(func=cmd_users_create)
+    listing = users_sub.add_parser("list", help="list users with their token counts")
+    listing.set_defaults(func=cmd_users_list)
+    update = users_sub.add_parser("update", help="grant or take away superuser rights")
+    update.add_argument("name")
+    update.add_argument(
+        "--superuser",
+        action=argparse.BooleanOptionalAction,
+        required=True,
+        help="--superuser grants, --no-superuser takes away",
+    )
+    update.set_defaults(func=cmd_users_update)
 
     tokens_cmd = commands.add_parser("tokens", help="manage tokens")
     tokens_sub = tokens_cmd.add_subparsers(dest="action", required=True)

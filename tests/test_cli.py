@@ -19,6 +19,7 @@ import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 
 import httpx
@@ -353,6 +354,47 @@ async def test_tokens_revoke_refuses_the_token_from_then_on(
     async with in_process_hub(migrated_url) as http:
         assert_problem(await ApiClient(http, third).get("/workers"), 401, "unauthorized")
         assert (await ApiClient(http, bob).get("/workers")).status_code == 200
+
+
+async def test_users_list_shows_every_user_with_its_rights_and_token_count(
+    migrated_url: str, tmp_path: Path
+) -> None:
+    printed_token(await taskhub(migrated_url, tmp_path, "users", "create", "bob"))
+    printed_token(await taskhub(migrated_url, tmp_path, "users", "create", "alice", "--superuser"))
+    printed_token(await taskhub(migrated_url, tmp_path, "tokens", "create", "alice"))
+    listed = await taskhub(migrated_url, tmp_path, "users", "list")
+    assert listed.returncode == 0, str(listed)
+    header, *rows = [line.split() for line in listed.stdout.strip().splitlines()]
+    assert header == ["NAME", "SUPERUSER", "TOKENS", "CREATED"]
+    assert [row[:3] for row in rows] == [["alice", "yes", "2"], ["bob", "no", "1"]]
+    for row in rows:
+        assert datetime.fromisoformat(row[3]).utcoffset() is not None
+    assert "th_" not in listed.stdout  # tokens are never shown again
+
+
+async def test_users_update_grants_and_takes_away_superuser_rights(
+    migrated_url: str, tmp_path: Path
+) -> None:
+    alice = printed_token(await taskhub(migrated_url, tmp_path, "users", "create", "alice"))
+    granted = await taskhub(migrated_url, tmp_path, "users", "update", "alice", "--superuser")
+    assert granted.returncode == 0 and "now a superuser" in granted.stdout, str(granted)
+    async with in_process_hub(migrated_url) as http:
+        created = await ApiClient(http, alice).put("/rooms/@global/jobs", json=GLOBAL_JOB)
+        assert created.status_code == 201, created.text
+
+    taken = await taskhub(migrated_url, tmp_path, "users", "update", "alice", "--no-superuser")
+    assert taken.returncode == 0 and "no longer a superuser" in taken.stdout, str(taken)
+    assert "no superuser is left" in taken.stderr, str(taken)
+    async with in_process_hub(migrated_url) as http:
+        denied = await ApiClient(http, alice).put("/rooms/@global/jobs", json=GLOBAL_JOB)
+        assert_problem(denied, 403, "forbidden")
+        me = await ApiClient(http, alice).get("/users/me")
+        assert me.json()["is_superuser"] is False
+
+    unknown = await taskhub(migrated_url, tmp_path, "users", "update", "nobody", "--superuser")
+    assert_clean_failure(unknown, "nobody")
+    unsaid = await taskhub(migrated_url, tmp_path, "users", "update", "alice")
+    assert_clean_failure(unsaid, "--superuser")
 
 
 async def test_users_create_refuses_a_taken_name(migrated_url: str, tmp_path: Path) -> None:

@@ -19,6 +19,16 @@ class Principal:
     is_superuser: bool
 
 
+@dataclass(frozen=True, slots=True)
+class UserSummary:
+    """A user as operators list them (``taskhub users list``)."""
+
+    name: str
+    is_superuser: bool
+    tokens: int
+    created_at: datetime
+
+
 @dataclass(slots=True)
 class TaskRecord:
     id: UUID

@@ -14,7 +14,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.domain.errors import NotFound, ValidationFailed
-from app.domain.records import Principal
+from app.domain.records import Principal, UserSummary
 from app.persistence.database import Database
 from app.persistence.models import token_table, user_table
 from app.persistence.types import new_id, utcnow
@@ -88,6 +88,35 @@ async def ensure_admin_token(db: Database, token: str) -> None:
 async def count_users(db: Database) -> int:
     async with db.read() as conn:
         return int(await conn.scalar(select(func.count()).select_from(user_table)) or 0)
+
+
+async def list_users(db: Database) -> list[UserSummary]:
+    """Every user, by name, with how many tokens it has."""
+    tokens = (
+        select(func.count())
+        .where(token_table.c.user_id == user_table.c.id)
+        .scalar_subquery()
+        .label("tokens")
+    )
+    statement = select(
+        user_table.c.name, user_table.c.is_superuser, tokens, user_table.c.created_at
+    ).order_by(user_table.c.name)
+    async with db.read() as conn:
+        rows = (await conn.execute(statement)).all()
+    return [UserSummary(row.name, row.is_superuser, row.tokens, row.created_at) for row in rows]
+
+
+async def set_superuser(db: Database, name: str, superuser: bool) -> int:
+    """Make the user called ``name`` a superuser or take that away; how many superusers
+    there are then. Its tokens carry the change within ``TASKHUB_AUTH_CACHE_SECONDS``."""
+    async with db.write() as conn:
+        changed = await conn.execute(
+            update(user_table).where(user_table.c.name == name).values(is_superuser=superuser)
+        )
+        if not changed.rowcount:
+            raise NotFound(f"No user named {name!r}.")
+        count = select(func.count()).where(user_table.c.is_superuser.is_(True))
+        return int(await conn.scalar(count) or 0)
 
 
 async def _insert_token(conn: AsyncConnection, user_id: UUID, token: str) -> None:
