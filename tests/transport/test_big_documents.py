@@ -58,6 +58,28 @@ async def test_a_page_of_big_tasks_lists_each_task_as_it_reads_alone(alice, job)
     assert sorted(pending) == [1, 2, 3, 4, 5, 6]
 
 
+async def test_a_head_of_a_page_of_big_tasks_reads_none_of_their_documents(alice, job, monkeypatch):
+    for seed in range(2):
+        await alice.submit(JOB, payload=points(BIG, seed=seed))
+    groups_read = []
+    groups = task_listing.TaskListing.groups
+
+    def counted(listing: task_listing.TaskListing) -> Any:
+        groups_read.append(listing)
+        return groups(listing)
+
+    monkeypatch.setattr(task_listing.TaskListing, "groups", counted)
+    for path in ("/rooms/room1/tasks", f"/rooms/room1/jobs/{JOB}/tasks"):
+        head = await alice.request("HEAD", path)
+        assert head.status_code == 200 and head.content == b""
+        assert head.headers["content-type"] == "application/json"
+        assert "content-length" not in head.headers, "as the GET: written as it is read"
+    assert groups_read == []
+    page = (await alice.get("/rooms/room1/tasks")).json()
+    assert [len(task["payload"]["points"]) for task in page["items"]] == [BIG, BIG]
+    assert len(groups_read) == 1
+
+
 async def test_a_page_of_small_tasks_is_written_at_once(alice, job):
     for i in range(3):
         await alice.submit(JOB, payload={"angle": i})

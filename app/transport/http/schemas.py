@@ -373,14 +373,21 @@ def task_page_body(page: Page[TaskRecord]) -> dict[str, Any]:
     return {"items": items, "total": page.total, "limit": page.limit, "offset": page.offset}
 
 
-def task_listing_response(listing: TaskListing) -> Response:
+def task_listing_response(listing: TaskListing, *, head: bool = False) -> Response:
     """A page of tasks: written at once when its documents came with it, otherwise written
     as its groups of big documents are read (``TaskListing.groups``), with no
     ``Content-Length``. Should reading a group fail, the answer stops short of its end,
-    which a client sees as an incomplete body, never as a shorter page."""
+    which a client sees as an incomplete body, never as a shorter page. The answer to a
+    ``HEAD`` has the same headers and reads no group (the server would drop the body)."""
     if listing.complete:
         return json_response(task_page_body(listing.page))
-    return StreamingResponse(_task_page_parts(listing), media_type=JSON_MEDIA_TYPE)
+    parts = _no_parts() if head else _task_page_parts(listing)
+    return StreamingResponse(parts, media_type=JSON_MEDIA_TYPE)
+
+
+async def _no_parts() -> AsyncIterator[bytes]:
+    return
+    yield  # an async generator that yields nothing
 
 
 async def _task_page_parts(listing: TaskListing) -> AsyncIterator[bytes]:

@@ -234,7 +234,7 @@ async def list_room_tasks(req: ApiRequest) -> Response:
     listing = await listings.list_room_tasks(
         req.hub.db, req.path("room_id"), query.status, query.limit, query.offset
     )
-    return task_listing_response(listing)
+    return task_listing_response(listing, head=req.request.method == "HEAD")
 
 
 @api.route(
@@ -255,4 +255,4 @@ async def list_job_tasks(req: ApiRequest) -> Response:
         query.limit,
         query.offset,
     )
-    return task_listing_response(listing)
+    return task_listing_response(listing, head=req.request.method == "HEAD")
