@@ -36,6 +36,7 @@ class Task(BaseModel):
     max_attempts: int = 1
     priority: int = 0
     run_at: datetime | None = None
+    submitted_by: str | None = None  # the submitter's user id (``GET /users/me`` gives yours)
 
     @property
     def is_terminal(self) -> bool:

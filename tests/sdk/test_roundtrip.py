@@ -44,6 +44,9 @@ def test_sync_worker_and_client_round_trip(hub: Hub, room: str) -> None:
     assert task["status"] == "completed"
     assert task["result"] == result
     assert task["worker_id"] is not None
+    with hub.rest() as rest:
+        me = rest.get("/users/me").raise_for_status().json()
+    assert handle.task.submitted_by == task["submitted_by"] == me["id"]
 
 
 async def test_async_worker_and_client_round_trip(hub: Hub, room: str) -> None:
