@@ -176,13 +176,15 @@ function setMe(me) {
 }
 
 /** Whether the viewer may cancel `task`, as far as the page knows: the hub lets its
- * submitter and superusers (and the owner of the worker that took it, which the page cannot
- * tell). Until the hub has said who the viewer is, or for a task without `submitted_by`
+ * submitter, superusers, and the owner of the worker that took it (one of the room's
+ * workers). Until the hub has said who the viewer is, or for a task without `submitted_by`
  * (an older hub), Cancel is offered and the hub's 403 withdraws it. */
 function mayCancel(task) {
   const me = session.me;
   if (!me || me.is_superuser || task.submitted_by === undefined) return true;
-  return task.submitted_by === me.id;
+  if (task.submitted_by === me.id) return true;
+  return task.worker_id != null
+    && roomState.workers.some((w) => w.id === task.worker_id && w.owned_by === me.id);
 }
 
 function setConnection(state, detail = "") {
@@ -342,6 +344,7 @@ async function refreshJobs() {
     roomState.workers = workers.items;
     drawJobs();
     renderWorkers($("#workers"), roomState.workers);
+    taskList.refreshCancels(); // a task its viewer's worker took may be cancelled by them
     if (roomState.selected) await loadJob(roomState.selected, { keepForm: true });
   } catch (error) {
     failed(error, "Could not load the jobs");

@@ -227,7 +227,7 @@ export class TaskList {
 
   /** Show or hide every Cancel again: what the viewer may cancel became known. */
   refreshCancels() {
-    for (const view of this.views.values()) view.update(view.task);
+    for (const view of this.views.values()) view.refreshCancel();
   }
 
   /** Bring the DOM in line with the store, moving only items that are out of place
@@ -306,7 +306,12 @@ class TaskView {
     if (task.payload) this.payload.textContent = json(task.payload);
     this.details.hidden = !task.payload;
     this.cancelButton.setAttribute("aria-label", `Cancel ${name} ${shortId(task.id)}`);
-    this.#setCancellable(ACTIVE.has(task.status) && this.mayCancel(task));
+    this.refreshCancel();
+  }
+
+  /** Offer Cancel while the task is active and the viewer may cancel it. */
+  refreshCancel() {
+    this.#setCancellable(ACTIVE.has(this.task.status) && this.mayCancel(this.task));
   }
 
   /** Kept however old: the person is reading (open details) or using (focus) it. */

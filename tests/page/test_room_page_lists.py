@@ -271,6 +271,25 @@ def test_cancel_is_offered_only_on_tasks_the_viewer_may_cancel(
     pages.assert_no_console_errors()
 
 
+def test_the_owner_of_the_worker_that_took_a_task_is_offered_its_cancel(
+    hub: PageHub, room: str, pages: Pages
+) -> None:
+    job, _ = job_with_tasks(hub, room, 0)  # alice's job, served by a worker of hers
+    taken, waiting = (submit(hub, room, job, 1, hub.bob)[0] for _ in range(2))
+    with hub.rest(hub.alice) as rest:
+        (worker,) = rest.get(f"/rooms/{room}/workers").raise_for_status().json()["items"]
+        claim = rest.post("/tasks/claim", json={"worker_id": worker["id"]}).raise_for_status()
+        assert claim.json()["task"]["id"] == taken["id"]
+    page = open_room(hub, pages, room)
+    wait_shown(page, [taken, waiting])
+    expect(task_item(page, taken["id"])).to_have_attribute("data-status", "claimed")
+    expect(cancel_button(page, taken)).to_be_visible()  # bob's, but alice's worker took it
+    expect(cancel_button(page, waiting)).to_be_hidden()
+    cancel_button(page, taken).click()
+    expect(task_item(page, taken["id"])).to_have_attribute("data-status", "cancelled")
+    pages.assert_no_console_errors()
+
+
 def test_cancel_is_withdrawn_when_the_hub_refuses_it(hub: PageHub, room: str, pages: Pages) -> None:
     _, (task,) = job_with_tasks(hub, room, 1)  # alice's
     page = open_room(hub, pages, room, hub.bob)

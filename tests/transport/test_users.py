@@ -1,5 +1,5 @@
-"""Who the caller is (``GET /users/me``) and who submitted a task (``submitted_by``): together
-they tell a client which tasks its user may cancel."""
+"""Who the caller is (``GET /users/me``), who submitted a task (``submitted_by``) and who owns
+a worker (``owned_by``): together they tell a client which tasks its user may cancel."""
 
 from uuid import UUID
 
@@ -66,3 +66,13 @@ async def test_the_room_hears_who_submitted(alice, bob, app):
         ("pending", bob_id),
         ("cancelled", bob_id),
     ]
+
+
+async def test_worker_listings_name_each_worker_s_owner(alice, bob):
+    alice_id = (await alice.get("/users/me")).json()["id"]
+    bob_id = (await bob.get("/users/me")).json()["id"]
+    alices = (await alice.register())["worker_id"]
+    bobs = (await bob.register(name="Other"))["worker_id"]
+    for path in ("/workers", "/rooms/room1/workers"):
+        items = (await bob.get(path)).json()["items"]
+        assert {w["id"]: w["owned_by"] for w in items} == {alices: alice_id, bobs: bob_id}

@@ -117,10 +117,18 @@ class HeartbeatIn(BaseModel):
 
 class WorkerSummaryOut(WorkerOut):
     job_count: int
+    # Taskhub extension: the user who owns it (who may update, and cancel, the tasks it
+    # claimed): with ``GET /users/me`` a client tells which workers are its user's.
+    owned_by: UUID
 
     @classmethod
     def of(cls, record: WorkerRecord) -> WorkerSummaryOut:
-        return cls(id=record.id, last_heartbeat=record.last_heartbeat, job_count=record.job_count)
+        return cls(
+            id=record.id,
+            last_heartbeat=record.last_heartbeat,
+            job_count=record.job_count,
+            owned_by=record.user_id,
+        )
 
 
 class JobRegisterIn(BaseModel):
