@@ -274,11 +274,13 @@ def test_cancel_is_offered_only_on_tasks_the_viewer_may_cancel(
 def test_the_owner_of_the_worker_that_took_a_task_is_offered_its_cancel(
     hub: PageHub, room: str, pages: Pages
 ) -> None:
-    job, _ = job_with_tasks(hub, room, 0)  # alice's job, served by a worker of hers
+    job = f"{room}:analysis:Q"
+    with hub.rest(hub.alice) as rest:  # alice's job, served by a worker of hers
+        body = {"category": "analysis", "name": "Q", "schema": EMPTY}
+        worker = rest.put(f"/rooms/{room}/jobs", json=body).raise_for_status().json()["worker_id"]
     taken, waiting = (submit(hub, room, job, 1, hub.bob)[0] for _ in range(2))
     with hub.rest(hub.alice) as rest:
-        (worker,) = rest.get(f"/rooms/{room}/workers").raise_for_status().json()["items"]
-        claim = rest.post("/tasks/claim", json={"worker_id": worker["id"]}).raise_for_status()
+        claim = rest.post("/tasks/claim", json={"worker_id": worker}).raise_for_status()
         assert claim.json()["task"]["id"] == taken["id"]
     page = open_room(hub, pages, room)
     wait_shown(page, [taken, waiting])
