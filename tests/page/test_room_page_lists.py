@@ -292,6 +292,24 @@ def test_the_owner_of_the_worker_that_took_a_task_is_offered_its_cancel(
     pages.assert_no_console_errors()
 
 
+def test_a_hub_too_old_to_say_who_signs_in_all_the_same(
+    hub: PageHub, room: str, pages: Pages
+) -> None:
+    _, (task,) = job_with_tasks(hub, room, 1)  # alice's
+    page = pages.open(f"/?room={room}")
+    # A replica of the version before (mid-upgrade) answers 404: no such route.
+    page.route("**/v1/joblib/users/me", lambda route: route.fulfill(status=404, json={}))
+    page.get_by_label("Token").fill("th_not-a-token")
+    page.get_by_role("button", name="Sign in").click()  # the token is still checked
+    expect(page.locator("#token-error")).to_have_text("The hub did not accept this token.")
+    sign_in(page, hub.bob)
+    expect(page.locator("#whoami")).to_be_hidden()
+    item = task_item(page, task["id"])
+    item.get_by_role("button", name="Cancel").click()  # offered: the page cannot tell
+    expect(item.locator(".task-message")).to_contain_text("You may not cancel this task")
+    pages.assert_no_console_errors(allowed=[FORBIDDEN, r"status of 404", r"status of 401"])
+
+
 def test_cancel_is_withdrawn_when_the_hub_refuses_it(hub: PageHub, room: str, pages: Pages) -> None:
     _, (task,) = job_with_tasks(hub, room, 1)  # alice's
     page = open_room(hub, pages, room, hub.bob)
