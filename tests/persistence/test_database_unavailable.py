@@ -67,7 +67,11 @@ async def row_locked(url: str, table: str, row_id: str) -> AsyncIterator[asyncpg
 
 
 async def waiting_on_locks(conn: asyncpg.Connection) -> int:
-    """How many sessions of this database wait for a lock."""
+    """How many sessions of this database wait for a lock, now. ``conn`` is inside the lock's
+    transaction, where ``pg_stat_activity`` lists the sessions of its first reading: one
+    that connected later (the pool opening its second connection for a waiting PATCH)
+    would never be counted without dropping that snapshot."""
+    await conn.execute("SELECT pg_stat_clear_snapshot()")
     return int(
         await conn.fetchval(
             "SELECT count(*) FROM pg_stat_activity"
