@@ -54,12 +54,20 @@ def release_answer(page: Page, answered: int) -> None:
     page.wait_for_function("(n) => window.__answered >= n", arg=answered)
 
 
-def job_with_tasks(hub: PageHub, room: str, count: int, token: str = "") -> tuple[str, list]:
-    """Register the job ``Q`` in ``room`` and submit ``count`` tasks (oldest first)."""
-    job = f"{room}:analysis:Q"
+def register_q(hub: PageHub, room: str, token: str = "") -> tuple[str, str]:
+    """Register the job ``Q`` in ``room`` (alice's by default); its full name and the id of
+    the worker the registration made."""
     with hub.rest(token or hub.alice) as rest:
         body = {"category": "analysis", "name": "Q", "schema": EMPTY}
-        assert rest.put(f"/rooms/{room}/jobs", json=body).status_code == 201
+        response = rest.put(f"/rooms/{room}/jobs", json=body)
+        assert response.status_code == 201, response.text
+    return f"{room}:analysis:Q", response.json()["worker_id"]
+
+
+def job_with_tasks(hub: PageHub, room: str, count: int, token: str = "") -> tuple[str, list]:
+    """Register the job ``Q`` in ``room`` and submit ``count`` tasks (oldest first)."""
+    job, _ = register_q(hub, room, token)
+    with hub.rest(token or hub.alice) as rest:
         url = f"/rooms/{room}/tasks/{job}"
         tasks = [rest.post(url, json={"payload": {}}).json() for _ in range(count)]
     return job, tasks
@@ -274,10 +282,7 @@ def test_cancel_is_offered_only_on_tasks_the_viewer_may_cancel(
 def test_the_owner_of_the_worker_that_took_a_task_is_offered_its_cancel(
     hub: PageHub, room: str, pages: Pages
 ) -> None:
-    job = f"{room}:analysis:Q"
-    with hub.rest(hub.alice) as rest:  # alice's job, served by a worker of hers
-        body = {"category": "analysis", "name": "Q", "schema": EMPTY}
-        worker = rest.put(f"/rooms/{room}/jobs", json=body).raise_for_status().json()["worker_id"]
+    job, worker = register_q(hub, room)  # alice's job, served by a worker of hers
     taken, waiting = (submit(hub, room, job, 1, hub.bob)[0] for _ in range(2))
     with hub.rest(hub.alice) as rest:
         claim = rest.post("/tasks/claim", json={"worker_id": worker}).raise_for_status()

@@ -3,7 +3,6 @@ a worker (``owned_by``): together they tell a client which tasks its user may ca
 
 from uuid import UUID
 
-from app.domain.events import Event
 from tests.support.api import assert_problem
 
 JOB = "room1:modifiers:Rotate"
@@ -50,18 +49,12 @@ async def test_every_answer_names_the_submitter(alice, bob):
     assert cancelled.json()["submitted_by"] == bob_id
 
 
-async def test_the_room_hears_who_submitted(alice, bob, app):
-    batches: list[list[Event]] = []
-
-    async def record(batch: list[Event]) -> None:
-        batches.append(batch)
-
-    app.hub.publisher.add_sink(record)
+async def test_the_room_hears_who_submitted(alice, bob, published):
     await alice.register()
     bob_id = (await bob.get("/users/me")).json()["id"]
     task = await bob.submit(JOB)
     await bob.transition(task["id"], "cancelled")
-    statuses = [e.payload() for b in batches for e in b if e.name == "task_status_event"]
+    statuses = [e.payload() for e in published if e.name == "task_status_event"]
     assert [(s["status"], s["submitted_by"]) for s in statuses] == [
         ("pending", bob_id),
         ("cancelled", bob_id),
