@@ -19,27 +19,28 @@ from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from app import runtime
-from app.domain import payload_checks
-from app.observability import metrics
-from app.observability.request_id import Receive, RequestIdMiddleware, Scope, Send
-from app.observability.scrape import metrics_endpoint
-from app.realtime import socket_json
-from app.realtime.redis_clients import socket_manager
-from app.realtime.socket_sink import SocketSink
-from app.runtime import Hub
-from app.settings import Settings
-from app.shutdown import StopSignals
-from app.transport.http import jobs, tasks, users, workers
-from app.transport.http.openapi import openapi_endpoint
-from app.transport.http.problems import EXCEPTION_HANDLERS, problem_response
-from app.transport.http.router import ApiRoutes, starlette_routes
-from app.transport.sockets.handlers import SocketHandlers
+from taskhub import __version__, runtime
+from taskhub.domain import payload_checks
+from taskhub.observability import metrics
+from taskhub.observability.request_id import Receive, RequestIdMiddleware, Scope, Send
+from taskhub.observability.scrape import metrics_endpoint
+from taskhub.realtime import socket_json
+from taskhub.realtime.redis_clients import socket_manager
+from taskhub.realtime.socket_sink import SocketSink
+from taskhub.runtime import Hub
+from taskhub.settings import Settings
+from taskhub.shutdown import StopSignals
+from taskhub.transport.http import jobs, tasks, users, workers
+from taskhub.transport.http.openapi import openapi_endpoint
+from taskhub.transport.http.problems import EXCEPTION_HANDLERS, problem_response
+from taskhub.transport.http.router import ApiRoutes, starlette_routes
+from taskhub.transport.sockets.handlers import SocketHandlers
 
 API_PREFIX = "/v1/joblib"
-STATIC_DIR = Path(__file__).resolve().parent.parent / "static"
-# The page's one dependency, the Socket.IO browser client, installed by npm (package.json).
-SOCKETIO_CLIENT_DIR = STATIC_DIR.parent / "node_modules" / "socket.io-client" / "dist"
+# The room page ships inside the package (``app/static`` is ``static/`` in a checkout); its
+# browser libraries are in ``static/vendor/``, copied there from npm by ``npm ci``.
+STATIC_DIR = Path(__file__).resolve().parent / "static"
+VENDOR_DIR = STATIC_DIR / "vendor"
 # Order matters: ".../jobs/{full_name}/tasks" must be tried before ".../jobs/{full_name}".
 ENDPOINTS = [
     *tasks.api.endpoints,
@@ -53,7 +54,7 @@ log = logging.getLogger(__name__)
 
 
 async def healthz(_request: Request) -> Response:
-    return JSONResponse({"status": "ok"})
+    return JSONResponse({"status": "ok", "version": __version__})
 
 
 async def room_page(_request: Request) -> Response:
@@ -79,7 +80,9 @@ async def readyz(request: Request) -> Response:
         return problem_response(
             503, "not-ready", "Service Unavailable", f"unreachable: {', '.join(failed)}"
         )
-    return JSONResponse({"status": "ready", "checks": dict.fromkeys(names, "ok")})
+    return JSONResponse(
+        {"status": "ready", "version": __version__, "checks": dict.fromkeys(names, "ok")}
+    )
 
 
 async def _ping_database(hub: Hub) -> None:
@@ -231,8 +234,8 @@ def create_web_app(hub: Hub, running: Callable[[], AbstractAsyncContextManager[N
         Route("/", room_page, methods=["GET"]),
         Mount("/static", StaticFiles(directory=STATIC_DIR), name="static"),
     ]
-    if SOCKETIO_CLIENT_DIR.is_dir():
-        routes.append(Mount("/vendor/socket.io", StaticFiles(directory=SOCKETIO_CLIENT_DIR)))
+    if VENDOR_DIR.is_dir():
+        routes.append(Mount("/vendor", StaticFiles(directory=VENDOR_DIR)))
     web = Starlette(routes=routes, exception_handlers=EXCEPTION_HANDLERS, lifespan=lifespan)
     web.state.hub = hub
     return web

@@ -9,24 +9,24 @@ from uuid import UUID
 
 from taskiq import AsyncBroker
 
-from app.dispatch.broker import ResilientStreamBroker, make_broker
-from app.dispatch.dispatcher import InternalDispatcher
-from app.dispatch.executor import InternalRuntime
-from app.dispatch.registry import BUILT_IN_MODULES, InternalRegistry
-from app.domain.services.internal_tasks import ensure_internal_jobs
-from app.domain.services.jobs import KnownJobs
-from app.domain.services.users import Authenticator, ensure_admin_token
-from app.domain.services.workers import remove_silent_worker
-from app.persistence.database import Database
-from app.persistence.migrations import check_schema_current
-from app.realtime.due_announcer import DueTaskAnnouncer
-from app.realtime.outbox import SHUTDOWN_SEND_SECONDS
-from app.realtime.presence import SharedSockets, WorkerPresence
-from app.realtime.publisher import Publisher
-from app.realtime.waiters import TaskWaiters
-from app.realtime.wake_bus import RedisWakeBus
-from app.settings import Settings
-from app.sweeper import Sweeper
+from taskhub.dispatch.broker import ResilientStreamBroker, make_broker
+from taskhub.dispatch.dispatcher import InternalDispatcher
+from taskhub.dispatch.executor import InternalRuntime
+from taskhub.dispatch.registry import BUILT_IN_MODULES, InternalRegistry
+from taskhub.domain.services.internal_tasks import ensure_internal_jobs
+from taskhub.domain.services.jobs import KnownJobs
+from taskhub.domain.services.users import Authenticator, ensure_admin_token
+from taskhub.domain.services.workers import remove_silent_worker
+from taskhub.persistence.database import Database
+from taskhub.persistence.migrations import check_schema_current
+from taskhub.realtime.due_announcer import DueTaskAnnouncer
+from taskhub.realtime.outbox import SHUTDOWN_SEND_SECONDS
+from taskhub.realtime.presence import SharedSockets, WorkerPresence
+from taskhub.realtime.publisher import Publisher
+from taskhub.realtime.waiters import TaskWaiters
+from taskhub.realtime.wake_bus import RedisWakeBus
+from taskhub.settings import Settings
+from taskhub.sweeper import Sweeper
 
 
 @dataclass

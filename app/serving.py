@@ -1,5 +1,5 @@
 """Running the hub under uvicorn (``taskhub serve``): one process or several workers on one
-socket, logs through ``app.observability.logging``, metrics shared between workers through
+socket, logs through ``taskhub.observability.logging``, metrics shared between workers through
 prometheus-client's multiprocess directory, and a graceful stop that exits with status 0."""
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING
 
-from app.observability.logging import log_config
-from app.settings import Settings
+from taskhub.observability.logging import log_config
+from taskhub.settings import Settings
 
 try:
     import fcntl
@@ -28,12 +28,12 @@ except ImportError:  # not on this platform (Windows): no lock against a second 
     fcntl = None  # type: ignore[assignment]
 
 if TYPE_CHECKING:
-    from app.main import TaskhubApp
+    from taskhub.main import TaskhubApp
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 # A temporary metrics directory is named METRICS_DIR_PREFIX + "<pid of its serve>-<random>".
 METRICS_DIR_PREFIX = "taskhub-metrics-"
-WORKER_APP = "app.serving:worker_app"
+WORKER_APP = "taskhub.serving:worker_app"
 # The pid of the ``taskhub serve`` process supervising several workers, for the workers.
 SUPERVISOR_ENV = "_TASKHUB_SUPERVISOR_PID"
 PR_SET_PDEATHSIG = 1
@@ -112,7 +112,7 @@ def listen_problem(host: str, port: int) -> str | None:
 
 def worker_app() -> TaskhubApp:
     """The application of one worker process (uvicorn imports this factory in each)."""
-    from app.main import create_app
+    from taskhub.main import create_app
 
     exit_with_supervisor()
     return create_app(Settings(), drain_on_signals=True, freeze_start_up=True)
@@ -155,7 +155,7 @@ def serve(settings: Settings) -> int:
     """Serve until SIGTERM or SIGINT; return the process's exit status."""
     import uvicorn
 
-    from app.transport.http.coalescing import PROTOCOL as COALESCING_PROTOCOL
+    from taskhub.transport.http.coalescing import PROTOCOL as COALESCING_PROTOCOL
 
     options = {
         "host": settings.host,
@@ -170,7 +170,7 @@ def serve(settings: Settings) -> int:
     # metrics open their files on import); the supervisor of several workers never does.
     with metrics_directory(settings.workers), sigterm_exits_cleanly():
         if settings.workers == 1:
-            from app.main import create_app
+            from taskhub.main import create_app
 
             app = create_app(settings, drain_on_signals=True, freeze_start_up=True)
             uvicorn.run(app, **options)  # type: ignore[arg-type]

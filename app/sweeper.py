@@ -17,14 +17,14 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from app.domain.events import EventBatch
-from app.domain.services import sweeps
-from app.observability import metrics
-from app.persistence.database import Database
-from app.persistence.dialects import ClusterLease
-from app.persistence.types import utcnow
-from app.realtime.publisher import Publisher
-from app.settings import Settings
+from taskhub.domain.events import EventBatch
+from taskhub.domain.services import sweeps
+from taskhub.observability import metrics
+from taskhub.persistence.database import Database
+from taskhub.persistence.dialects import ClusterLease
+from taskhub.persistence.types import utcnow
+from taskhub.realtime.publisher import Publisher
+from taskhub.settings import Settings
 
 log = logging.getLogger(__name__)
 SWEEPER_LOCK = "taskhub.sweeper"

@@ -44,11 +44,6 @@ if __package__ in (None, ""):  # run as a file: make ``benchmarks`` importable
 import httpx
 from sqlalchemy import insert, select
 
-from app.domain.services.users import hash_token
-from app.persistence.database import Database
-from app.persistence.models import task_table, token_table
-from app.persistence.types import new_id, utcnow
-from app.settings import Settings
 from benchmarks.report import (
     Results,
     csv_choices,
@@ -77,6 +72,11 @@ from benchmarks.throughput import (
     heartbeat,
     new_client,
 )
+from taskhub.domain.services.users import hash_token
+from taskhub.persistence.database import Database
+from taskhub.persistence.models import task_table, token_table
+from taskhub.persistence.types import new_id, utcnow
+from taskhub.settings import Settings
 
 TARGETS = ("sqlite", "postgres")
 REQUESTS = ("get_back", "get_front", "submit", "claim")

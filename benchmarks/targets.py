@@ -128,9 +128,9 @@ def server_cpu_seconds(pid: int | None) -> float | None:
 
 
 def taskhub_command() -> list[str]:
-    """The ``taskhub`` console script next to this interpreter (else ``python -m app.cli``)."""
+    """The ``taskhub`` console script next to this interpreter (else ``python -m taskhub.cli``)."""
     script = Path(sys.executable).with_name("taskhub")
-    return [str(script)] if script.exists() else [sys.executable, "-m", "app.cli"]
+    return [str(script)] if script.exists() else [sys.executable, "-m", "taskhub.cli"]
 
 
 def _log_tail(path: Path, lines: int = 20) -> str:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from app.sdk import Extension, TaskContext
+from taskhub.sdk import Extension, TaskContext
 
 
 class Countdown(Extension):

@@ -7,7 +7,7 @@ Serve it (next to the README quick start; ``$T`` is a token)::
 Submit a task from Python (``python -m examples.rotate --token $T`` does much the same,
 with two points)::
 
-    from app.sdk import Client
+    from taskhub.sdk import Client
     from examples.rotate import Rotate
 
     with Client("http://127.0.0.1:8000", token) as hub:
@@ -22,7 +22,7 @@ import os
 
 from pydantic import Field
 
-from app.sdk import Client, Extension, TaskContext
+from taskhub.sdk import Client, Extension, TaskContext
 
 
 class Rotate(Extension):

@@ -1,2 +1,2 @@
 """Taskhub's ``@internal`` jobs and the taskiq broker entry point
-(``taskiq worker internal_jobs.broker:broker``)."""
+(``taskiq worker taskhub.internal_jobs.broker:broker``)."""

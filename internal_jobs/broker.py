@@ -1,4 +1,4 @@
-"""Entry point of the taskiq worker process: ``taskiq worker internal_jobs.broker:broker``.
+"""Entry point of the taskiq worker process: ``taskiq worker taskhub.internal_jobs.broker:broker``.
 
 Reads the same ``TASKHUB_*`` settings as the server. Its events reach browsers through
 python-socketio's Redis manager (write-only) and wake long-polls through the wake bus.
@@ -8,19 +8,19 @@ from __future__ import annotations
 
 from taskiq import TaskiqEvents, TaskiqState
 
-from app.dispatch.broker import make_broker
-from app.dispatch.executor import InternalRuntime
-from app.dispatch.registry import BUILT_IN_MODULES, InternalRegistry
-from app.domain import payload_checks
-from app.persistence.database import Database
-from app.realtime.outbox import SHUTDOWN_SEND_SECONDS
-from app.realtime.publisher import Publisher
-from app.realtime.redis_clients import socket_manager
-from app.realtime.socket_sink import SocketSink
-from app.realtime.waiters import TaskWaiters
-from app.realtime.wake_bus import RedisWakeBus
-from app.runtime import freeze_start_up
-from app.settings import Settings
+from taskhub.dispatch.broker import make_broker
+from taskhub.dispatch.executor import InternalRuntime
+from taskhub.dispatch.registry import BUILT_IN_MODULES, InternalRegistry
+from taskhub.domain import payload_checks
+from taskhub.persistence.database import Database
+from taskhub.realtime.outbox import SHUTDOWN_SEND_SECONDS
+from taskhub.realtime.publisher import Publisher
+from taskhub.realtime.redis_clients import socket_manager
+from taskhub.realtime.socket_sink import SocketSink
+from taskhub.realtime.waiters import TaskWaiters
+from taskhub.realtime.wake_bus import RedisWakeBus
+from taskhub.runtime import freeze_start_up
+from taskhub.settings import Settings
 
 settings = Settings()
 broker = make_broker(settings)

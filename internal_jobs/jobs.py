@@ -13,12 +13,12 @@ from typing import Any, ClassVar
 from pydantic import Field
 from sqlalchemy import and_, func, select
 
-from app.dispatch.definitions import InternalContext, InternalJob
-from app.domain.payload_checks import payload_errors_here
-from app.domain.services.jobs import find_visible_job
-from app.domain.states import TaskStatus
-from app.persistence.dialects import duration_microseconds
-from app.persistence.models import job_table, task_table
+from taskhub.dispatch.definitions import InternalContext, InternalJob
+from taskhub.domain.payload_checks import payload_errors_here
+from taskhub.domain.services.jobs import find_visible_job
+from taskhub.domain.states import TaskStatus
+from taskhub.persistence.dialects import duration_microseconds
+from taskhub.persistence.models import job_table, task_table
 
 
 class RoomSummary(InternalJob):

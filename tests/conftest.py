@@ -11,11 +11,11 @@ from typing import Any, TypeVar
 import httpx
 import pytest
 
-from app.domain.events import Event
-from app.domain.services.users import create_user
-from app.main import TaskhubApp, create_app
-from app.persistence.database import Database
-from app.settings import Settings
+from taskhub.domain.events import Event
+from taskhub.domain.services.users import create_user
+from taskhub.main import TaskhubApp, create_app
+from taskhub.persistence.database import Database
+from taskhub.settings import Settings
 from tests.support.api import ApiClient
 from tests.support.databases import (
     create_postgres_database,

@@ -1,6 +1,6 @@
 """The operator contract of the ``taskhub`` command line (PROTOCOL.md, "Operator contract").
 
-Every command runs as a real subprocess (``python -m app.cli``) in a scratch directory, with
+Every command runs as a real subprocess (``python -m taskhub.cli``) in a scratch directory, with
 ``TASKHUB_DATABASE_URL`` pointing at a database of its own: a SQLite file, or a fresh
 PostgreSQL database that is dropped afterwards. Tokens printed by the CLI are checked against
 the application, either in-process (ASGI) or against a ``taskhub serve`` on 127.0.0.1.
@@ -26,11 +26,11 @@ import httpx
 import pytest
 from sqlalchemy import inspect, text
 
-from app.domain.services import users
-from app.main import create_app
-from app.persistence.database import Database
-from app.persistence.migrations import current_revision, head_revision
-from app.settings import Settings
+from taskhub.domain.services import users
+from taskhub.main import create_app
+from taskhub.persistence.database import Database
+from taskhub.persistence.migrations import current_revision, head_revision
+from taskhub.settings import Settings
 from tests.support.api import ApiClient, assert_problem
 from tests.support.databases import create_postgres_database, drop_postgres_database
 from tests.support.server import Backend, provisioned_database
@@ -98,7 +98,7 @@ async def taskhub(
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "app.cli",
+        "taskhub.cli",
         *args,
         cwd=cwd,
         env=cli_env(database_url, **settings),
@@ -163,7 +163,7 @@ async def start_serve(database_url: str, cwd: Path, **settings: str) -> Server:
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "app.cli",
+        "taskhub.cli",
         "serve",
         "--host",
         HOST,

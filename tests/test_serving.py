@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from app import serving
+from taskhub import serving
 
 
 def _exited_pid() -> int:
@@ -69,7 +69,7 @@ async def test_a_served_app_freezes_its_start_up_objects_out_of_the_collector_s_
     settings, tokens, freeze: bool
 ) -> None:
     """``taskhub serve`` only: a process that starts and stops many apps must not."""
-    from app.main import create_app
+    from taskhub.main import create_app
 
     gc.unfreeze()
     app = create_app(settings, freeze_start_up=freeze)

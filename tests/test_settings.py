@@ -3,7 +3,7 @@
 import pytest
 from pydantic import ValidationError
 
-from app.settings import Settings, setting_errors
+from taskhub.settings import Settings, setting_errors
 
 
 @pytest.mark.parametrize(

@@ -8,12 +8,12 @@ from uuid import UUID
 import pytest
 from sqlalchemy import delete, update
 
-from app.domain.services import sweeps
-from app.domain.services.workers import remove_silent_worker
-from app.domain.states import TaskStatus
-from app.persistence.models import link_table, task_table, worker_table
-from app.persistence.types import utcnow
-from app.sweeper import Sweeper
+from taskhub.domain.services import sweeps
+from taskhub.domain.services.workers import remove_silent_worker
+from taskhub.domain.states import TaskStatus
+from taskhub.persistence.models import link_table, task_table, worker_table
+from taskhub.persistence.types import utcnow
+from taskhub.sweeper import Sweeper
 from tests.support.api import assert_problem
 from tests.support.events import statuses
 
@@ -22,7 +22,7 @@ JOB = "room1:modifiers:Rotate"
 
 @pytest.fixture
 def settings(database_url):
-    from app.settings import Settings
+    from taskhub.settings import Settings
 
     # The hub's own sweeper stays off; each test drives its own cycles.
     return Settings(

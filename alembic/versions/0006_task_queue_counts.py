@@ -12,7 +12,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-from app.persistence import queue_counts
+from taskhub.persistence import queue_counts
 
 revision: str = "0006"
 down_revision: str | None = "0005"

@@ -24,7 +24,7 @@ from typing import Any, NamedTuple
 import sqlalchemy as sa
 from alembic import op
 
-from app.persistence import queue_counts
+from taskhub.persistence import queue_counts
 
 revision: str = "0007"
 down_revision: str | None = "0006"

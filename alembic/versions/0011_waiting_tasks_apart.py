@@ -31,8 +31,8 @@ from datetime import UTC, datetime
 import sqlalchemy as sa
 from alembic import op
 
-from app.persistence import queue_counts
-from app.persistence.types import UTCDateTime
+from taskhub.persistence import queue_counts
+from taskhub.persistence.types import UTCDateTime
 
 revision: str = "0011"
 down_revision: str | None = "0010"

@@ -3,7 +3,7 @@
 Embedded default: taskiq's in-memory broker; tasks execute inside the server process.
 With ``TASKHUB_REDIS_URL``: taskiq-redis's stream broker (messages are acknowledged after
 execution, so a killed worker does not lose them), executed by
-``taskiq worker internal_jobs.broker:broker``.
+``taskiq worker taskhub.internal_jobs.broker:broker``.
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from taskiq import AckableMessage, AsyncBroker, Context, InMemoryBroker, TaskiqDepends
 from taskiq_redis import RedisStreamBroker
 
-from app.dispatch.executor import InternalRuntime
-from app.realtime.redis_clients import LISTEN_RETRY_SECONDS, redis_options
-from app.settings import Settings
+from taskhub.dispatch.executor import InternalRuntime
+from taskhub.realtime.redis_clients import LISTEN_RETRY_SECONDS, redis_options
+from taskhub.settings import Settings
 
 TASK_NAME = "taskhub.run_internal"
 AUTOCLAIM_LOCK_SECONDS = 30.0

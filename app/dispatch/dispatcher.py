@@ -16,14 +16,14 @@ from uuid import UUID
 
 from taskiq import AsyncBroker
 
-from app.dispatch.broker import TASK_NAME
-from app.dispatch.registry import InternalRegistry
-from app.domain.events import EventBatch
-from app.domain.records import TaskRecord
-from app.domain.services import internal_tasks
-from app.domain.services.tasks import get_task
-from app.persistence.database import Database
-from app.persistence.types import utcnow
+from taskhub.dispatch.broker import TASK_NAME
+from taskhub.dispatch.registry import InternalRegistry
+from taskhub.domain.events import EventBatch
+from taskhub.domain.records import TaskRecord
+from taskhub.domain.services import internal_tasks
+from taskhub.domain.services.tasks import get_task
+from taskhub.persistence.database import Database
+from taskhub.persistence.types import utcnow
 
 log = logging.getLogger(__name__)
 

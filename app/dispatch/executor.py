@@ -17,15 +17,15 @@ from dataclasses import dataclass, field
 from typing import Any
 from uuid import UUID, uuid4
 
-from app.dispatch.definitions import InternalContext
-from app.dispatch.registry import InternalRegistry
-from app.domain.events import EventBatch, TaskStatusChanged
-from app.domain.records import TaskRecord
-from app.domain.services import internal_tasks
-from app.domain.states import TaskStatus
-from app.persistence.database import Database, is_connection_lost
-from app.persistence.types import dump_json
-from app.realtime.publisher import Publisher
+from taskhub.dispatch.definitions import InternalContext
+from taskhub.dispatch.registry import InternalRegistry
+from taskhub.domain.events import EventBatch, TaskStatusChanged
+from taskhub.domain.records import TaskRecord
+from taskhub.domain.services import internal_tasks
+from taskhub.domain.states import TaskStatus
+from taskhub.persistence.database import Database, is_connection_lost
+from taskhub.persistence.types import dump_json
+from taskhub.realtime.publisher import Publisher
 
 log = logging.getLogger(__name__)
 WRITE_RETRY_SECONDS = 60.0

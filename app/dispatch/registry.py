@@ -5,9 +5,9 @@ from __future__ import annotations
 import importlib
 from collections.abc import Iterable, Iterator
 
-from app.dispatch.definitions import InternalJob
+from taskhub.dispatch.definitions import InternalJob
 
-BUILT_IN_MODULES = ("internal_jobs.jobs",)
+BUILT_IN_MODULES = ("taskhub.internal_jobs.jobs",)
 
 
 class JobModulesUnusable(ValueError):

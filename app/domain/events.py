@@ -7,8 +7,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from app.domain.records import TaskRecord
-from app.domain.states import TaskStatus, is_terminal
+from taskhub.domain.records import TaskRecord
+from taskhub.domain.states import TaskStatus, is_terminal
 
 
 @dataclass(frozen=True, slots=True)

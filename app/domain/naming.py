@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from app.domain.errors import InvalidCategory, InvalidRoomId, JobNotFound, ValidationFailed
+from taskhub.domain.errors import InvalidCategory, InvalidRoomId, JobNotFound, ValidationFailed
 
 GLOBAL_ROOM = "@global"
 INTERNAL_ROOM = "@internal"

@@ -22,16 +22,16 @@ import threading
 from collections import Counter
 from typing import Any, Protocol
 
-from app.domain.errors import ValidationBusy
-from app.domain.gil_sharing import shared
-from app.domain.payloads import (
+from taskhub.domain.errors import ValidationBusy
+from taskhub.domain.gil_sharing import shared
+from taskhub.domain.payloads import (
     MAX_VALIDATION_SECONDS,
     compiled_validator,
     errors_in_full,
     errors_within_seconds,
     raise_for,
 )
-from app.domain.schema_validator import TooCostly
+from taskhub.domain.schema_validator import TooCostly
 
 # CPU seconds a payload may take on the event loop before it goes to the thread (1,000 to
 # 2,500 keyword applications here: a typical payload of a few KiB needs far fewer).

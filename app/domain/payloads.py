@@ -19,16 +19,16 @@ from referencing import Registry
 from referencing.exceptions import Unresolvable
 from referencing.jsonschema import DRAFT202012
 
-from app.domain.errors import ValidationFailed
-from app.domain.schema_cost import MAX_APPLICATIONS_PER_VALUE, applications_per_value
-from app.domain.schema_references import endless_references, unresolved_references
-from app.domain.schema_validator import (
+from taskhub.domain.errors import ValidationFailed
+from taskhub.domain.schema_cost import MAX_APPLICATIONS_PER_VALUE, applications_per_value
+from taskhub.domain.schema_references import endless_references, unresolved_references
+from taskhub.domain.schema_validator import (
     LinearTimeValidator,
     TooCostly,
     errors_within,
     unusable_patterns,
 )
-from app.persistence.types import exact_json
+from taskhub.persistence.types import exact_json
 
 _MAX_ERRORS = 20
 # Errors read before the first _MAX_ERRORS by path are chosen: the rest are not built.

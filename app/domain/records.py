@@ -7,7 +7,7 @@ from datetime import datetime
 from typing import Any, Generic, TypeVar
 from uuid import UUID
 
-from app.domain.states import TaskStatus
+from taskhub.domain.states import TaskStatus
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,8 +18,8 @@ import asyncio
 import concurrent.futures
 from typing import Any
 
-from app.domain.gil_sharing import shared
-from app.domain.payloads import check_schema
+from taskhub.domain.gil_sharing import shared
+from taskhub.domain.payloads import check_schema
 
 # A schema this small (as compact JSON) is checked on the event loop: a few milliseconds,
 # less than the hand-over to the thread and back costs the requests around it.

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from referencing.jsonschema import DRAFT202012
 
-from app.domain.schema_references import same_instance_children
+from taskhub.domain.schema_references import same_instance_children
 
 if TYPE_CHECKING:
     from referencing._core import Resolver

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from referencing.exceptions import Unresolvable
 from referencing.jsonschema import DRAFT202012
 
-from app.domain.schema_validator import INSTANCE_KEYWORDS
+from taskhub.domain.schema_validator import INSTANCE_KEYWORDS
 
 if TYPE_CHECKING:
     from referencing._core import Resolver  # not exported by the package itself

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from app.domain.errors import InvalidTaskTransition
+from taskhub.domain.errors import InvalidTaskTransition
 
 
 class TaskStatus(StrEnum):

@@ -11,7 +11,7 @@ import re
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from app.observability.request_id import current_request_id
+from taskhub.observability.request_id import current_request_id
 
 LogFormat = Literal["text", "json"]
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s [%(request_id)s] %(message)s"

@@ -3,7 +3,7 @@
 The metrics live in prometheus-client's default registry, so they work in its multiprocess
 mode too (``PROMETHEUS_MULTIPROC_DIR``): counters and histograms are summed across
 processes, the gauges count what is live (``livesum``). ``taskhub_queue_depth`` is not
-here: it is read from the database at scrape time (``app.observability.scrape``).
+here: it is read from the database at scrape time (``taskhub.observability.scrape``).
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from typing import Any
 
 from prometheus_client import Counter, Gauge, Histogram, disable_created_metrics, multiprocess
 
-from app.domain.events import Event, TaskStatusChanged
-from app.domain.states import RETRY_TRANSITIONS, TRANSITIONS, TaskStatus
+from taskhub.domain.events import Event, TaskStatusChanged
+from taskhub.domain.states import RETRY_TRANSITIONS, TRANSITIONS, TaskStatus
 
 NO_STATUS = "none"  # the ``from_status`` of a newly submitted task
 disable_created_metrics()  # no ``*_created`` series: half the exposition, no use here
@@ -59,7 +59,7 @@ OUTBOX_DROPPED = Counter(
     "for Redis.",
     ["outbox"],
 )
-OUTBOXES = ("socket-events", "wake-ups")  # the names of the outboxes in app.realtime
+OUTBOXES = ("socket-events", "wake-ups")  # the names of the outboxes in taskhub.realtime
 LONG_POLL_OUTCOMES = ("woken", "timeout", "shutdown", "abandoned")
 COSTLY_PAYLOADS = Counter(
     "taskhub_costly_payloads",
@@ -197,7 +197,7 @@ def outbox_dropped(name: str) -> None:
 
 
 class PayloadThreadMetrics:
-    """The payload thread's metrics (``app.domain.payload_checks.ThreadObserver``)."""
+    """The payload thread's metrics (``taskhub.domain.payload_checks.ThreadObserver``)."""
 
     def queued(self) -> None:
         COSTLY_PAYLOADS_WAITING.inc()

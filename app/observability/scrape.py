@@ -19,9 +19,9 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response
 
-from app.observability.metrics import multiprocess_mode
-from app.persistence.database import Database
-from app.persistence.models import job_table, queue_bucket_table
+from taskhub.observability.metrics import multiprocess_mode
+from taskhub.persistence.database import Database
+from taskhub.persistence.models import job_table, queue_bucket_table
 
 log = logging.getLogger(__name__)
 

@@ -26,10 +26,10 @@ from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
-from app.persistence import sqlite_driver
-from app.persistence.prepared import AsyncpgHotConnection, HotConnection, SQLiteHotConnection
-from app.persistence.types import dump_json, load_json
-from app.settings import Settings
+from taskhub.persistence import sqlite_driver
+from taskhub.persistence.prepared import AsyncpgHotConnection, HotConnection, SQLiteHotConnection
+from taskhub.persistence.types import dump_json, load_json
+from taskhub.settings import Settings
 
 AUTOCOMMIT_OPTION = "taskhub_autocommit"
 # Handles on the one SQLite writer connection: cheap, and as many as requests in flight so

@@ -36,9 +36,9 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_en
 from sqlalchemy.pool import NullPool
 from sqlalchemy.sql import Executable
 
-from app.domain.naming import INTERNAL_ROOM
-from app.domain.states import TaskStatus
-from app.persistence.models import (
+from taskhub.domain.naming import INTERNAL_ROOM
+from taskhub.domain.states import TaskStatus
+from taskhub.persistence.models import (
     answered_task_columns,
     is_pending,
     is_queued,
@@ -49,10 +49,10 @@ from app.persistence.models import (
     task_table,
     worker_table,
 )
-from app.persistence.prepared import hot
+from taskhub.persistence.prepared import hot
 
 if TYPE_CHECKING:
-    from app.persistence.database import Database
+    from taskhub.persistence.database import Database
 
 
 def _served_jobs() -> Any:

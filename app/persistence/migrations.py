@@ -11,9 +11,10 @@ from alembic.config import Config
 from alembic.script import ScriptDirectory
 from sqlalchemy import inspect, text
 
-from app.persistence.database import Database
+from taskhub.persistence.database import Database
 
-ALEMBIC_DIR = Path(__file__).resolve().parents[2] / "alembic"
+# The package's own migrations (``app/migrations`` is ``alembic/`` in a checkout).
+ALEMBIC_DIR = Path(__file__).resolve().parent.parent / "migrations"
 
 
 class DatabaseUnfit(RuntimeError):

@@ -28,8 +28,8 @@ from sqlalchemy import (
 from sqlalchemy.orm import registry
 from sqlmodel import Field, SQLModel
 
-from app.persistence import queue_counts
-from app.persistence.types import JSONAsSent, UTCDateTime, new_id, stored_text, utcnow
+from taskhub.persistence import queue_counts
+from taskhub.persistence.types import JSONAsSent, UTCDateTime, new_id, stored_text, utcnow
 
 # Taskhub's own MetaData, not SQLModel's global one: other SQLModel applications (such as
 # zndraw-joblib, with tables of the same names) can be imported in the same process.

@@ -21,14 +21,14 @@ from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 from uuid import UUID
 
-from app.domain.events import Event, EventBatch, TaskAvailable, TaskStatusChanged
-from app.domain.naming import is_internal_job
-from app.domain.records import TaskRecord
-from app.domain.services.due_tasks import END_OF_MOMENT, came_due, next_due, queue_due
-from app.domain.states import TaskStatus
-from app.persistence.database import Database
-from app.persistence.types import utcnow
-from app.realtime.publisher import Publisher
+from taskhub.domain.events import Event, EventBatch, TaskAvailable, TaskStatusChanged
+from taskhub.domain.naming import is_internal_job
+from taskhub.domain.records import TaskRecord
+from taskhub.domain.services.due_tasks import END_OF_MOMENT, came_due, next_due, queue_due
+from taskhub.domain.states import TaskStatus
+from taskhub.persistence.database import Database
+from taskhub.persistence.types import utcnow
+from taskhub.realtime.publisher import Publisher
 
 log = logging.getLogger(__name__)
 BATCH = 1000

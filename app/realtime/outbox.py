@@ -19,7 +19,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Generic, TypeVar
 
-from app.observability import metrics
+from taskhub.observability import metrics
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

@@ -32,8 +32,8 @@ from datetime import datetime
 from typing import Any, Generic, Literal, TypeVar
 from uuid import UUID
 
-from app.persistence.types import utcnow
-from app.realtime.redis_clients import bounded_client
+from taskhub.persistence.types import utcnow
+from taskhub.realtime.redis_clients import bounded_client
 
 log = logging.getLogger(__name__)
 # Removes the worker unless it was heard of since; whether it did.

@@ -8,12 +8,12 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
-from app.domain.events import Event, EventBatch, TaskStatusChanged
-from app.observability import metrics
-from app.realtime.waiters import TaskWaiters
+from taskhub.domain.events import Event, EventBatch, TaskStatusChanged
+from taskhub.observability import metrics
+from taskhub.realtime.waiters import TaskWaiters
 
 if TYPE_CHECKING:
-    from app.realtime.wake_bus import RedisWakeBus
+    from taskhub.realtime.wake_bus import RedisWakeBus
 
 log = logging.getLogger(__name__)
 

@@ -35,7 +35,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from app.realtime.outbox import Outbox
+from taskhub.realtime.outbox import Outbox
 
 COMMAND_TIMEOUT = 3.0
 CONNECT_TIMEOUT = 2.0
@@ -44,7 +44,7 @@ HEALTH_CHECK_SECONDS = 15
 LISTEN_RETRY_SECONDS = 1.0
 
 if TYPE_CHECKING:
-    from app.settings import Settings
+    from taskhub.settings import Settings
 
 log = logging.getLogger(__name__)
 

@@ -8,8 +8,8 @@ from typing import Any, Protocol
 
 import socketio
 
-from app.domain.events import Event
-from app.realtime.redis_clients import TaskhubRedisManager
+from taskhub.domain.events import Event
+from taskhub.realtime.redis_clients import TaskhubRedisManager
 
 NAMESPACE = "/"
 

@@ -16,15 +16,15 @@ from uuid import UUID
 
 import redis.asyncio as redis
 
-from app.realtime.outbox import Outbox
-from app.realtime.redis_clients import (
+from taskhub.realtime.outbox import Outbox
+from taskhub.realtime.redis_clients import (
     LISTEN_RETRY_SECONDS,
     LIVENESS,
     Liveness,
     redis_options,
     subscription_messages,
 )
-from app.realtime.waiters import TaskWaiters
+from taskhub.realtime.waiters import TaskWaiters
 
 log = logging.getLogger(__name__)
 

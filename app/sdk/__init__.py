@@ -2,7 +2,7 @@
 
 It speaks only the public protocol (REST + Socket.IO, see PROTOCOL.md)::
 
-    from app.sdk import Client, Extension, TaskContext, Worker
+    from taskhub.sdk import Client, Extension, TaskContext, Worker
 
     class Spin(Extension):
         category = "modifiers"
@@ -20,8 +20,8 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from app.sdk.context import TaskContext
-from app.sdk.errors import (
+from taskhub.sdk.context import TaskContext
+from taskhub.sdk.errors import (
     AuthError,
     Conflict,
     HubUnavailable,
@@ -35,21 +35,21 @@ from app.sdk.errors import (
     TaskhubError,
     WorkerNotFound,
 )
-from app.sdk.extension import Extension
-from app.sdk.models import Task
+from taskhub.sdk.extension import Extension
+from taskhub.sdk.models import Task
 
 if TYPE_CHECKING:
-    from app.sdk.client import AsyncClient, AsyncTaskHandle, Client, TaskHandle
-    from app.sdk.worker import Worker
+    from taskhub.sdk.client import AsyncClient, AsyncTaskHandle, Client, TaskHandle
+    from taskhub.sdk.worker import Worker
 
 # Imported on first use: they pull in httpx, python-socketio's client and aiohttp, which
 # the hub's own processes (``taskhub serve``, ``migrate``, ``users`` …) never need.
 _LAZY = {
-    "AsyncClient": "app.sdk.client",
-    "AsyncTaskHandle": "app.sdk.client",
-    "Client": "app.sdk.client",
-    "TaskHandle": "app.sdk.client",
-    "Worker": "app.sdk.worker",
+    "AsyncClient": "taskhub.sdk.client",
+    "AsyncTaskHandle": "taskhub.sdk.client",
+    "Client": "taskhub.sdk.client",
+    "TaskHandle": "taskhub.sdk.client",
+    "Worker": "taskhub.sdk.worker",
 }
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from app.sdk.extension import JobSpec
-from app.sdk.http import AsyncHub, segment
-from app.sdk.models import ClaimedTask, Heartbeat, Task
+from taskhub.sdk.extension import JobSpec
+from taskhub.sdk.http import AsyncHub, segment
+from taskhub.sdk.models import ClaimedTask, Heartbeat, Task
 
 
 class WorkerApi:

@@ -8,8 +8,8 @@ import logging
 import os
 import sys
 
-from app.sdk.errors import TaskhubError
-from app.sdk.extension import GLOBAL_ROOM, Extension, job_identity
+from taskhub.sdk.errors import TaskhubError
+from taskhub.sdk.extension import GLOBAL_ROOM, Extension, job_identity
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 
@@ -69,7 +69,7 @@ def load_extension(target: str) -> type[Extension]:
 
 def run_worker(args: argparse.Namespace) -> int:
     """Entry point of ``taskhub worker``; returns the exit code."""
-    from app.sdk.worker import Worker  # only here: the hub's own commands never need it
+    from taskhub.sdk.worker import Worker  # only here: the hub's own commands never need it
 
     level = args.log_level.upper()
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")

@@ -22,16 +22,16 @@ from typing import Any
 
 import httpx
 
-from app.sdk.errors import (
+from taskhub.sdk.errors import (
     HubUnavailable,
     InvalidTransition,
     NotFound,
     TaskCancelled,
     TaskFailed,
 )
-from app.sdk.extension import GLOBAL_ROOM, Extension, job_identity
-from app.sdk.http import AsyncHub, SyncHub, segment
-from app.sdk.models import Task
+from taskhub.sdk.extension import GLOBAL_ROOM, Extension, job_identity
+from taskhub.sdk.http import AsyncHub, SyncHub, segment
+from taskhub.sdk.models import Task
 
 LONG_POLL_SECONDS = 60  # the hub caps it anyway (TASKHUB_LONG_POLL_MAX_WAIT_SECONDS)
 EARLY_ANSWER_PAUSE = 0.5  # a hub that answers at once without waiting is not hammered

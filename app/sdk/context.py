@@ -8,7 +8,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from app.sdk.errors import TaskCancelled
+from taskhub.sdk.errors import TaskCancelled
 
 ProgressSink = Callable[[float, "str | None"], None]
 

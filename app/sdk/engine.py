@@ -25,13 +25,13 @@ from collections.abc import Callable, Coroutine, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from app.sdk.api import WorkerApi
-from app.sdk.errors import AuthError, HubUnavailable, NotFound, ProblemError, WorkerNotFound
-from app.sdk.execution import TaskRun
-from app.sdk.extension import JobSpec
-from app.sdk.http import AsyncHub, Backoff
-from app.sdk.models import ClaimedTask
-from app.sdk.realtime import SocketLink
+from taskhub.sdk.api import WorkerApi
+from taskhub.sdk.errors import AuthError, HubUnavailable, NotFound, ProblemError, WorkerNotFound
+from taskhub.sdk.execution import TaskRun
+from taskhub.sdk.extension import JobSpec
+from taskhub.sdk.http import AsyncHub, Backoff
+from taskhub.sdk.models import ClaimedTask
+from taskhub.sdk.realtime import SocketLink
 
 log = logging.getLogger("taskhub.sdk")
 SHUTDOWN_ERROR = "Worker shut down before the task finished"

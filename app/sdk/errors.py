@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from app.sdk.models import Task
+    from taskhub.sdk.models import Task
 
 
 class TaskhubError(Exception):

@@ -22,9 +22,9 @@ from typing import Any, TypeVar
 from pydantic import ValidationError
 from pydantic_core import PydanticSerializationError, to_jsonable_python
 
-from app.sdk.api import WorkerApi
-from app.sdk.context import TaskContext
-from app.sdk.errors import (
+from taskhub.sdk.api import WorkerApi
+from taskhub.sdk.context import TaskContext
+from taskhub.sdk.errors import (
     AuthError,
     Conflict,
     HubUnavailable,
@@ -33,8 +33,8 @@ from app.sdk.errors import (
     ProblemError,
     RetryLater,
 )
-from app.sdk.extension import JobSpec
-from app.sdk.models import MAX_ERROR_CHARS, MAX_PROGRESS_MESSAGE_CHARS, ClaimedTask
+from taskhub.sdk.extension import JobSpec
+from taskhub.sdk.models import MAX_ERROR_CHARS, MAX_PROGRESS_MESSAGE_CHARS, ClaimedTask
 
 log = logging.getLogger("taskhub.sdk")
 T = TypeVar("T")

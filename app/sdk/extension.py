@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from pydantic import BaseModel
 
 if TYPE_CHECKING:
-    from app.sdk.context import TaskContext
+    from taskhub.sdk.context import TaskContext
 
 GLOBAL_ROOM = "@global"
 

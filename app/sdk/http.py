@@ -24,7 +24,7 @@ from urllib.parse import quote
 
 import httpx
 
-from app.sdk.errors import HubUnavailable, ProblemError, problem_error
+from taskhub.sdk.errors import HubUnavailable, ProblemError, problem_error
 
 log = logging.getLogger("taskhub.sdk")
 

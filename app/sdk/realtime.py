@@ -16,7 +16,7 @@ from typing import Any
 
 import socketio
 
-from app.sdk.http import Backoff
+from taskhub.sdk.http import Backoff
 
 log = logging.getLogger("taskhub.sdk")
 Callback = Callable[[], None]

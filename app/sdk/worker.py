@@ -11,9 +11,9 @@ from collections.abc import Callable, Iterable
 from types import TracebackType
 from typing import overload
 
-from app.sdk.engine import WorkerConfig, WorkerEngine
-from app.sdk.extension import GLOBAL_ROOM, Extension, JobSpec
-from app.sdk.http import check_url
+from taskhub.sdk.engine import WorkerConfig, WorkerEngine
+from taskhub.sdk.extension import GLOBAL_ROOM, Extension, JobSpec
+from taskhub.sdk.http import check_url
 
 log = logging.getLogger("taskhub.sdk")
 E = type[Extension]

@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 
 from pydantic import Field
 
-from app.dispatch.definitions import InternalContext, InternalJob
+from taskhub.dispatch.definitions import InternalContext, InternalJob
 
 MODULE = __name__
 

@@ -13,10 +13,10 @@ from uuid import UUID
 import httpx
 import pytest
 
-from app.domain.services import tasks as task_service
-from app.domain.states import TaskStatus
-from app.main import TaskhubApp, create_app
-from app.settings import Settings
+from taskhub.domain.services import tasks as task_service
+from taskhub.domain.states import TaskStatus
+from taskhub.main import TaskhubApp, create_app
+from taskhub.settings import Settings
 from tests.dispatch import slow_jobs
 from tests.support.api import ApiClient
 from tests.support.events import EventRecorder, statuses

@@ -6,13 +6,13 @@ from uuid import UUID, uuid4
 import pytest
 from sqlalchemy import update
 
-from app.dispatch.executor import retried_write
-from app.domain import payload_checks
-from app.domain.services import internal_tasks
-from app.domain.states import TaskStatus
-from app.persistence.models import task_table
-from app.persistence.types import utcnow
-from app.sweeper import UNDISPATCHED_GRACE
+from taskhub.dispatch.executor import retried_write
+from taskhub.domain import payload_checks
+from taskhub.domain.services import internal_tasks
+from taskhub.domain.states import TaskStatus
+from taskhub.persistence.models import task_table
+from taskhub.persistence.types import utcnow
+from taskhub.sweeper import UNDISPATCHED_GRACE
 from tests.dispatch import slow_jobs
 from tests.support.api import assert_problem
 from tests.support.costly_payloads import COSTLY, POINTS_SCHEMA, until

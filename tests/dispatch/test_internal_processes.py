@@ -1,5 +1,5 @@
 """``@internal`` jobs across real processes: ``taskhub serve`` and ``taskiq worker
-internal_jobs.broker:broker`` on PostgreSQL and Redis (and the embedded SQLite default).
+taskhub.internal_jobs.broker:broker`` on PostgreSQL and Redis (and the embedded SQLite default).
 
 SPEC.md, "@internal dispatch": submit checks that an executor is registered (else 503 and no
 task row), enqueues the task on the taskiq broker and marks it CLAIMED, or FAILED "Failed to
@@ -32,9 +32,9 @@ import pytest
 import redis
 from sqlalchemy.engine import make_url
 
-from app.dispatch.broker import TASK_NAME, make_broker
-from app.domain.services.internal_tasks import DISPATCH_FAILED, INTERNAL_TIMEOUT
-from app.settings import Settings
+from taskhub.dispatch.broker import TASK_NAME, make_broker
+from taskhub.domain.services.internal_tasks import DISPATCH_FAILED, INTERNAL_TIMEOUT
+from taskhub.settings import Settings
 from tests.dispatch import slow_jobs
 from tests.support.api import ApiClient, assert_problem
 from tests.support.databases import REDIS_URL
@@ -67,7 +67,7 @@ class Deployment:
 
     @property
     def stream(self) -> str:
-        """The taskiq stream of ``@internal`` messages (``app.dispatch.broker``)."""
+        """The taskiq stream of ``@internal`` messages (``taskhub.dispatch.broker``)."""
         return self.key("internal")
 
     @property

@@ -14,10 +14,10 @@ import pytest
 import redis.asyncio as redis
 from sqlalchemy import update
 
-from app.persistence.models import task_table
-from app.persistence.types import utcnow
-from app.settings import Settings
-from app.sweeper import Sweeper
+from taskhub.persistence.models import task_table
+from taskhub.persistence.types import utcnow
+from taskhub.settings import Settings
+from taskhub.sweeper import Sweeper
 from tests.support.databases import REDIS_URL
 
 SUMMARY = "@internal:analysis:RoomSummary"

@@ -3,9 +3,9 @@
 from datetime import UTC, datetime
 from uuid import uuid4
 
-from app.domain.events import EventBatch, JobsInvalidate, TaskAvailable, TaskStatusChanged
-from app.domain.records import TaskRecord
-from app.domain.states import TaskStatus
+from taskhub.domain.events import EventBatch, JobsInvalidate, TaskAvailable, TaskStatusChanged
+from taskhub.domain.records import TaskRecord
+from taskhub.domain.states import TaskStatus
 
 
 def _task(status: TaskStatus, room: str = "r1") -> TaskRecord:

@@ -8,9 +8,9 @@ import threading
 
 import pytest
 
-from app.domain.gil_sharing import SHARING_INTERVAL_SECONDS, sharing_the_gil
-from app.domain.payload_checks import PayloadChecks
-from app.domain.schema_checks import check_schema_aside
+from taskhub.domain.gil_sharing import SHARING_INTERVAL_SECONDS, sharing_the_gil
+from taskhub.domain.payload_checks import PayloadChecks
+from taskhub.domain.schema_checks import check_schema_aside
 from tests.domain.test_schema_checks import a_schema
 from tests.support.costly_payloads import COSTLY, POINTS_SCHEMA
 

@@ -7,7 +7,7 @@ from uuid import UUID
 
 import pytest
 
-from app.domain.services.jobs import JobNames
+from taskhub.domain.services.jobs import JobNames
 
 
 @pytest.fixture

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from app.domain.payloads import schema_bytes
-from app.domain.services.jobs import KnownJobs
+from taskhub.domain.payloads import schema_bytes
+from taskhub.domain.services.jobs import KnownJobs
 
 
 def big_schema(size: int) -> dict[str, Any]:

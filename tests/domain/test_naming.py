@@ -2,8 +2,8 @@
 
 import pytest
 
-from app.domain.errors import InvalidCategory, InvalidRoomId, JobNotFound
-from app.domain.naming import (
+from taskhub.domain.errors import InvalidCategory, InvalidRoomId, JobNotFound
+from taskhub.domain.naming import (
     MAX_ROOM_ID_LENGTH,
     JobName,
     validate_category,

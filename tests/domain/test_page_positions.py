@@ -9,14 +9,14 @@ from uuid import UUID
 
 from sqlalchemy import or_, update
 
-from app.domain.records import TaskRecord
-from app.domain.services import page_positions
-from app.domain.services.page_positions import with_positions
-from app.domain.services.task_rows import SELECT_TASKS, queue_position
-from app.domain.states import TaskStatus
-from app.persistence.database import Database
-from app.persistence.models import job_table, task_table
-from app.persistence.types import utcnow
+from taskhub.domain.records import TaskRecord
+from taskhub.domain.services import page_positions
+from taskhub.domain.services.page_positions import with_positions
+from taskhub.domain.services.task_rows import SELECT_TASKS, queue_position
+from taskhub.domain.states import TaskStatus
+from taskhub.persistence.database import Database
+from taskhub.persistence.models import job_table, task_table
+from taskhub.persistence.types import utcnow
 from tests.support import rows as support_rows
 from tests.support.rows import add_tasks
 

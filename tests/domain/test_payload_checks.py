@@ -6,9 +6,9 @@ import asyncio
 
 import pytest
 
-from app.domain.errors import ValidationBusy, ValidationFailed
-from app.domain.payload_checks import PayloadChecks
-from app.domain.payloads import validate_payload
+from taskhub.domain.errors import ValidationBusy, ValidationFailed
+from taskhub.domain.payload_checks import PayloadChecks
+from taskhub.domain.payloads import validate_payload
 from tests.support.costly_payloads import COSTLY, POINTS_SCHEMA, until
 from tests.support.event_loop import watched_loop
 

@@ -3,8 +3,8 @@ payload is checked against it without fetching anything."""
 
 import pytest
 
-from app.domain.errors import ValidationFailed
-from app.domain.payloads import _Validators, check_schema, validate_payload
+from taskhub.domain.errors import ValidationFailed
+from taskhub.domain.payloads import _Validators, check_schema, validate_payload
 
 RESOLVABLE = {
     "pointer": {"$defs": {"n": {"type": "integer"}}, "properties": {"x": {"$ref": "#/$defs/n"}}},

@@ -35,19 +35,19 @@ from hypothesis.stateful import (
 )
 from sqlalchemy import delete, func, select, update
 
-from app.domain.errors import DomainError
-from app.domain.records import Principal
-from app.domain.retries import RetryPolicy
-from app.domain.services import due_tasks, sweeps, tasks
-from app.domain.services.jobs import KnownJobs, register_job
-from app.domain.services.page_positions import with_positions
-from app.domain.services.task_rows import SELECT_TASKS, load_task
-from app.domain.services.users import create_user
-from app.domain.states import ACTIVE_STATUSES, TaskStatus, is_terminal
-from app.persistence.database import Database
-from app.persistence.models import is_waiting, metadata, queue_bucket_table, task_table
-from app.persistence.types import utcnow
-from app.settings import Settings
+from taskhub.domain.errors import DomainError
+from taskhub.domain.records import Principal
+from taskhub.domain.retries import RetryPolicy
+from taskhub.domain.services import due_tasks, sweeps, tasks
+from taskhub.domain.services.jobs import KnownJobs, register_job
+from taskhub.domain.services.page_positions import with_positions
+from taskhub.domain.services.task_rows import SELECT_TASKS, load_task
+from taskhub.domain.services.users import create_user
+from taskhub.domain.states import ACTIVE_STATUSES, TaskStatus, is_terminal
+from taskhub.persistence.database import Database
+from taskhub.persistence.models import is_waiting, metadata, queue_bucket_table, task_table
+from taskhub.persistence.types import utcnow
+from taskhub.settings import Settings
 
 S = TaskStatus
 IMMEDIATE_RETRY = RetryPolicy(base_seconds=0, jitter=0)  # retried tasks are due at once

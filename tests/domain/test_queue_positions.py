@@ -8,10 +8,10 @@ from uuid import UUID
 
 from sqlalchemy import update
 
-from app.domain.services.task_rows import load_task
-from app.persistence.database import Database
-from app.persistence.models import task_table
-from app.persistence.types import utcnow
+from taskhub.domain.services.task_rows import load_task
+from taskhub.persistence.database import Database
+from taskhub.persistence.models import task_table
+from taskhub.persistence.types import utcnow
 from tests.support.rows import add_job, add_tasks
 
 SECOND = datetime(2026, 11, 21, 12, 0, 7, tzinfo=UTC)

@@ -6,8 +6,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from app.domain.retries import RetryPolicy, may_retry
-from app.domain.states import TaskStatus, previous_status
+from taskhub.domain.retries import RetryPolicy, may_retry
+from taskhub.domain.states import TaskStatus, previous_status
 
 S = TaskStatus
 

@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from app.domain import schema_checks
-from app.domain.errors import ValidationFailed
-from app.domain.payloads import check_schema, check_schema_size
-from app.domain.schema_checks import check_schema_aside
+from taskhub.domain import schema_checks
+from taskhub.domain.errors import ValidationFailed
+from taskhub.domain.payloads import check_schema, check_schema_size
+from taskhub.domain.schema_checks import check_schema_aside
 from tests.support.event_loop import watched_loop
 
 

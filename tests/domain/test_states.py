@@ -4,8 +4,8 @@ import itertools
 
 import pytest
 
-from app.domain.errors import InvalidTaskTransition
-from app.domain.states import (
+from taskhub.domain.errors import InvalidTaskTransition
+from taskhub.domain.states import (
     TERMINAL_STATUSES,
     TaskStatus,
     check_patch_transition,

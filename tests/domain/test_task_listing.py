@@ -7,11 +7,11 @@ from contextlib import AsyncExitStack
 
 import pytest
 
-from app.domain.services import task_listing
-from app.domain.services.task_listing import list_job_tasks, list_room_tasks
-from app.domain.states import TaskStatus
-from app.persistence.database import Database
-from app.settings import Settings
+from taskhub.domain.services import task_listing
+from taskhub.domain.services.task_listing import list_job_tasks, list_room_tasks
+from taskhub.domain.states import TaskStatus
+from taskhub.persistence.database import Database
+from taskhub.settings import Settings
 from tests.support.big_tasks import BIG, completed, points
 
 JOB = "room1:modifiers:Rotate"

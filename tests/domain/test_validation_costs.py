@@ -4,14 +4,14 @@ schema or the value are written to stay cheap, and a deadline stops what is left
 
 import pytest
 
-from app.domain.errors import ValidationFailed
-from app.domain.payloads import (
+from taskhub.domain.errors import ValidationFailed
+from taskhub.domain.payloads import (
     MAX_VALIDATION_SECONDS,
     check_schema,
     payload_errors,
     validate_payload,
 )
-from app.domain.schema_validator import (
+from taskhub.domain.schema_validator import (
     LinearTimeValidator,
     TooCostly,
     _EnumMembers,

@@ -12,18 +12,18 @@ import pytest
 from sqlalchemy import func, select, text, update
 from sqlalchemy.exc import DBAPIError
 
-from app.domain.records import Principal
-from app.domain.retries import RetryPolicy
-from app.domain.services import due_tasks, sweeps, tasks
-from app.domain.services.jobs import register_job
-from app.domain.services.page_positions import with_positions
-from app.domain.services.task_rows import SELECT_TASKS
-from app.domain.services.users import create_user
-from app.domain.states import TaskStatus
-from app.persistence.database import Database
-from app.persistence.dialects import ClaimFrom
-from app.persistence.models import queue_bucket_table, task_table
-from app.persistence.types import utcnow
+from taskhub.domain.records import Principal
+from taskhub.domain.retries import RetryPolicy
+from taskhub.domain.services import due_tasks, sweeps, tasks
+from taskhub.domain.services.jobs import register_job
+from taskhub.domain.services.page_positions import with_positions
+from taskhub.domain.services.task_rows import SELECT_TASKS
+from taskhub.domain.services.users import create_user
+from taskhub.domain.states import TaskStatus
+from taskhub.persistence.database import Database
+from taskhub.persistence.dialects import ClaimFrom
+from taskhub.persistence.models import queue_bucket_table, task_table
+from taskhub.persistence.types import utcnow
 
 S = TaskStatus
 JOB = "room1:modifiers:Job"

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import httpx
 
-from app.observability.logging import JsonFormatter, RequestIdFilter, SecretsFilter, log_config
-from app.observability.request_id import bound
+from taskhub.observability.logging import JsonFormatter, RequestIdFilter, SecretsFilter, log_config
+from taskhub.observability.request_id import bound
 from tests.support.server import run_async, running_hub
 from tests.support.sockets import SocketProbe
 

@@ -11,11 +11,11 @@ import pytest
 from prometheus_client import REGISTRY
 from prometheus_client.exposition import choose_encoder
 
-from app.domain import payload_checks
-from app.domain.events import EventBatch, TaskStatusChanged
-from app.domain.states import TaskStatus
-from app.observability import metrics
-from app.settings import Settings
+from taskhub.domain import payload_checks
+from taskhub.domain.events import EventBatch, TaskStatusChanged
+from taskhub.domain.states import TaskStatus
+from taskhub.observability import metrics
+from taskhub.settings import Settings
 from tests.support.costly_payloads import COSTLY, POINTS_SCHEMA, until
 from tests.support.metrics import Samples
 

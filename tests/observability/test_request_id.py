@@ -12,9 +12,9 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from app.domain.services import tasks as task_service
-from app.observability.logging import JsonFormatter, RequestIdFilter
-from app.observability.request_id import accepted_request_id
+from taskhub.domain.services import tasks as task_service
+from taskhub.observability.logging import JsonFormatter, RequestIdFilter
+from taskhub.observability.request_id import accepted_request_id
 
 GENERATED = re.compile(r"[0-9a-f]{32}")
 
@@ -97,7 +97,7 @@ async def test_log_lines_of_a_failing_request_carry_its_id(
     assert errors, json_log.getvalue()
     line = errors[0]
     assert line["request_id"] == "req-500"
-    assert line["logger"] == "app.transport.http.problems"
+    assert line["logger"] == "taskhub.transport.http.problems"
     assert "database on fire" in str(line["exception"])
     assert {"time", "level", "logger", "message", "request_id"} <= set(line)
 
@@ -116,4 +116,4 @@ async def test_socket_handler_log_lines_carry_the_connection_id(app, json_log) -
     assert ack["status"] == 500
     (line,) = [line for line in lines(json_log) if line["level"] == "ERROR"]
     assert line["request_id"] == "sio-s1d-x"
-    assert line["logger"] == "app.transport.sockets.handlers"
+    assert line["logger"] == "taskhub.transport.sockets.handlers"

@@ -20,7 +20,7 @@ except ImportError as exc:  # a failure, never a skip
     ) from exc
 
 CHROMIUM = Path("/usr/bin/chromium")
-SOCKETIO_BUNDLE = REPO_ROOT / "node_modules" / "socket.io-client" / "dist" / "socket.io.esm.min.js"
+SOCKETIO_BUNDLE = REPO_ROOT / "static" / "vendor" / "socket.io" / "socket.io.esm.min.js"
 ARTIFACTS = REPO_ROOT / "test-artifacts"
 LAUNCH_ARGS = [
     "--headless",

@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from app.sdk import Worker
+from taskhub.sdk import Worker
 from tests.page.browser import CHROMIUM, LAUNCH_ARGS, Pages, missing_prerequisites
 from tests.page.extensions import Brew
 from tests.support.server import HubServer, running_hub

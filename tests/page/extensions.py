@@ -10,7 +10,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from app.sdk import Extension, TaskContext
+from taskhub.sdk import Extension, TaskContext
 
 STEP_SECONDS = 0.3
 

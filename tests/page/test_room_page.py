@@ -8,7 +8,7 @@ import json
 
 from playwright.sync_api import Page, Request, expect
 
-from app.sdk import Worker
+from taskhub.sdk import Worker
 from tests.page.browser import (
     ARTIFACTS,
     PHONE,

@@ -10,9 +10,9 @@ from collections.abc import AsyncIterator
 import pytest
 from sqlalchemy import text
 
-from app.persistence.database import Database
-from app.persistence.prepared import hot
-from app.settings import Settings
+from taskhub.persistence.database import Database
+from taskhub.persistence.prepared import hot
+from taskhub.settings import Settings
 
 pytestmark = pytest.mark.postgres_only
 

@@ -8,11 +8,11 @@ from uuid import uuid4
 import pytest
 from sqlalchemy import insert, text
 
-from app.domain.services.task_rows import SELECT_TASKS, joined_record, position_query
-from app.persistence.database import Database
-from app.persistence.dialects import ClaimFrom, claim_statement
-from app.persistence.models import job_table, link_table, task_table, user_table, worker_table
-from app.persistence.types import new_id, utcnow
+from taskhub.domain.services.task_rows import SELECT_TASKS, joined_record, position_query
+from taskhub.persistence.database import Database
+from taskhub.persistence.dialects import ClaimFrom, claim_statement
+from taskhub.persistence.models import job_table, link_table, task_table, user_table, worker_table
+from taskhub.persistence.types import new_id, utcnow
 
 pytestmark = pytest.mark.postgres_only
 

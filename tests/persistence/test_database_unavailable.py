@@ -24,12 +24,12 @@ import pytest
 from sqlalchemy import select, text
 from sqlalchemy.engine import make_url
 
-from app.domain.services import sweeps
-from app.main import TaskhubApp, create_app
-from app.persistence.database import Database
-from app.persistence.models import job_table
-from app.persistence.prepared import hot
-from app.settings import Settings
+from taskhub.domain.services import sweeps
+from taskhub.main import TaskhubApp, create_app
+from taskhub.persistence.database import Database
+from taskhub.persistence.models import job_table
+from taskhub.persistence.prepared import hot
+from taskhub.settings import Settings
 from tests.support.api import ApiClient, assert_problem
 from tests.support.tcp_proxy import TcpProxy
 

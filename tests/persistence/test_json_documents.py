@@ -12,11 +12,11 @@ import orjson
 import pytest
 from sqlalchemy import Text, bindparam, select, update
 
-from app.persistence.database import Database
-from app.persistence.dialects import document_is_small
-from app.persistence.models import task_table
-from app.persistence.prepared import hot
-from app.persistence.types import (
+from taskhub.persistence.database import Database
+from taskhub.persistence.dialects import document_is_small
+from taskhub.persistence.models import task_table
+from taskhub.persistence.prepared import hot
+from taskhub.persistence.types import (
     dump_json,
     has_long_digit_run,
     load_json,

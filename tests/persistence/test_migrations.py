@@ -23,9 +23,9 @@ from sqlalchemy.engine import Connection, make_url
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.sql.elements import ClauseElement
 
-from app.persistence import migrations
-from app.persistence.database import Database
-from app.persistence.models import (
+from taskhub.persistence import migrations
+from taskhub.persistence.database import Database
+from taskhub.persistence.models import (
     job_table,
     link_table,
     metadata,
@@ -34,8 +34,8 @@ from app.persistence.models import (
     user_table,
     worker_table,
 )
-from app.persistence.types import new_id, utcnow
-from app.settings import Settings
+from taskhub.persistence.types import new_id, utcnow
+from taskhub.settings import Settings
 from tests.support.databases import (
     create_postgres_database,
     create_schema_from_models,

@@ -1,6 +1,6 @@
 """Plain ``alembic`` (the README's ``alembic downgrade``) acts on the hub's database: the one
 ``TASKHUB_DATABASE_URL`` names, or the hub's default, never a URL of its own; a URL given in
-code (``app.persistence.migrations``) still wins over the environment.
+code (``taskhub.persistence.migrations``) still wins over the environment.
 
 ``alembic`` runs as a real subprocess from a scratch directory, with the repository's
 ``alembic.ini``; each test gets an empty database (a SQLite file elsewhere, or a fresh
@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from app.persistence import migrations
-from app.persistence.database import Database
-from app.settings import Settings
+from taskhub.persistence import migrations
+from taskhub.persistence.database import Database
+from taskhub.settings import Settings
 from tests.support.databases import create_postgres_database, drop_postgres_database
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

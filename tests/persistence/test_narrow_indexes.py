@@ -10,14 +10,14 @@ from typing import Any
 from sqlalchemy import event, func, insert, select, text
 from sqlalchemy.sql import Executable
 
-from app.domain.services.sweeps import end_expired_leases
-from app.domain.services.tasks import _IDEMPOTENT_REPLAY
-from app.domain.services.workers import _EXTEND_ALL_LEASES
-from app.domain.states import ACTIVE_STATUSES
-from app.persistence.database import Database
-from app.persistence.models import ACTIVE_VALUES, task_table, user_table, worker_table
-from app.persistence.prepared import Compiled
-from app.persistence.types import new_id, utcnow
+from taskhub.domain.services.sweeps import end_expired_leases
+from taskhub.domain.services.tasks import _IDEMPOTENT_REPLAY
+from taskhub.domain.services.workers import _EXTEND_ALL_LEASES
+from taskhub.domain.states import ACTIVE_STATUSES
+from taskhub.persistence.database import Database
+from taskhub.persistence.models import ACTIVE_VALUES, task_table, user_table, worker_table
+from taskhub.persistence.prepared import Compiled
+from taskhub.persistence.types import new_id, utcnow
 from tests.support.rows import add_job
 
 FINISHED = 4000

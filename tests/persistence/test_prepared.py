@@ -13,13 +13,13 @@ import pytest
 from sqlalchemy import bindparam, insert, select, text, update
 from sqlalchemy.engine import Result
 
-from app.domain.services.task_rows import SELECT_TASKS, position_before_insert, position_params
-from app.persistence.database import Database, DatabaseUnavailable
-from app.persistence.dialects import insert_task_of_live_job
-from app.persistence.models import job_table, link_table, task_table, user_table, worker_table
-from app.persistence.prepared import HotResult, hot
-from app.persistence.types import new_id, utcnow
-from app.settings import Settings
+from taskhub.domain.services.task_rows import SELECT_TASKS, position_before_insert, position_params
+from taskhub.persistence.database import Database, DatabaseUnavailable
+from taskhub.persistence.dialects import insert_task_of_live_job
+from taskhub.persistence.models import job_table, link_table, task_table, user_table, worker_table
+from taskhub.persistence.prepared import HotResult, hot
+from taskhub.persistence.types import new_id, utcnow
+from taskhub.settings import Settings
 from tests.support.databases import _asyncpg_dsn
 
 task = task_table

@@ -9,9 +9,9 @@ from uuid import UUID
 
 from sqlalchemy import delete, select, update
 
-from app.persistence.database import Database
-from app.persistence.models import queue_bucket_table, task_table
-from app.persistence.queue_counts import bucket_of, bucket_start
+from taskhub.persistence.database import Database
+from taskhub.persistence.models import queue_bucket_table, task_table
+from taskhub.persistence.queue_counts import bucket_of, bucket_start
 from tests.support.rows import add_job, add_tasks
 
 SECOND = datetime(2026, 11, 21, 12, 0, 7, tzinfo=UTC)

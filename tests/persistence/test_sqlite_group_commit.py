@@ -14,11 +14,11 @@ import pytest
 from sqlalchemy import insert, select
 from sqlalchemy.exc import IntegrityError
 
-from app.persistence.database import Database, SharedOrExclusive
-from app.persistence.models import user_table
-from app.persistence.sqlite_driver import _run_group
-from app.persistence.types import new_id, utcnow
-from app.settings import Settings
+from taskhub.persistence.database import Database, SharedOrExclusive
+from taskhub.persistence.models import user_table
+from taskhub.persistence.sqlite_driver import _run_group
+from taskhub.persistence.types import new_id, utcnow
+from taskhub.settings import Settings
 from tests.support.databases import create_schema_from_models
 
 

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from app.domain.services.task_rows import position_query
-from app.domain.states import TaskStatus
-from app.persistence.database import Database
-from app.persistence.dialects import ClaimFrom, claim_statement, claimable_left_statement
-from app.persistence.types import utcnow
-from app.settings import Settings
+from taskhub.domain.services.task_rows import position_query
+from taskhub.domain.states import TaskStatus
+from taskhub.persistence.database import Database
+from taskhub.persistence.dialects import ClaimFrom, claim_statement, claimable_left_statement
+from taskhub.persistence.types import utcnow
+from taskhub.settings import Settings
 from tests.support.databases import create_schema_from_models
 from tests.support.records import a_task_record
 

@@ -15,14 +15,14 @@ from typing import Any
 import redis.asyncio as redis
 import socketio
 
-from app.realtime.redis_clients import (
+from taskhub.realtime.redis_clients import (
     Liveness,
     TaskhubRedisManager,
     redis_options,
     subscription_messages,
 )
-from app.realtime.waiters import TaskWaiters
-from app.realtime.wake_bus import RedisWakeBus
+from taskhub.realtime.waiters import TaskWaiters
+from taskhub.realtime.wake_bus import RedisWakeBus
 from tests.realtime.hubs import served
 from tests.support.server import RedisServer
 from tests.support.sockets import SocketProbe

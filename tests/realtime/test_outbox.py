@@ -7,8 +7,8 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from app.observability import metrics
-from app.realtime.outbox import Outbox
+from taskhub.observability import metrics
+from taskhub.realtime.outbox import Outbox
 
 
 class Gate:
@@ -51,7 +51,7 @@ async def test_a_stalled_sender_does_not_hold_up_the_caller_and_catches_up_later
 async def test_failed_sends_are_logged_once_per_outage_and_the_next_items_still_go(
     caplog,
 ) -> None:
-    caplog.set_level(logging.INFO, logger="app.realtime.outbox")
+    caplog.set_level(logging.INFO, logger="taskhub.realtime.outbox")
     gate = Gate()
     outbox = Outbox("test", gate.send)
     for item in (1, -1, -2, -3, 2, -4, 3):

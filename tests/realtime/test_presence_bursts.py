@@ -50,7 +50,7 @@ async def eventually(check: Callable[[], Awaitable[bool]], within: float, what: 
 async def test_a_burst_of_worker_disconnects_uses_a_bounded_number_of_redis_connections(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.WARNING, logger="app.realtime.presence")
+    caplog.set_level(logging.WARNING, logger="taskhub.realtime.presence")
     with RedisServer(tmp_path) as server:
         async with hub_database() as (url, namespace):
             settings = hub_settings(url, server.url, namespace, GRACE)

@@ -13,7 +13,7 @@ import pytest
 import redis.asyncio as redis
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from app.realtime.redis_clients import COMMAND_TIMEOUT, redis_options
+from taskhub.realtime.redis_clients import COMMAND_TIMEOUT, redis_options
 from tests.support.server import RedisServer
 
 

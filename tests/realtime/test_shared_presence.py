@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from app.settings import Settings
+from taskhub.settings import Settings
 from tests.realtime.hubs import Replica, hub_database, hub_settings, new_user, replicas
 from tests.support.server import RedisServer
 from tests.support.sockets import SocketProbe
@@ -130,7 +130,7 @@ async def test_a_worker_is_removed_after_the_grace_of_its_last_socket_though_a_r
     failed) and when the SDK reconnected; when that socket ends for good, the worker is
     removed after the grace period (SPEC: a disconnect triggers the cleanup at once), not
     left to the sweeper."""
-    caplog.set_level(logging.WARNING, logger="app.realtime.presence")
+    caplog.set_level(logging.WARNING, logger="taskhub.realtime.presence")
     with RedisServer(tmp_path) as redis, TcpProxy(redis.port) as to_redis:
         async with hub_database() as (url, namespace):
             settings = hub_settings(url, to_redis.url("redis"), namespace, GRACE)

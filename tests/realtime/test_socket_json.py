@@ -8,9 +8,9 @@ import math
 import engineio.packet
 import socketio.packet
 
-from app.main import create_app
-from app.realtime import socket_json
-from app.settings import Settings
+from taskhub.main import create_app
+from taskhub.realtime import socket_json
+from taskhub.settings import Settings
 
 VALUES = [
     {"text": 'é ✓ \u0001 "quoted"', "n": None, "t": True, "f": 0.1, "e": 1e16, "z": -0.0},

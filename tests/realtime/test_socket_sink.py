@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from app.domain.events import TaskStatusChanged
-from app.domain.states import TaskStatus
-from app.realtime.socket_sink import SocketSink
+from taskhub.domain.events import TaskStatusChanged
+from taskhub.domain.states import TaskStatus
+from taskhub.realtime.socket_sink import SocketSink
 from tests.support.records import a_task_record
 
 

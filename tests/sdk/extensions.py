@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from app.sdk import Extension, RetryLater, TaskContext
+from taskhub.sdk import Extension, RetryLater, TaskContext
 
 GATES: defaultdict[str, threading.Event] = defaultdict(threading.Event)
 STARTED: defaultdict[str, threading.Event] = defaultdict(threading.Event)

@@ -8,7 +8,7 @@ import time
 import httpx
 import pytest
 
-from app.sdk import AsyncClient, Client, InvalidTransition, TaskCancelled, Worker
+from taskhub.sdk import AsyncClient, Client, InvalidTransition, TaskCancelled, Worker
 from tests.sdk.conftest import Hub, async_eventually
 from tests.sdk.extensions import OBSERVED_CANCEL, STARTED, AsyncSpin, Echo, Gate
 

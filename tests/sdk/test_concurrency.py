@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import threading
 
-from app.sdk import Client, Worker
-from app.sdk.extension import JobSpec
+from taskhub.sdk import Client, Worker
+from taskhub.sdk.extension import JobSpec
 from tests.sdk.conftest import Hub
 from tests.sdk.extensions import ACTIVE, BARRIERS, Overlap
 

@@ -12,9 +12,17 @@ import sys
 
 import pytest
 
-from app.cli import main
-from app.sdk import AsyncClient, AuthError, Client, Extension, HubUnavailable, TaskContext, Worker
-from app.sdk.extension import JobSpec
+from taskhub.cli import main
+from taskhub.sdk import (
+    AsyncClient,
+    AuthError,
+    Client,
+    Extension,
+    HubUnavailable,
+    TaskContext,
+    Worker,
+)
+from taskhub.sdk.extension import JobSpec
 from tests.sdk.conftest import Hub, eventually
 from tests.sdk.extensions import Echo
 from tests.support.server import REPO_ROOT
@@ -85,7 +93,7 @@ def test_a_stop_signal_ends_a_worker_still_trying_to_reach_its_hub(tmp_path) -> 
     with socket.socket() as unused:  # bound, never listening: every connection is refused
         unused.bind(("127.0.0.1", 0))
         url = f"http://127.0.0.1:{unused.getsockname()[1]}"
-        command = [sys.executable, "-m", "app.cli", "worker", "tests.sdk.extensions:Echo"]
+        command = [sys.executable, "-m", "taskhub.cli", "worker", "tests.sdk.extensions:Echo"]
         log_path = tmp_path / "worker.log"
         with log_path.open("wb") as log:
             process = subprocess.Popen(
@@ -166,7 +174,7 @@ def test_cli_worker_exits_with_the_hub_refusal(hub: Hub, room: str) -> None:
     env = {key: value for key, value in os.environ.items() if not key.startswith("TASKHUB_")}
     result = subprocess.run(
         [
-            *(sys.executable, "-m", "app.cli", "worker", "tests.sdk.extensions:Echo"),
+            *(sys.executable, "-m", "taskhub.cli", "worker", "tests.sdk.extensions:Echo"),
             *("--url", hub.url, "--token", "th_not-a-token", "--room", room),
         ],
         cwd=REPO_ROOT,
@@ -226,7 +234,7 @@ def test_cli_worker_needs_a_token(
 async def test_the_worker_adopts_a_third_or_less_of_the_hubs_timeout(hub) -> None:
     """The hub announces its worker timeout (60 s by default); a worker configured for a
     longer timeout beats every quarter of the hub's instead."""
-    from app.sdk.engine import WorkerConfig, WorkerEngine
+    from taskhub.sdk.engine import WorkerConfig, WorkerEngine
 
     config = WorkerConfig(
         url=hub.url, token=hub.admin_token, concurrency=1, heartbeat_interval=50,
@@ -243,8 +251,8 @@ async def test_the_worker_adopts_a_third_or_less_of_the_hubs_timeout(hub) -> Non
 def test_the_sdks_report_limits_are_the_hubs() -> None:
     """The SDK cuts what it reports to what the hub keeps (the hub would cut an error
     itself, but refuse a longer progress message)."""
-    from app.sdk.models import MAX_ERROR_CHARS, MAX_PROGRESS_MESSAGE_CHARS
-    from app.transport.http import schemas
+    from taskhub.sdk.models import MAX_ERROR_CHARS, MAX_PROGRESS_MESSAGE_CHARS
+    from taskhub.transport.http import schemas
 
     [limit] = [m.max_length for m in schemas.TaskUpdateIn.model_fields["progress_message"].metadata]
     assert limit == MAX_PROGRESS_MESSAGE_CHARS

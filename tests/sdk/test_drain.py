@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from app.sdk import AsyncClient, Client, Worker
-from app.sdk.client import AsyncTaskHandle
-from app.sdk.engine import SHUTDOWN_ERROR
+from taskhub.sdk import AsyncClient, Client, Worker
+from taskhub.sdk.client import AsyncTaskHandle
+from taskhub.sdk.engine import SHUTDOWN_ERROR
 from tests.sdk.conftest import (
     HUB_ENV,
     SWEEPING_TIMEOUT,

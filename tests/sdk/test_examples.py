@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from app.sdk import Client, Worker
 from examples.countdown import Countdown
 from examples.rotate import Rotate
+from taskhub.sdk import Client, Worker
 from tests.sdk.conftest import Hub
 
 

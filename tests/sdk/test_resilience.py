@@ -16,10 +16,10 @@ from types import SimpleNamespace
 import httpx
 import pytest
 
-from app.sdk import AsyncClient, Client, Worker, execution, http
-from app.sdk.api import WorkerApi
-from app.sdk.errors import HubUnavailable
-from app.sdk.http import AsyncHub
+from taskhub.sdk import AsyncClient, Client, Worker, execution, http
+from taskhub.sdk.api import WorkerApi
+from taskhub.sdk.errors import HubUnavailable
+from taskhub.sdk.http import AsyncHub
 from tests.sdk.conftest import HUB_ENV, Hub, eventually
 from tests.sdk.extensions import GATES, OBSERVED_CANCEL, STARTED, Echo, Gate, Stubborn
 from tests.support.server import Backend, HubServer, provisioned_database

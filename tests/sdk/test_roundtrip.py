@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from app.sdk import AsyncClient, Client, ProblemError, TaskFailed, Worker
-from app.sdk.models import MAX_ERROR_CHARS, MAX_PROGRESS_MESSAGE_CHARS
+from taskhub.sdk import AsyncClient, Client, ProblemError, TaskFailed, Worker
+from taskhub.sdk.models import MAX_ERROR_CHARS, MAX_PROGRESS_MESSAGE_CHARS
 from tests.sdk.conftest import Hub, async_eventually, eventually
 from tests.sdk.extensions import (
     GATES,

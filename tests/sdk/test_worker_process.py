@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from app.sdk import Client
+from taskhub.sdk import Client
 from tests.sdk.conftest import SWEEPING_TIMEOUT, Hub, eventually, wait_status
 from tests.sdk.extensions import Slow
 from tests.support.server import REPO_ROOT
@@ -27,11 +27,11 @@ JOB = "modifiers:Slow"
 def worker_process(
     hub: Hub, room: str, log_path: Path, *options: str
 ) -> Iterator[subprocess.Popen[bytes]]:
-    """``python -m app.cli worker tests.sdk.extensions:Slow`` (URL and token from the
+    """``python -m taskhub.cli worker tests.sdk.extensions:Slow`` (URL and token from the
     environment), running until its job is registered with a live worker."""
     env = {key: value for key, value in os.environ.items() if not key.startswith("TASKHUB_")}
     env.update({"TASKHUB_URL": hub.url, "TASKHUB_TOKEN": hub.user_token, "PYTHONUNBUFFERED": "1"})
-    command = [sys.executable, "-m", "app.cli", "worker", "tests.sdk.extensions:Slow"]
+    command = [sys.executable, "-m", "taskhub.cli", "worker", "tests.sdk.extensions:Slow"]
     with log_path.open("wb") as log:
         process = subprocess.Popen(
             [*command, "--room", room, "--poll-interval", "0.2", *options],

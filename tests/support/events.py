@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
-from app.domain.events import Event, TaskStatusChanged
-from app.domain.states import TaskStatus
+from taskhub.domain.events import Event, TaskStatusChanged
+from taskhub.domain.states import TaskStatus
 
 
 class EventRecorder:

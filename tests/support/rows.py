@@ -8,9 +8,9 @@ from uuid import UUID
 
 from sqlalchemy import insert
 
-from app.persistence.database import Database
-from app.persistence.models import job_table, task_table
-from app.persistence.types import new_id, utcnow
+from taskhub.persistence.database import Database
+from taskhub.persistence.models import job_table, task_table
+from taskhub.persistence.types import new_id, utcnow
 
 
 async def add_job(db: Database) -> UUID:

@@ -33,9 +33,9 @@ from typing import IO, Any, Literal, TypeVar
 import httpx
 from sqlalchemy.engine import make_url
 
-from app.domain.services import users
-from app.persistence.database import Database
-from app.settings import Settings
+from taskhub.domain.services import users
+from taskhub.persistence.database import Database
+from taskhub.settings import Settings
 from tests.support.databases import create_postgres_database, drop_postgres_database
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -83,7 +83,7 @@ def server_env(
 
 
 def taskhub_command(*args: str) -> list[str]:
-    return [sys.executable, "-m", "app.cli", *args]
+    return [sys.executable, "-m", "taskhub.cli", *args]
 
 
 def migrate(database_url: str, timeout: float = 120.0) -> None:
@@ -368,11 +368,11 @@ def _exited(process: subprocess.Popen[bytes]) -> bool:
     return os.waitid(os.P_PID, process.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
 
 
-TASKIQ_WORKER = (sys.executable, "-m", "taskiq", "worker", "internal_jobs.broker:broker")
+TASKIQ_WORKER = (sys.executable, "-m", "taskiq", "worker", "taskhub.internal_jobs.broker:broker")
 
 
 class TaskiqWorker:
-    """``taskiq worker internal_jobs.broker:broker --workers 1``: the process that executes
+    """``taskiq worker taskhub.internal_jobs.broker:broker --workers 1``: the process that executes
     ``@internal`` tasks, with the same ``TASKHUB_*`` settings as the hub (pass the hub's
     ``env``). It runs in a session of its own, so ``kill`` takes taskiq's child worker
     process down with it; a context manager (start, then stop)."""

@@ -16,9 +16,9 @@ import httpx
 import socketio
 from sqlalchemy import select
 
-from app.persistence.database import Database
-from app.persistence.models import task_table, worker_table
-from app.settings import Settings
+from taskhub.persistence.database import Database
+from taskhub.persistence.models import task_table, worker_table
+from taskhub.settings import Settings
 from tests.support.metrics import Samples
 from tests.support.server import HubServer, running_hub
 from tests.support.sockets import SocketProbe

@@ -221,7 +221,7 @@ def test_sdk_importable_next_to_hub_models() -> None:
     ``SQLModel.metadata`` with the same names (``worker_job_link``, ``worker``, ``job``,
     ``task``), so importing the second fails."""
     result = subprocess.run(
-        [sys.executable, "-c", "import app.persistence.models, zndraw_joblib.client"],
+        [sys.executable, "-c", "import taskhub.persistence.models, zndraw_joblib.client"],
         cwd=REPO_ROOT,
         capture_output=True,
         text=True,

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from app.domain.services import task_listing
-from app.domain.services.task_listing import list_room_tasks
-from app.transport.http.schemas import task_listing_response
+from taskhub.domain.services import task_listing
+from taskhub.domain.services.task_listing import list_room_tasks
+from taskhub.transport.http.schemas import task_listing_response
 from tests.support.api import ApiClient
 from tests.support.big_tasks import BIG, completed, points
 

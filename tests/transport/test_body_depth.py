@@ -10,7 +10,7 @@ import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.transport.http.api import nested_deeper_than
+from taskhub.transport.http.api import nested_deeper_than
 
 TRICKY_TEXT = st.text(alphabet='[]{}"\\:, ab\u00e9\U0001f600', max_size=12)
 JSON_VALUES = st.recursive(

@@ -9,7 +9,7 @@ from typing import Any
 from uvicorn.config import Config
 from uvicorn.server import ServerState
 
-from app.transport.http.coalescing import (
+from taskhub.transport.http.coalescing import (
     PROTOCOL,
     CoalescingHttpToolsProtocol,
     CoalescingTransport,

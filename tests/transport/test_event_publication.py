@@ -2,7 +2,7 @@
 
 import pytest
 
-from app.domain.events import Event
+from taskhub.domain.events import Event
 
 JOB = "room1:modifiers:Rotate"
 

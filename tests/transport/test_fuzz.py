@@ -12,10 +12,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import select
 
-from app.main import API_PREFIX, ENDPOINTS
-from app.persistence.models import Job, Task, Worker, WorkerJobLink
-from app.transport.http.api import MAX_JSON_DEPTH
-from app.transport.http.openapi import build_openapi
+from taskhub.main import API_PREFIX, ENDPOINTS
+from taskhub.persistence.models import Job, Task, Worker, WorkerJobLink
+from taskhub.transport.http.api import MAX_JSON_DEPTH
+from taskhub.transport.http.openapi import build_openapi
 from tests.support.api import ApiClient
 
 DOCUMENT = build_openapi(ENDPOINTS, API_PREFIX)

@@ -8,8 +8,8 @@ import pytest
 from sqlalchemy import func, select, update
 from sqlalchemy.engine import make_url
 
-from app.domain.payloads import MAX_SCHEMA_BYTES, schema_bytes
-from app.persistence.models import job_table, link_table, worker_table
+from taskhub.domain.payloads import MAX_SCHEMA_BYTES, schema_bytes
+from taskhub.persistence.models import job_table, link_table, worker_table
 from tests.support.api import SCHEMA, assert_problem
 from tests.support.event_loop import watched_loop
 
@@ -354,7 +354,7 @@ async def soft_delete_under_way(db, job_id: str):
 
 @pytest.mark.postgres_only
 async def test_a_registration_under_way_keeps_the_job_its_last_worker_leaves(alice, monkeypatch):
-    from app.domain.services import jobs
+    from taskhub.domain.services import jobs
 
     leaving = (await alice.register(name="Solo"))["worker_id"]
     joining = (await alice.post("/workers")).json()["id"]

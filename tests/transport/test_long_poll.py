@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from app.settings import Settings
+from taskhub.settings import Settings
 
 JOB = "room1:modifiers:Rotate"
 

@@ -14,10 +14,10 @@ import pytest
 from openapi_spec_validator import validate
 from starlette.routing import Route
 
-from app.domain.errors import InvalidRoomId, ValidationFailed
-from app.domain.naming import validate_job_name, validate_room_id
-from app.main import API_PREFIX, ENDPOINTS, create_app
-from app.transport.http.openapi import build_openapi, openapi_path
+from taskhub.domain.errors import InvalidRoomId, ValidationFailed
+from taskhub.domain.naming import validate_job_name, validate_room_id
+from taskhub.main import API_PREFIX, ENDPOINTS, create_app
+from taskhub.transport.http.openapi import build_openapi, openapi_path
 from tests.support.api import ApiClient
 
 PROBLEM = "application/problem+json"

@@ -9,9 +9,9 @@ from uuid import UUID
 import pytest
 from sqlalchemy import select
 
-from app.domain.events import Event, TaskAvailable
-from app.persistence.models import task_table
-from app.realtime import due_announcer
+from taskhub.domain.events import Event, TaskAvailable
+from taskhub.persistence.models import task_table
+from taskhub.realtime import due_announcer
 from tests.support.api import assert_problem
 
 JOB = "room1:modifiers:Rotate"

@@ -7,10 +7,10 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from app.domain.events import TaskAvailable, TaskStatusChanged
-from app.domain.states import TaskStatus
-from app.persistence.types import utcnow
-from app.settings import Settings
+from taskhub.domain.events import TaskAvailable, TaskStatusChanged
+from taskhub.domain.states import TaskStatus
+from taskhub.persistence.types import utcnow
+from taskhub.settings import Settings
 from tests.support.api import assert_problem
 
 JOB = "room1:modifiers:Rotate"

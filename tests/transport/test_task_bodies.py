@@ -11,11 +11,11 @@ from uuid import uuid4
 import asyncpg.pgproto.pgproto
 import pytest
 
-from app.domain.records import Page, TaskRecord
-from app.domain.states import TaskStatus
-from app.persistence.types import stored_document
-from app.transport.http.api import dump_body, json_response
-from app.transport.http.schemas import (
+from taskhub.domain.records import Page, TaskRecord
+from taskhub.domain.states import TaskStatus
+from taskhub.persistence.types import stored_document
+from taskhub.transport.http.api import dump_body, json_response
+from taskhub.transport.http.schemas import (
     ClaimedTaskOut,
     PageOut,
     TaskOut,

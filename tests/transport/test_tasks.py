@@ -7,8 +7,8 @@ from uuid import UUID, uuid4
 import pytest
 from sqlalchemy import text
 
-from app.persistence.dialects import claim_statement
-from app.persistence.types import utcnow
+from taskhub.persistence.dialects import claim_statement
+from taskhub.persistence.types import utcnow
 from tests.support.api import SCHEMA, assert_problem
 
 JOB = "room1:modifiers:Rotate"

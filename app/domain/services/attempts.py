@@ -13,13 +13,13 @@ from uuid import UUID
 from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from app.domain.events import EventBatch, TaskCancelled, TaskStatusChanged
-from app.domain.records import TaskRecord
-from app.domain.retries import RetryPolicy
-from app.domain.services.jobs import JobNames
-from app.domain.services.task_rows import due_at, queue_position, task_record
-from app.domain.states import TaskStatus, previous_status
-from app.persistence.models import is_active, next_version, task_table
+from taskhub.domain.events import EventBatch, TaskCancelled, TaskStatusChanged
+from taskhub.domain.records import TaskRecord
+from taskhub.domain.retries import RetryPolicy
+from taskhub.domain.services.jobs import JobNames
+from taskhub.domain.services.task_rows import due_at, queue_position, task_record
+from taskhub.domain.states import TaskStatus, previous_status
+from taskhub.persistence.models import is_active, next_version, task_table
 
 task = task_table
 _ACTIVE = is_active()

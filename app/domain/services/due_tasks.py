@@ -11,10 +11,10 @@ from uuid import UUID
 
 from sqlalchemy import and_, bindparam, false, func, or_, select, update
 
-from app.domain.events import EventBatch, TaskAvailable
-from app.domain.naming import INTERNAL_ROOM
-from app.persistence.database import Database
-from app.persistence.models import is_pending, is_waiting, job_table, task_table
+from taskhub.domain.events import EventBatch, TaskAvailable
+from taskhub.domain.naming import INTERNAL_ROOM
+from taskhub.persistence.database import Database
+from taskhub.persistence.models import is_pending, is_waiting, job_table, task_table
 
 task = task_table
 _SCHEDULED = [is_pending(), task.c.run_at.is_not(None)]

@@ -10,16 +10,16 @@ from uuid import UUID, uuid4
 
 from sqlalchemy import Select, func, select, update
 
-from app.domain.events import EventBatch, JobsInvalidate, TaskStatusChanged
-from app.domain.naming import INTERNAL_ROOM
-from app.domain.records import TaskRecord
-from app.domain.services.jobs import JobNames
-from app.domain.services.task_rows import task_record
-from app.domain.states import TaskStatus
-from app.persistence.database import Database
-from app.persistence.dialects import insert_ignoring_duplicates
-from app.persistence.models import is_pending, job_table, next_version, task_table
-from app.persistence.types import new_id, utcnow
+from taskhub.domain.events import EventBatch, JobsInvalidate, TaskStatusChanged
+from taskhub.domain.naming import INTERNAL_ROOM
+from taskhub.domain.records import TaskRecord
+from taskhub.domain.services.jobs import JobNames
+from taskhub.domain.services.task_rows import task_record
+from taskhub.domain.states import TaskStatus
+from taskhub.persistence.database import Database
+from taskhub.persistence.dialects import insert_ignoring_duplicates
+from taskhub.persistence.models import is_pending, job_table, next_version, task_table
+from taskhub.persistence.types import new_id, utcnow
 
 task = task_table
 DISPATCH_FAILED = "Failed to dispatch to internal executor"

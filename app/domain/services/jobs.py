@@ -12,9 +12,9 @@ from sqlalchemy import and_, bindparam, exists, func, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql import ColumnElement
 
-from app.domain.errors import Forbidden, JobNotFound, SchemaConflict
-from app.domain.events import EventBatch, JobsInvalidate
-from app.domain.naming import (
+from taskhub.domain.errors import Forbidden, JobNotFound, SchemaConflict
+from taskhub.domain.events import EventBatch, JobsInvalidate
+from taskhub.domain.naming import (
     INTERNAL_ROOM,
     JobName,
     is_reserved,
@@ -23,15 +23,15 @@ from app.domain.naming import (
     validate_room_id,
     visible_job_rooms,
 )
-from app.domain.payloads import SCHEMA_CACHE_BYTES, SchemaCache, check_schema_size
-from app.domain.records import JobRecord, JobSummary, Page, Principal, beyond
-from app.domain.schema_checks import check_schema_aside
-from app.domain.services.ownership import owned_worker
-from app.domain.states import TaskStatus
-from app.persistence.database import Database, DatabaseUnavailable
-from app.persistence.dialects import insert_ignoring_duplicates
-from app.persistence.models import job_table, link_table, task_table, worker_table
-from app.persistence.types import dump_json, new_id, utcnow
+from taskhub.domain.payloads import SCHEMA_CACHE_BYTES, SchemaCache, check_schema_size
+from taskhub.domain.records import JobRecord, JobSummary, Page, Principal, beyond
+from taskhub.domain.schema_checks import check_schema_aside
+from taskhub.domain.services.ownership import owned_worker
+from taskhub.domain.states import TaskStatus
+from taskhub.persistence.database import Database, DatabaseUnavailable
+from taskhub.persistence.dialects import insert_ignoring_duplicates
+from taskhub.persistence.models import job_table, link_table, task_table, worker_table
+from taskhub.persistence.types import dump_json, new_id, utcnow
 
 job = job_table
 log = logging.getLogger(__name__)

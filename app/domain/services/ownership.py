@@ -8,10 +8,10 @@ from uuid import UUID
 from sqlalchemy import bindparam, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from app.domain.errors import Forbidden, WorkerNotFound
-from app.domain.records import Principal
-from app.persistence.models import worker_table
-from app.persistence.prepared import hot
+from taskhub.domain.errors import Forbidden, WorkerNotFound
+from taskhub.domain.records import Principal
+from taskhub.persistence.models import worker_table
+from taskhub.persistence.prepared import hot
 
 
 def check_owner(principal: Principal, owner_id: UUID) -> None:

@@ -40,8 +40,8 @@ from sqlalchemy import (
 from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from app.domain.records import TaskRecord
-from app.domain.services.task_rows import (
+from taskhub.domain.records import TaskRecord
+from taskhub.domain.services.task_rows import (
     QUEUED_IN_BUCKET,
     counts_from_end,
     delayed_position,
@@ -54,10 +54,10 @@ from app.domain.services.task_rows import (
     second_after_subject,
     second_up_to_subject,
 )
-from app.domain.states import TaskStatus
-from app.persistence.models import queue_bucket_table, task_table
-from app.persistence.prepared import hot
-from app.persistence.types import utcnow
+from taskhub.domain.states import TaskStatus
+from taskhub.persistence.models import queue_bucket_table, task_table
+from taskhub.persistence.prepared import hot
+from taskhub.persistence.types import utcnow
 
 task = task_table
 bucket = queue_bucket_table

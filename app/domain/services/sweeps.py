@@ -9,22 +9,22 @@ from uuid import UUID
 
 from sqlalchemy import delete, exists, func, select, update
 
-from app.domain.events import EventBatch, JobsInvalidate, TaskStatusChanged
-from app.domain.retries import DEFAULT_RETRY_POLICY, RetryPolicy
-from app.domain.services.attempts import end_abandoned_attempts, ended_attempt_events
-from app.domain.services.internal_tasks import INTERNAL_TIMEOUT, internal_job_ids
-from app.domain.services.jobs import (
+from taskhub.domain.events import EventBatch, JobsInvalidate, TaskStatusChanged
+from taskhub.domain.retries import DEFAULT_RETRY_POLICY, RetryPolicy
+from taskhub.domain.services.attempts import end_abandoned_attempts, ended_attempt_events
+from taskhub.domain.services.internal_tasks import INTERNAL_TIMEOUT, internal_job_ids
+from taskhub.domain.services.jobs import (
     JobNames,
     chunked,
     orphaned_jobs,
     soft_delete_orphans,
     soft_delete_orphans_after_commit,
 )
-from app.domain.services.task_rows import task_record
-from app.domain.services.workers import WORKER_DISCONNECTED, remove_silent_worker
-from app.domain.states import TERMINAL_STATUSES, TaskStatus, previous_status
-from app.persistence.database import Database
-from app.persistence.models import (
+from taskhub.domain.services.task_rows import task_record
+from taskhub.domain.services.workers import WORKER_DISCONNECTED, remove_silent_worker
+from taskhub.domain.states import TERMINAL_STATUSES, TaskStatus, previous_status
+from taskhub.persistence.database import Database
+from taskhub.persistence.models import (
     is_active,
     job_table,
     link_table,
@@ -32,7 +32,7 @@ from app.persistence.models import (
     task_table,
     worker_table,
 )
-from app.persistence.types import utcnow
+from taskhub.persistence.types import utcnow
 
 BATCH = 500
 IDLE_BATCH = 5000

@@ -26,16 +26,16 @@ from uuid import UUID
 from sqlalchemy import Text, and_, case, cast, func, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from app.domain.naming import validate_room_id
-from app.domain.records import Page, TaskRecord, beyond
-from app.domain.services.jobs import find_visible_job
-from app.domain.services.page_positions import with_positions
-from app.domain.services.task_rows import SELECT_TASKS, documents_replaced
-from app.domain.states import TaskStatus
-from app.persistence.database import Database
-from app.persistence.dialects import document_is_small
-from app.persistence.models import task_table as task
-from app.persistence.types import stored_document, stored_text
+from taskhub.domain.naming import validate_room_id
+from taskhub.domain.records import Page, TaskRecord, beyond
+from taskhub.domain.services.jobs import find_visible_job
+from taskhub.domain.services.page_positions import with_positions
+from taskhub.domain.services.task_rows import SELECT_TASKS, documents_replaced
+from taskhub.domain.states import TaskStatus
+from taskhub.persistence.database import Database
+from taskhub.persistence.dialects import document_is_small
+from taskhub.persistence.models import task_table as task
+from taskhub.persistence.types import stored_document, stored_text
 
 # A task whose payload and result are each at most this large (in bytes, as stored) is
 # read with its page; a page's small documents take at most 500 x 2 x this.

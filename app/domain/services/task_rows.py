@@ -39,18 +39,18 @@ from sqlalchemy import (
 )
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from app.domain.records import TaskRecord
-from app.domain.states import TaskStatus
-from app.persistence.models import (
+from taskhub.domain.records import TaskRecord
+from taskhub.domain.states import TaskStatus
+from taskhub.persistence.models import (
     is_queued,
     is_waiting,
     job_table,
     queue_bucket_table,
     task_table,
 )
-from app.persistence.prepared import hot
-from app.persistence.queue_counts import bucket_of, bucket_start
-from app.persistence.types import stored_text, utcnow
+from taskhub.persistence.prepared import hot
+from taskhub.persistence.queue_counts import bucket_of, bucket_start
+from taskhub.persistence.types import stored_text, utcnow
 
 task = task_table
 bucket = queue_bucket_table

@@ -13,7 +13,7 @@ from uuid import UUID, uuid4
 from sqlalchemy import bindparam, exists, false, literal_column, null, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from app.domain.errors import (
+from taskhub.domain.errors import (
     Forbidden,
     InternalJobNotConfigured,
     InvalidTaskTransition,
@@ -22,27 +22,27 @@ from app.domain.errors import (
     TaskNotFound,
     ValidationFailed,
 )
-from app.domain.events import (
+from taskhub.domain.events import (
     EventBatch,
     JobsInvalidate,
     TaskAvailable,
     TaskCancelled,
     TaskStatusChanged,
 )
-from app.domain.naming import INTERNAL_ROOM, validate_room_id
-from app.domain.naming import full_name as name_of
-from app.domain.payload_checks import check_payload
-from app.domain.records import Principal, TaskRecord
-from app.domain.retries import DEFAULT_RETRY_POLICY, RetryPolicy, may_retry
-from app.domain.services.jobs import (
+from taskhub.domain.naming import INTERNAL_ROOM, validate_room_id
+from taskhub.domain.naming import full_name as name_of
+from taskhub.domain.payload_checks import check_payload
+from taskhub.domain.records import Principal, TaskRecord
+from taskhub.domain.retries import DEFAULT_RETRY_POLICY, RetryPolicy, may_retry
+from taskhub.domain.services.jobs import (
     JobNames,
     KnownJobs,
     find_visible_job,
     soft_delete_if_orphaned,
     visible_job_name,
 )
-from app.domain.services.ownership import check_worker, owned_worker
-from app.domain.services.task_rows import (
+from taskhub.domain.services.ownership import check_worker, owned_worker
+from taskhub.domain.services.task_rows import (
     SELECT_TASKS,
     due_at,
     load_task,
@@ -52,21 +52,21 @@ from app.domain.services.task_rows import (
     task_record,
     with_position,
 )
-from app.domain.states import (
+from taskhub.domain.states import (
     TaskStatus,
     check_patch_transition,
     is_terminal,
     patch_predecessors,
     previous_status,
 )
-from app.persistence.database import Database, is_deadlock
-from app.persistence.dialects import (
+from taskhub.persistence.database import Database, is_deadlock
+from taskhub.persistence.dialects import (
     ClaimFrom,
     claim_statement,
     claimable_left_statement,
     insert_task_of_live_job,
 )
-from app.persistence.models import (
+from taskhub.persistence.models import (
     answered_task_columns,
     job_table,
     link_table,
@@ -74,8 +74,8 @@ from app.persistence.models import (
     task_table,
     worker_table,
 )
-from app.persistence.prepared import hot
-from app.persistence.types import new_id, utcnow
+from taskhub.persistence.prepared import hot
+from taskhub.persistence.types import new_id, utcnow
 
 task = task_table
 

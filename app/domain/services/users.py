@@ -13,11 +13,11 @@ from sqlalchemy import Select, delete, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from app.domain.errors import NotFound, ValidationFailed
-from app.domain.records import Principal, UserSummary
-from app.persistence.database import Database
-from app.persistence.models import token_table, user_table
-from app.persistence.types import new_id, utcnow
+from taskhub.domain.errors import NotFound, ValidationFailed
+from taskhub.domain.records import Principal, UserSummary
+from taskhub.persistence.database import Database
+from taskhub.persistence.models import token_table, user_table
+from taskhub.persistence.types import new_id, utcnow
 
 TOKEN_PREFIX = "th_"
 

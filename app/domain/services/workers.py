@@ -11,18 +11,18 @@ from uuid import UUID
 from sqlalchemy import Select, bindparam, delete, func, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from app.domain.errors import Forbidden, WorkerNotFound
-from app.domain.events import EventBatch, JobsInvalidate
-from app.domain.naming import JobName, validate_room_id, visible_job_rooms
-from app.domain.records import Page, Principal, WorkerRecord, beyond
-from app.domain.retries import DEFAULT_RETRY_POLICY, RetryPolicy
-from app.domain.services.attempts import end_abandoned_attempts, ended_attempt_events
-from app.domain.services.jobs import soft_delete_orphans_after_commit
-from app.domain.services.ownership import owned_worker
-from app.domain.states import TaskStatus
-from app.persistence.database import Database
-from app.persistence.models import is_active, job_table, link_table, task_table, worker_table
-from app.persistence.types import new_id, utcnow
+from taskhub.domain.errors import Forbidden, WorkerNotFound
+from taskhub.domain.events import EventBatch, JobsInvalidate
+from taskhub.domain.naming import JobName, validate_room_id, visible_job_rooms
+from taskhub.domain.records import Page, Principal, WorkerRecord, beyond
+from taskhub.domain.retries import DEFAULT_RETRY_POLICY, RetryPolicy
+from taskhub.domain.services.attempts import end_abandoned_attempts, ended_attempt_events
+from taskhub.domain.services.jobs import soft_delete_orphans_after_commit
+from taskhub.domain.services.ownership import owned_worker
+from taskhub.domain.states import TaskStatus
+from taskhub.persistence.database import Database
+from taskhub.persistence.models import is_active, job_table, link_table, task_table, worker_table
+from taskhub.persistence.types import new_id, utcnow
 
 worker = worker_table
 WORKER_DISCONNECTED = "Worker disconnected"

@@ -16,11 +16,11 @@ from starlette.convertors import Convertor, register_url_convertor
 from starlette.requests import Request
 from starlette.responses import Response
 
-from app.domain.errors import PayloadTooLarge, Unauthorized, ValidationFailed
-from app.domain.records import Principal
-from app.persistence.types import exact_json, has_long_digit_run
-from app.runtime import Hub
-from app.transport.credentials import bearer_token
+from taskhub.domain.errors import PayloadTooLarge, Unauthorized, ValidationFailed
+from taskhub.domain.records import Principal
+from taskhub.persistence.types import exact_json, has_long_digit_run
+from taskhub.runtime import Hub
+from taskhub.transport.credentials import bearer_token
 
 M = TypeVar("M", bound=BaseModel)
 JSON_MEDIA_TYPE = "application/json"

@@ -9,7 +9,7 @@ one system call and one segment per answer. Anything written goes out at the end
 same turn (nothing waits for a timer), in the order it was written, and before the
 connection is closed.
 
-Served with ``uvicorn --http app.transport.http.coalescing:CoalescingHttpToolsProtocol``
+Served with ``uvicorn --http taskhub.transport.http.coalescing:CoalescingHttpToolsProtocol``
 (``taskhub serve`` does).
 """
 

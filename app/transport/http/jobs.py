@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from starlette.responses import Response
 
-from app.domain.services import jobs as service
-from app.domain.services import workers as worker_service
-from app.transport.http.api import Api, ApiRequest, json_response
-from app.transport.http.schemas import (
+from taskhub.domain.services import jobs as service
+from taskhub.domain.services import workers as worker_service
+from taskhub.transport.http.api import Api, ApiRequest, json_response
+from taskhub.transport.http.schemas import (
     JobOut,
     JobRegisterIn,
     JobSummaryOut,

@@ -15,10 +15,10 @@ from pydantic.json_schema import JsonSchemaMode, models_json_schema
 from starlette.requests import Request
 from starlette.responses import Response
 
-from app.domain.naming import FULL_NAME_PATTERN, MAX_ROOM_ID_LENGTH, ROOM_ID_PATTERN
-from app.transport.http.api import JSON_MEDIA_TYPE, Endpoint, json_response
-from app.transport.http.problems import PROBLEM_MEDIA_TYPE
-from app.transport.http.schemas import ProblemOut
+from taskhub.domain.naming import FULL_NAME_PATTERN, MAX_ROOM_ID_LENGTH, ROOM_ID_PATTERN
+from taskhub.transport.http.api import JSON_MEDIA_TYPE, Endpoint, json_response
+from taskhub.transport.http.problems import PROBLEM_MEDIA_TYPE
+from taskhub.transport.http.schemas import ProblemOut
 
 OPENAPI_VERSION = "3.1.0"
 REF_TEMPLATE = "#/components/schemas/{model}"

@@ -11,8 +11,8 @@ from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
-from app.domain.errors import DomainError
-from app.persistence.database import DatabaseUnavailable
+from taskhub.domain.errors import DomainError
+from taskhub.persistence.database import DatabaseUnavailable
 
 log = logging.getLogger(__name__)
 

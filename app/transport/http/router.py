@@ -22,10 +22,10 @@ from starlette.responses import Response
 from starlette.routing import Route as StarletteRoute
 from starlette.routing import compile_path
 
-from app.observability.request_id import Receive, Scope, Send
-from app.runtime import Hub
-from app.transport.http.api import Endpoint, call_authenticated
-from app.transport.http.problems import EXCEPTION_HANDLERS
+from taskhub.observability.request_id import Receive, Scope, Send
+from taskhub.runtime import Hub
+from taskhub.transport.http.api import Endpoint, call_authenticated
+from taskhub.transport.http.problems import EXCEPTION_HANDLERS
 
 Route = tuple[re.Pattern[str], dict[str, Convertor[Any]], Endpoint]
 

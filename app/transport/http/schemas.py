@@ -21,8 +21,8 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 from starlette.responses import Response, StreamingResponse
 
-from app.domain.naming import JOB_NAME_PATTERN, MAX_JOB_NAME_LENGTH
-from app.domain.records import (
+from taskhub.domain.naming import JOB_NAME_PATTERN, MAX_JOB_NAME_LENGTH
+from taskhub.domain.records import (
     JobRecord,
     JobSummary,
     Page,
@@ -30,12 +30,12 @@ from app.domain.records import (
     TaskRecord,
     WorkerRecord,
 )
-from app.domain.retries import MAX_ATTEMPTS_LIMIT
-from app.domain.services.task_listing import TaskListing
-from app.domain.services.tasks import SubmitOptions
-from app.domain.states import TaskStatus
-from app.persistence.types import utcnow
-from app.transport.http.api import JSON_MEDIA_TYPE, dump_body, json_response
+from taskhub.domain.retries import MAX_ATTEMPTS_LIMIT
+from taskhub.domain.services.task_listing import TaskListing
+from taskhub.domain.services.tasks import SubmitOptions
+from taskhub.domain.states import TaskStatus
+from taskhub.persistence.types import utcnow
+from taskhub.transport.http.api import JSON_MEDIA_TYPE, dump_body, json_response
 
 T = TypeVar("T")
 

@@ -10,16 +10,16 @@ from uuid import UUID
 from starlette.responses import Response
 from starlette.types import Receive
 
-from app.domain.errors import ValidationFailed
-from app.domain.naming import is_internal_job
-from app.domain.records import TaskRecord
-from app.domain.services import task_listing as listings
-from app.domain.services import tasks as service
-from app.domain.states import is_terminal
-from app.observability import metrics
-from app.persistence.types import utcnow
-from app.transport.http.api import Api, ApiRequest, capped_int, json_response
-from app.transport.http.schemas import (
+from taskhub.domain.errors import ValidationFailed
+from taskhub.domain.naming import is_internal_job
+from taskhub.domain.records import TaskRecord
+from taskhub.domain.services import task_listing as listings
+from taskhub.domain.services import tasks as service
+from taskhub.domain.states import is_terminal
+from taskhub.observability import metrics
+from taskhub.persistence.types import utcnow
+from taskhub.transport.http.api import Api, ApiRequest, capped_int, json_response
+from taskhub.transport.http.schemas import (
     PageOut,
     TaskClaimIn,
     TaskClaimOut,

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from starlette.responses import Response
 
-from app.transport.http.api import Api, ApiRequest, json_response
-from app.transport.http.schemas import UserOut
+from taskhub.transport.http.api import Api, ApiRequest, json_response
+from taskhub.transport.http.schemas import UserOut
 
 api = Api()
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from starlette.responses import Response
 
-from app.domain.services import workers as service
-from app.transport.http.api import Api, ApiRequest, json_response
-from app.transport.http.schemas import (
+from taskhub.domain.services import workers as service
+from taskhub.transport.http.api import Api, ApiRequest, json_response
+from taskhub.transport.http.schemas import (
     HeartbeatIn,
     HeartbeatOut,
     PageOut,

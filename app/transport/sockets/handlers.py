@@ -14,17 +14,17 @@ from uuid import UUID
 
 import socketio
 
-from app.domain.errors import DomainError, Unauthorized, ValidationFailed
-from app.domain.naming import JobName, validate_room_id
-from app.domain.records import Principal
-from app.domain.services.users import hash_token
-from app.domain.services.workers import check_serves, existing_workers, heartbeat
-from app.observability import metrics
-from app.observability.request_id import bound, socket_request_id
-from app.persistence.database import DatabaseUnavailable
-from app.runtime import Hub
-from app.transport.credentials import bearer_token
-from app.transport.http.problems import database_unavailable_body, problem_body
+from taskhub.domain.errors import DomainError, Unauthorized, ValidationFailed
+from taskhub.domain.naming import JobName, validate_room_id
+from taskhub.domain.records import Principal
+from taskhub.domain.services.users import hash_token
+from taskhub.domain.services.workers import check_serves, existing_workers, heartbeat
+from taskhub.observability import metrics
+from taskhub.observability.request_id import bound, socket_request_id
+from taskhub.persistence.database import DatabaseUnavailable
+from taskhub.runtime import Hub
+from taskhub.transport.credentials import bearer_token
+from taskhub.transport.http.problems import database_unavailable_body, problem_body
 
 log = logging.getLogger(__name__)
 Ack = Callable[[str, Any], Awaitable[dict[str, Any]]]
