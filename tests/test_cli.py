@@ -1,4 +1,5 @@
-"""The operator contract of the ``taskhub`` command line (PROTOCOL.md, "Operator contract").
+"""The operator contract of the ``taskhub`` command line (docs/protocol.md, "Operator
+contract").
 
 Every command runs as a real subprocess (``python -m taskhub.cli``) in a scratch directory, with
 ``TASKHUB_DATABASE_URL`` pointing at a database of its own: a SQLite file, or a fresh
@@ -25,6 +26,7 @@ from pathlib import Path
 import httpx
 import pytest
 from sqlalchemy import inspect, text
+from sqlalchemy.engine import make_url
 
 from taskhub.domain.services import users
 from taskhub.main import create_app
@@ -32,7 +34,11 @@ from taskhub.persistence.database import Database
 from taskhub.persistence.migrations import current_revision, head_revision
 from taskhub.settings import Settings
 from tests.support.api import ApiClient, assert_problem
-from tests.support.databases import create_postgres_database, drop_postgres_database
+from tests.support.databases import (
+    POSTGRES_URL,
+    create_postgres_database,
+    drop_postgres_database,
+)
 from tests.support.server import Backend, provisioned_database
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -41,6 +47,10 @@ COMMAND_TIMEOUT = 60.0
 STARTUP_TIMEOUT = 60.0
 SHUTDOWN_TIMEOUT = 20.0
 GLOBAL_JOB = {"category": "modifiers", "name": "X", "schema": {}}
+# The test server (it answers), a database it does not have.
+NO_SUCH_DATABASE_URL = (
+    make_url(POSTGRES_URL).set(database="taskhub_no_such_db").render_as_string(hide_password=False)
+)
 
 
 @dataclass
@@ -423,7 +433,7 @@ async def test_users_create_on_an_empty_database_migrates_sqlite_and_refuses_pos
     ("url", "fragment"),
     [
         (f"postgresql+asyncpg://postgres@{HOST}:1/test", "Connect call failed"),  # nobody there
-        (f"postgresql+asyncpg://postgres@{HOST}:5432/taskhub_no_such_db", "does not exist"),
+        pytest.param(NO_SUCH_DATABASE_URL, "does not exist", id="no-such-postgres-database"),
         ("sqlite+aiosqlite:////no/such/directory/taskhub.db", "unable to open database file"),
     ],
 )

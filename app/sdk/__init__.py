@@ -1,6 +1,6 @@
 """Taskhub's Python SDK: serve Extension classes as a worker, submit tasks as a client.
 
-It speaks only the public protocol (REST + Socket.IO, see PROTOCOL.md)::
+It speaks only the public protocol (REST + Socket.IO, see docs/protocol.md)::
 
     from taskhub.sdk import Client, Extension, TaskContext, Worker
 

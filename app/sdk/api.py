@@ -1,4 +1,4 @@
-"""The worker's REST calls (PROTOCOL.md, "Endpoints"), typed."""
+"""The worker's REST calls (docs/protocol.md, "Endpoints"), typed."""
 
 from __future__ import annotations
 

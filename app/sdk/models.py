@@ -1,4 +1,4 @@
-"""Wire objects the SDK reads (PROTOCOL.md, "Objects"); unknown keys are ignored."""
+"""Wire objects the SDK reads (docs/protocol.md, "Objects"); unknown keys are ignored."""
 
 from __future__ import annotations
 

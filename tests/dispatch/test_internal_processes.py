@@ -1,12 +1,12 @@
 """``@internal`` jobs across real processes: ``taskhub serve`` and ``taskiq worker
 taskhub.internal_jobs.broker:broker`` on PostgreSQL and Redis (and the embedded SQLite default).
 
-SPEC.md, "@internal dispatch": submit checks that an executor is registered (else 503 and no
-task row), enqueues the task on the taskiq broker and marks it CLAIMED, or FAILED "Failed to
-dispatch to internal executor" when the broker cannot take it; no ``task_available``; the
-taskiq worker process moves the task to RUNNING and to its end. "Sweeper": internal tasks
-stuck beyond ``internal_task_timeout_seconds`` fail "Internal worker timeout". "Beyond the
-seed": the stream broker does not lose a message when its worker is killed, and executing
+docs/protocol.md, "``@internal`` jobs": submit checks that an executor is registered (else
+503 and no task row), enqueues the task on the taskiq broker and marks it CLAIMED, or FAILED
+"Failed to dispatch to internal executor" when the broker cannot take it; no
+``task_available``; the taskiq worker process moves the task to RUNNING and to its end;
+internal tasks stuck beyond ``internal_task_timeout_seconds`` fail "Internal worker
+timeout"; the stream broker does not lose a message when its worker is killed, and executing
 the same ``(task_id, attempt)`` twice has no second effect.
 
 Every hub here has a Redis namespace of its own (``TASKHUB_REDIS_NAMESPACE``), so other hubs
@@ -332,8 +332,9 @@ async def test_broker_down_at_submit_fails_the_task_and_the_server_stays_up(
 
 
 async def test_readyz_is_not_ready_while_redis_is_down(tmp_path: Path) -> None:
-    """SPEC.md, "Operations": ``/readyz`` checks the database, the broker and Redis, so a
-    replica whose Redis is gone is taken out of the load balancer."""
+    """docs/protocol.md, "Routes outside the API": ``/readyz`` checks the database and Redis
+    (which carries the broker), so a replica whose Redis is gone is taken out of the load
+    balancer."""
     with (
         RedisServer(tmp_path / "redis") as private_redis,
         running_hub("sqlite", tmp_path, env={"TASKHUB_REDIS_URL": private_redis.url}) as server,

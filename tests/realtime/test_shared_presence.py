@@ -4,8 +4,8 @@ is never removed for a socket that ended on another one, and a failed write does
 a worker that is gone from being removed after the grace of its last socket (in-process
 replicas on PostgreSQL, a private ``redis-server``, a proxy that cuts Redis away).
 
-PROTOCOL.md: a worker whose socket disconnects is removed after the grace period unless it
-re-joins (on any replica) or heartbeats meanwhile."""
+docs/protocol.md, "Leases and heartbeats": a worker whose socket disconnects is removed
+after the grace period unless it re-joins (on any replica) or heartbeats meanwhile."""
 
 from __future__ import annotations
 
@@ -128,8 +128,8 @@ async def test_a_worker_is_removed_after_the_grace_of_its_last_socket_though_a_r
 ) -> None:
     """Redis was unreachable when the worker's first socket ended (its removal from Redis
     failed) and when the SDK reconnected; when that socket ends for good, the worker is
-    removed after the grace period (SPEC: a disconnect triggers the cleanup at once), not
-    left to the sweeper."""
+    removed after the grace period (docs/protocol.md, "Leases and heartbeats": the disconnect
+    itself starts the removal), not left to the sweeper."""
     caplog.set_level(logging.WARNING, logger="taskhub.realtime.presence")
     with RedisServer(tmp_path) as redis, TcpProxy(redis.port) as to_redis:
         async with hub_database() as (url, namespace):

@@ -1,4 +1,4 @@
-"""A small REST client for tests: one per user, speaking PROTOCOL.md."""
+"""A small REST client for tests: one per user, speaking the REST API of docs/protocol.md."""
 
 from __future__ import annotations
 

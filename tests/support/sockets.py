@@ -31,8 +31,8 @@ TASK_STATUS_KEYS = frozenset(
         "error",
     }
 )
-# Taskhub's optional additions (PROTOCOL.md); ``result`` because SPEC.md has results "reach
-# the room live".
+# Taskhub's optional additions (docs/protocol.md, "Extensions over zndraw-joblib 0.1.7");
+# ``result`` among them, so that results reach the room live.
 TASK_STATUS_EXTRAS = frozenset(
     {
         "progress",
@@ -168,8 +168,9 @@ class SocketProbe:
 
 
 def assert_task_status_payload(data: dict[str, Any]) -> None:
-    """Every PROTOCOL.md key is present, nothing but Taskhub's extras is added, and every
-    timestamp carries a UTC offset."""
+    """Every key of zndraw-joblib's ``task_status_event`` is present, nothing but Taskhub's
+    extras is added (docs/protocol.md, "Socket.IO"), and every timestamp carries a UTC
+    offset."""
     keys = set(data)
     assert keys >= TASK_STATUS_KEYS, f"missing {TASK_STATUS_KEYS - keys}"
     unexpected = keys - TASK_STATUS_KEYS - TASK_STATUS_EXTRAS

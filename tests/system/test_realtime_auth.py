@@ -1,7 +1,8 @@
 """Socket.IO authentication and room authorisation on a real server (SQLite and PostgreSQL).
 
-PROTOCOL.md: an unauthenticated connect is refused; ``join_job_room`` only for a worker
-the socket's user owns; ``room_join`` acknowledges ``{"room_id"}`` or a problem object.
+docs/protocol.md, "Socket.IO": an unauthenticated connect is refused; ``join_job_room``
+only for a worker the socket's user owns; ``room_join`` acknowledges ``{"room_id"}`` or a
+problem object.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Socket.IO event contract of a real ``taskhub serve`` (SQLite and PostgreSQL).
 
-PROTOCOL.md, "Socket.IO": a browser in ``room:lab`` sees ``jobs_invalidate`` and every
+docs/protocol.md, "Socket.IO": a browser in ``room:lab`` sees ``jobs_invalidate`` and every
 ``task_status_event``; a worker in ``jobs:lab:modifiers:R`` gets ``task_available``; each
 (event, room) pair is sent once per request, only after the commit, never for a request
 that failed.
@@ -118,7 +118,7 @@ async def test_room_and_job_room_receive_the_whole_task_lifecycle_once(
         assert completed["started_at"] is not None and completed["completed_at"] is not None
         assert completed["error"] is None
         assert completed["worker_id"] == worker_id
-        assert completed["result"] == {"angle": 90}  # SPEC: results reach the room live
+        assert completed["result"] == {"angle": 90}  # results reach the room (docs/protocol.md)
 
         deleted = await alice.delete(f"/workers/{worker_id}")
         assert deleted.status_code == 204, deleted.text

@@ -1,10 +1,10 @@
 """Worker presence over Socket.IO on a real server (SQLite and PostgreSQL).
 
-PROTOCOL.md: when a socket that joined job rooms for a worker disconnects and the worker
-does not come back (re-join on another socket, or heartbeat) within the grace period, the
-worker is cleaned up as by ``DELETE /workers/{id}``: its claimed/running tasks fail with
-"Worker disconnected", its links go, and jobs left orphaned without pending tasks are
-soft-deleted.
+docs/protocol.md, "Leases and heartbeats": when a socket that joined job rooms for a worker
+disconnects and the worker does not come back (re-join on another socket, or heartbeat)
+within the grace period, the worker is cleaned up as by ``DELETE /workers/{id}``: its
+claimed/running tasks fail with "Worker disconnected", its links go, and jobs left orphaned
+without pending tasks are soft-deleted.
 """
 
 from __future__ import annotations

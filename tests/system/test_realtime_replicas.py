@@ -1,6 +1,6 @@
 """Two ``taskhub serve`` replicas on one PostgreSQL database, fanned out through Redis.
 
-SPEC.md, "Scale-out" and "Latency": python-socketio's Redis manager delivers events to
+docs/protocol.md, "Guarantees": python-socketio's Redis manager delivers events to
 sockets on every replica, long-polls wake on any replica within milliseconds of the
 terminal commit (Redis pub/sub, not the slow safety re-check), and claims through
 different replicas never hand out a task twice. Every test uses its own room, so other

@@ -1,5 +1,5 @@
-"""Killing the server with SIGKILL under load loses no acknowledged task (SPEC.md, "Testing
-practice" and "Acceptance": "killing the server loses no acknowledged task").
+"""Killing the server with SIGKILL under load loses no acknowledged task (docs/protocol.md,
+"Guarantees": a submit answered 202 is committed and survives a crash of the server).
 
 A real ``taskhub serve`` process on SQLite and on PostgreSQL takes submits from four
 concurrent clients; after about a second and a half it is killed with SIGKILL, a new process

@@ -1,10 +1,10 @@
 """Socket.IO authorisation by role, on a real ``taskhub serve`` process (SQLite).
 
-PROTOCOL.md: an unauthenticated connect is refused; ``join_job_room`` only for a worker the
-socket's user may act for (its owner; a superuser may act for any worker, as on REST);
-``room_join`` of any valid room is open to every authenticated user. Each join's effect is
-checked too: a refused ``join_job_room`` delivers no ``task_available``, an accepted one
-does, and a joined room delivers its ``task_status_event``.
+docs/protocol.md, "Socket.IO": an unauthenticated connect is refused; ``join_job_room`` only
+for a worker the socket's user may act for (its owner; a superuser may act for any worker,
+as on REST); ``room_join`` of any valid room is open to every authenticated user. Each
+join's effect is checked too: a refused ``join_job_room`` delivers no ``task_available``,
+an accepted one does, and a joined room delivers its ``task_status_event``.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Who may call what: every REST endpoint by {anonymous, another user, the owner, a superuser}.
 
-PROTOCOL.md / SPEC.md "Auth": every ``/v1`` call needs a valid bearer token (else a 401
+docs/protocol.md, "Authentication": every ``/v1`` call needs a valid bearer token (else a 401
 problem); a worker is owned by the user who created it, and only that user or a superuser
 may heartbeat it, delete it, claim for it, link it to a job, or update the tasks it claimed;
 the submitter may cancel their own task; ``@global``/``@internal`` registration is for

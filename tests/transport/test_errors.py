@@ -2,6 +2,7 @@
 
 import pytest
 
+from taskhub import __version__
 from tests.support.api import assert_problem
 
 ENDPOINTS = [
@@ -117,7 +118,7 @@ async def test_bad_pagination_or_filter_is_422(alice, query):
 
 
 async def test_health_endpoints_need_no_token(http):
-    assert (await http.get("/healthz")).json() == {"status": "ok"}
+    assert (await http.get("/healthz")).json() == {"status": "ok", "version": __version__}
     ready = await http.get("/readyz")
     assert ready.status_code == 200
     assert ready.json()["checks"]["database"] == "ok"

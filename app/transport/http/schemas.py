@@ -1,5 +1,5 @@
-"""Wire models of the REST API (PROTOCOL.md, "Objects"). The OpenAPI document is built from
-these same models."""
+"""Wire models of the REST API (docs/protocol.md, "Objects"). The OpenAPI document is built
+from these same models."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Socket.IO event handlers (PROTOCOL.md, "Socket.IO"). Thin: authenticate, authorise,
+"""Socket.IO event handlers (docs/protocol.md, "Socket.IO"). Thin: authenticate, authorise,
 enter or leave rooms. Errors come back in the acknowledgement as problem objects."""
 
 from __future__ import annotations
