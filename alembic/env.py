@@ -1,6 +1,6 @@
 """Alembic environment: async engines for both SQLite and PostgreSQL.
 
-The database is the one given in code (``taskhub.persistence.migrations`` sets ``sqlalchemy.url``
+The database is the one given in code (``taskhub.store.migrations`` sets ``sqlalchemy.url``
 or passes a connection); otherwise, for plain ``alembic`` commands, the hub's own setting
 (``TASKHUB_DATABASE_URL``, or the default SQLite file), so that ``alembic downgrade`` acts on
 the database the hub uses."""
@@ -15,9 +15,9 @@ from sqlalchemy import pool
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from taskhub.persistence import migrations
-from taskhub.persistence.models import metadata
 from taskhub.settings import DatabaseSettings, setting_errors
+from taskhub.store import migrations
+from taskhub.store.tables import metadata
 
 config = context.config
 

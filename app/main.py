@@ -20,7 +20,6 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from taskhub import __version__, runtime
-from taskhub.domain import payload_checks
 from taskhub.observability import metrics
 from taskhub.observability.request_id import Receive, RequestIdMiddleware, Scope, Send
 from taskhub.observability.scrape import metrics_endpoint
@@ -35,6 +34,7 @@ from taskhub.transport.http.openapi import openapi_endpoint
 from taskhub.transport.http.problems import EXCEPTION_HANDLERS, problem_response
 from taskhub.transport.http.router import ApiRoutes, starlette_routes
 from taskhub.transport.sockets.handlers import SocketHandlers
+from taskhub.validation import payload_checks
 
 API_PREFIX = "/v1/joblib"
 # The room page ships inside the package (``app/static`` is ``static/`` in a checkout); its

@@ -13,20 +13,20 @@ from taskhub.dispatch.broker import ResilientStreamBroker, make_broker
 from taskhub.dispatch.dispatcher import InternalDispatcher
 from taskhub.dispatch.executor import InternalRuntime
 from taskhub.dispatch.registry import BUILT_IN_MODULES, InternalRegistry
-from taskhub.domain.services.internal_tasks import ensure_internal_jobs
-from taskhub.domain.services.jobs import KnownJobs
-from taskhub.domain.services.users import Authenticator, ensure_admin_token
-from taskhub.domain.services.workers import remove_silent_worker
-from taskhub.persistence.database import Database
-from taskhub.persistence.migrations import check_schema_current
-from taskhub.realtime.due_announcer import DueTaskAnnouncer
-from taskhub.realtime.outbox import SHUTDOWN_SEND_SECONDS
-from taskhub.realtime.presence import SharedSockets, WorkerPresence
+from taskhub.duties.due_announcer import DueTaskAnnouncer
+from taskhub.duties.outbox import SHUTDOWN_SEND_SECONDS
+from taskhub.duties.presence import SharedSockets, WorkerPresence
+from taskhub.duties.sweeper import Sweeper
 from taskhub.realtime.publisher import Publisher
 from taskhub.realtime.waiters import TaskWaiters
 from taskhub.realtime.wake_bus import RedisWakeBus
+from taskhub.services.internal_tasks import ensure_internal_jobs
+from taskhub.services.jobs import KnownJobs
+from taskhub.services.users import Authenticator, ensure_admin_token
+from taskhub.services.workers import remove_silent_worker
 from taskhub.settings import Settings
-from taskhub.sweeper import Sweeper
+from taskhub.store.database import Database
+from taskhub.store.migrations import check_schema_current
 
 
 @dataclass

@@ -15,11 +15,11 @@ from pydantic import ValidationError
 from sqlalchemy.exc import DBAPIError
 
 from taskhub.cli import SERVER_COMMANDS
-from taskhub.domain.errors import DomainError
-from taskhub.domain.services import users
-from taskhub.persistence import migrations
-from taskhub.persistence.database import Database, DatabaseUnavailable
+from taskhub.rules.errors import DomainError
+from taskhub.services import users
 from taskhub.settings import Settings, setting_errors
+from taskhub.store import migrations
+from taskhub.store.database import Database, DatabaseUnavailable
 
 
 def _run_with_db(settings: Settings, work: Callable[[Database], Awaitable[Any]]) -> Any:

@@ -155,8 +155,6 @@ def serve(settings: Settings) -> int:
     """Serve until SIGTERM or SIGINT; return the process's exit status."""
     import uvicorn
 
-    from taskhub.transport.http.coalescing import PROTOCOL as COALESCING_PROTOCOL
-
     options = {
         "host": settings.host,
         "port": settings.port,
@@ -164,7 +162,6 @@ def serve(settings: Settings) -> int:
         "log_config": log_config(settings.log_format, settings.log_level, settings.access_log),
         "access_log": settings.access_log,
         "timeout_graceful_shutdown": settings.graceful_shutdown_seconds,
-        "http": COALESCING_PROTOCOL,  # one socket write per answer
     }
     # The metrics module is imported only once the multiprocess directory is ready (its
     # metrics open their files on import); the supervisor of several workers never does.

@@ -9,8 +9,8 @@ from pydantic import Field, ValidationError, ValidationInfo, field_validator
 from pydantic_core import PydanticUseDefault
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from taskhub.domain.naming import MAX_CATEGORY_LENGTH
-from taskhub.domain.retries import RetryPolicy
+from taskhub.rules.naming import MAX_CATEGORY_LENGTH
+from taskhub.rules.retries import RetryPolicy
 
 DEFAULT_SQLITE_URL = "sqlite+aiosqlite:///taskhub.db"
 DATABASE_DRIVERS = ("sqlite+aiosqlite", "postgresql+asyncpg")

@@ -72,11 +72,11 @@ from benchmarks.throughput import (
     heartbeat,
     new_client,
 )
-from taskhub.domain.services.users import hash_token
-from taskhub.persistence.database import Database
-from taskhub.persistence.models import task_table, token_table
-from taskhub.persistence.types import new_id, utcnow
+from taskhub.clock import new_id, utcnow
+from taskhub.services.users import hash_token
 from taskhub.settings import Settings
+from taskhub.store.database import Database
+from taskhub.store.tables import task_table, token_table
 
 TARGETS = ("sqlite", "postgres")
 REQUESTS = ("get_back", "get_front", "submit", "claim")

@@ -181,10 +181,10 @@ async def run_cycles(database_url: str, cycles: int) -> tuple[float, float, list
     """Start the app on a migrated database, warm it up, then run ``cycles`` cycles; the
     seconds those took, the CPU seconds the PostgreSQL backends spent on them (NaN with
     SQLite) and those backends' process ids."""
-    from taskhub.domain.services.users import create_user
     from taskhub.main import create_app
-    from taskhub.persistence.database import Database
+    from taskhub.services.users import create_user
     from taskhub.settings import Settings
+    from taskhub.store.database import Database
 
     settings = Settings(database_url=database_url, sweeper_enabled=False, log_level="warning")
     setup = Database(settings)

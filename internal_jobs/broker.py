@@ -11,9 +11,7 @@ from taskiq import TaskiqEvents, TaskiqState
 from taskhub.dispatch.broker import make_broker
 from taskhub.dispatch.executor import InternalRuntime
 from taskhub.dispatch.registry import BUILT_IN_MODULES, InternalRegistry
-from taskhub.domain import payload_checks
-from taskhub.persistence.database import Database
-from taskhub.realtime.outbox import SHUTDOWN_SEND_SECONDS
+from taskhub.duties.outbox import SHUTDOWN_SEND_SECONDS
 from taskhub.realtime.publisher import Publisher
 from taskhub.realtime.redis_clients import socket_manager
 from taskhub.realtime.socket_sink import SocketSink
@@ -21,6 +19,8 @@ from taskhub.realtime.waiters import TaskWaiters
 from taskhub.realtime.wake_bus import RedisWakeBus
 from taskhub.runtime import freeze_start_up
 from taskhub.settings import Settings
+from taskhub.store.database import Database
+from taskhub.validation import payload_checks
 
 settings = Settings()
 broker = make_broker(settings)

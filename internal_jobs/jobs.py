@@ -14,11 +14,11 @@ from pydantic import Field
 from sqlalchemy import and_, func, select
 
 from taskhub.dispatch.definitions import InternalContext, InternalJob
-from taskhub.domain.payload_checks import payload_errors_here
-from taskhub.domain.services.jobs import find_visible_job
-from taskhub.domain.states import TaskStatus
-from taskhub.persistence.dialects import duration_microseconds
-from taskhub.persistence.models import job_table, task_table
+from taskhub.rules.states import TaskStatus
+from taskhub.services.jobs import find_visible_job
+from taskhub.store.sql_functions import duration_microseconds
+from taskhub.store.tables import job_table, task_table
+from taskhub.validation.payload_checks import payload_errors_here
 
 
 class RoomSummary(InternalJob):

@@ -11,11 +11,11 @@ from typing import Any, TypeVar
 import httpx
 import pytest
 
-from taskhub.domain.events import Event
-from taskhub.domain.services.users import create_user
 from taskhub.main import TaskhubApp, create_app
-from taskhub.persistence.database import Database
+from taskhub.rules.events import Event
+from taskhub.services.users import create_user
 from taskhub.settings import Settings
+from taskhub.store.database import Database
 from tests.support.api import ApiClient
 from tests.support.databases import (
     create_postgres_database,

@@ -28,11 +28,11 @@ import pytest
 from sqlalchemy import inspect, text
 from sqlalchemy.engine import make_url
 
-from taskhub.domain.services import users
 from taskhub.main import create_app
-from taskhub.persistence.database import Database
-from taskhub.persistence.migrations import current_revision, head_revision
+from taskhub.services import users
 from taskhub.settings import Settings
+from taskhub.store.database import Database
+from taskhub.store.migrations import current_revision, head_revision
 from tests.support.api import ApiClient, assert_problem
 from tests.support.databases import (
     POSTGRES_URL,

@@ -11,8 +11,8 @@ from uuid import UUID
 
 from pydantic import BaseModel
 
-from taskhub.domain.naming import INTERNAL_ROOM
-from taskhub.persistence.database import Database
+from taskhub.rules.naming import INTERNAL_ROOM
+from taskhub.store.database import Database
 
 
 @dataclass(frozen=True)

@@ -16,14 +16,14 @@ from uuid import UUID
 
 from taskiq import AsyncBroker
 
+from taskhub.clock import utcnow
 from taskhub.dispatch.broker import TASK_NAME
 from taskhub.dispatch.registry import InternalRegistry
-from taskhub.domain.events import EventBatch
-from taskhub.domain.records import TaskRecord
-from taskhub.domain.services import internal_tasks
-from taskhub.domain.services.tasks import get_task
-from taskhub.persistence.database import Database
-from taskhub.persistence.types import utcnow
+from taskhub.rules.events import EventBatch
+from taskhub.rules.records import TaskRecord
+from taskhub.services import internal_tasks
+from taskhub.services.tasks import get_task
+from taskhub.store.database import Database
 
 log = logging.getLogger(__name__)
 

@@ -19,13 +19,13 @@ from uuid import UUID, uuid4
 
 from taskhub.dispatch.definitions import InternalContext
 from taskhub.dispatch.registry import InternalRegistry
-from taskhub.domain.events import EventBatch, TaskStatusChanged
-from taskhub.domain.records import TaskRecord
-from taskhub.domain.services import internal_tasks
-from taskhub.domain.states import TaskStatus
-from taskhub.persistence.database import Database, is_connection_lost
-from taskhub.persistence.types import dump_json
+from taskhub.json_codec import dump_json
 from taskhub.realtime.publisher import Publisher
+from taskhub.rules.events import EventBatch, TaskStatusChanged
+from taskhub.rules.records import TaskRecord
+from taskhub.rules.states import TaskStatus
+from taskhub.services import internal_tasks
+from taskhub.store.database import Database, is_connection_lost
 
 log = logging.getLogger(__name__)
 WRITE_RETRY_SECONDS = 60.0

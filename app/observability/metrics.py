@@ -18,8 +18,8 @@ from typing import Any
 
 from prometheus_client import Counter, Gauge, Histogram, disable_created_metrics, multiprocess
 
-from taskhub.domain.events import Event, TaskStatusChanged
-from taskhub.domain.states import RETRY_TRANSITIONS, TRANSITIONS, TaskStatus
+from taskhub.rules.events import Event, TaskStatusChanged
+from taskhub.rules.states import RETRY_TRANSITIONS, TRANSITIONS, TaskStatus
 
 NO_STATUS = "none"  # the ``from_status`` of a newly submitted task
 disable_created_metrics()  # no ``*_created`` series: half the exposition, no use here
@@ -197,7 +197,7 @@ def outbox_dropped(name: str) -> None:
 
 
 class PayloadThreadMetrics:
-    """The payload thread's metrics (``taskhub.domain.payload_checks.ThreadObserver``)."""
+    """The payload thread's metrics (``taskhub.validation.payload_checks.ThreadObserver``)."""
 
     def queued(self) -> None:
         COSTLY_PAYLOADS_WAITING.inc()

@@ -20,8 +20,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from taskhub.observability.metrics import multiprocess_mode
-from taskhub.persistence.database import Database
-from taskhub.persistence.models import job_table, queue_bucket_table
+from taskhub.store.database import Database
+from taskhub.store.tables import job_table, queue_bucket_table
 
 log = logging.getLogger(__name__)
 

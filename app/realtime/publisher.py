@@ -1,6 +1,6 @@
 """Publishing a committed unit of work's events: wake long-polls (here at once, on other
 replicas through the wake bus), then hand the batch to the sinks (Socket.IO). What goes
-through Redis is sent in the background (``app/realtime/outbox.py``)."""
+through Redis is sent in the background (``app/duties/outbox.py``)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
-from taskhub.domain.events import Event, EventBatch, TaskStatusChanged
 from taskhub.observability import metrics
 from taskhub.realtime.waiters import TaskWaiters
+from taskhub.rules.events import Event, EventBatch, TaskStatusChanged
 
 if TYPE_CHECKING:
     from taskhub.realtime.wake_bus import RedisWakeBus

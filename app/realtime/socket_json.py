@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from taskhub.persistence.types import exact_json, load_json
+from taskhub.json_codec import exact_json, load_json
 
 
 def dumps(value: Any, **_options: Any) -> str:

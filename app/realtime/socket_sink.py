@@ -8,8 +8,8 @@ from typing import Any, Protocol
 
 import socketio
 
-from taskhub.domain.events import Event
 from taskhub.realtime.redis_clients import TaskhubRedisManager
+from taskhub.rules.events import Event
 
 NAMESPACE = "/"
 

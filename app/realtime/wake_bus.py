@@ -16,7 +16,7 @@ from uuid import UUID
 
 import redis.asyncio as redis
 
-from taskhub.realtime.outbox import Outbox
+from taskhub.duties.outbox import Outbox
 from taskhub.realtime.redis_clients import (
     LISTEN_RETRY_SECONDS,
     LIVENESS,

@@ -13,9 +13,9 @@ from uuid import UUID
 import httpx
 import pytest
 
-from taskhub.domain.services import tasks as task_service
-from taskhub.domain.states import TaskStatus
 from taskhub.main import TaskhubApp, create_app
+from taskhub.rules.states import TaskStatus
+from taskhub.services import tasks as task_service
 from taskhub.settings import Settings
 from tests.dispatch import slow_jobs
 from tests.support.api import ApiClient

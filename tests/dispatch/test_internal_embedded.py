@@ -6,13 +6,13 @@ from uuid import UUID, uuid4
 import pytest
 from sqlalchemy import update
 
+from taskhub.clock import utcnow
 from taskhub.dispatch.executor import retried_write
-from taskhub.domain import payload_checks
-from taskhub.domain.services import internal_tasks
-from taskhub.domain.states import TaskStatus
-from taskhub.persistence.models import task_table
-from taskhub.persistence.types import utcnow
-from taskhub.sweeper import UNDISPATCHED_GRACE
+from taskhub.duties.sweeper import UNDISPATCHED_GRACE
+from taskhub.rules.states import TaskStatus
+from taskhub.services import internal_tasks
+from taskhub.store.tables import task_table
+from taskhub.validation import payload_checks
 from tests.dispatch import slow_jobs
 from tests.support.api import assert_problem
 from tests.support.costly_payloads import COSTLY, POINTS_SCHEMA, until

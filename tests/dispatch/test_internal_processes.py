@@ -33,7 +33,7 @@ import redis
 from sqlalchemy.engine import make_url
 
 from taskhub.dispatch.broker import TASK_NAME, make_broker
-from taskhub.domain.services.internal_tasks import DISPATCH_FAILED, INTERNAL_TIMEOUT
+from taskhub.services.internal_tasks import DISPATCH_FAILED, INTERNAL_TIMEOUT
 from taskhub.settings import Settings
 from tests.dispatch import slow_jobs
 from tests.support.api import ApiClient, assert_problem

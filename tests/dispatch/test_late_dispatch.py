@@ -14,10 +14,10 @@ import pytest
 import redis.asyncio as redis
 from sqlalchemy import update
 
-from taskhub.persistence.models import task_table
-from taskhub.persistence.types import utcnow
+from taskhub.clock import utcnow
+from taskhub.duties.sweeper import Sweeper
 from taskhub.settings import Settings
-from taskhub.sweeper import Sweeper
+from taskhub.store.tables import task_table
 from tests.support.databases import REDIS_URL
 
 SUMMARY = "@internal:analysis:RoomSummary"

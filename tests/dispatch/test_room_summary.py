@@ -11,12 +11,12 @@ from uuid import UUID, uuid4
 import pytest
 from sqlalchemy import insert
 
+from taskhub.clock import new_id
 from taskhub.dispatch.definitions import InternalContext
 from taskhub.internal_jobs.jobs import RoomSummary
-from taskhub.persistence.database import Database
-from taskhub.persistence.models import task_table
-from taskhub.persistence.prepared import HotConnection, HotResult
-from taskhub.persistence.types import new_id
+from taskhub.store.database import Database
+from taskhub.store.hot_statements import HotConnection, HotResult
+from taskhub.store.tables import task_table
 from tests.support.rows import add_job
 
 # Just before midnight, on the last microsecond of a second: a run that starts here ends

@@ -11,11 +11,11 @@ import pytest
 from prometheus_client import REGISTRY
 from prometheus_client.exposition import choose_encoder
 
-from taskhub.domain import payload_checks
-from taskhub.domain.events import EventBatch, TaskStatusChanged
-from taskhub.domain.states import TaskStatus
 from taskhub.observability import metrics
+from taskhub.rules.events import EventBatch, TaskStatusChanged
+from taskhub.rules.states import TaskStatus
 from taskhub.settings import Settings
+from taskhub.validation import payload_checks
 from tests.support.costly_payloads import COSTLY, POINTS_SCHEMA, until
 from tests.support.metrics import Samples
 

@@ -12,9 +12,9 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from taskhub.domain.services import tasks as task_service
 from taskhub.observability.logging import JsonFormatter, RequestIdFilter
 from taskhub.observability.request_id import accepted_request_id
+from taskhub.services import tasks as task_service
 
 GENERATED = re.compile(r"[0-9a-f]{32}")
 

@@ -15,10 +15,10 @@ from typing import Any
 import httpx
 import uvicorn
 
-from taskhub.domain.services.users import create_user
 from taskhub.main import TaskhubApp, create_app
-from taskhub.persistence.database import Database
+from taskhub.services.users import create_user
 from taskhub.settings import Settings
+from taskhub.store.database import Database
 from tests.support.api import ApiClient
 from tests.support.databases import (
     create_postgres_database,

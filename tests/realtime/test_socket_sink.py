@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from taskhub.domain.events import TaskStatusChanged
-from taskhub.domain.states import TaskStatus
 from taskhub.realtime.socket_sink import SocketSink
+from taskhub.rules.events import TaskStatusChanged
+from taskhub.rules.states import TaskStatus
 from tests.support.records import a_task_record
 
 

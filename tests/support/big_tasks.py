@@ -1,5 +1,5 @@
 """Tasks whose payloads and results are big, for the tests of listings
-(``app/domain/services/task_listing.py``)."""
+(``app/services/task_listing.py``)."""
 
 from typing import Any
 

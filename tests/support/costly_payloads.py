@@ -1,5 +1,5 @@
 """A payload whose validation is costly but legitimate (lists of 3-D points), for the tests
-of where payloads are validated (``app/domain/payload_checks.py``)."""
+of where payloads are validated (``app/validation/payload_checks.py``)."""
 
 import asyncio
 from collections.abc import Callable

@@ -12,9 +12,9 @@ import asyncpg
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
 
-from taskhub.persistence.database import Database
-from taskhub.persistence.migrations import head_revision
-from taskhub.persistence.models import metadata
+from taskhub.store.database import Database
+from taskhub.store.migrations import head_revision
+from taskhub.store.tables import metadata
 
 POSTGRES_URL = os.environ.get(
     "TASKHUB_TEST_POSTGRES_URL", "postgresql+asyncpg://postgres@127.0.0.1:5432/test"

@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
-from taskhub.domain.events import Event, TaskStatusChanged
-from taskhub.domain.states import TaskStatus
+from taskhub.rules.events import Event, TaskStatusChanged
+from taskhub.rules.states import TaskStatus
 
 
 class EventRecorder:

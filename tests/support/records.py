@@ -6,8 +6,8 @@ from datetime import UTC, datetime
 from typing import Any
 from uuid import uuid4
 
-from taskhub.domain.records import TaskRecord
-from taskhub.domain.states import TaskStatus
+from taskhub.rules.records import TaskRecord
+from taskhub.rules.states import TaskStatus
 
 
 def a_task_record(**changes: Any) -> TaskRecord:

@@ -8,9 +8,9 @@ from uuid import UUID
 
 from sqlalchemy import insert
 
-from taskhub.persistence.database import Database
-from taskhub.persistence.models import job_table, task_table
-from taskhub.persistence.types import new_id, utcnow
+from taskhub.clock import new_id, utcnow
+from taskhub.store.database import Database
+from taskhub.store.tables import job_table, task_table
 
 
 async def add_job(db: Database) -> UUID:

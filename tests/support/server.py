@@ -33,9 +33,9 @@ from typing import IO, Any, Literal, TypeVar
 import httpx
 from sqlalchemy.engine import make_url
 
-from taskhub.domain.services import users
-from taskhub.persistence.database import Database
+from taskhub.services import users
 from taskhub.settings import Settings
+from taskhub.store.database import Database
 from tests.support.databases import create_postgres_database, drop_postgres_database
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

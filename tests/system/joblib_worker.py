@@ -61,6 +61,34 @@ class Garble(Extension):
 EXTENSIONS: dict[str, type[Extension]] = {"Scale": Scale, "Explode": Explode, "Garble": Garble}
 
 
+class JoinAcks(socketio.Client):
+    """python-socketio's client, asking for the hub's acknowledgement of each
+    ``join_job_room`` the manager emits (it asks for none itself): ``joined_jobs()`` are the
+    job rooms the hub has put the socket in, so a test can wait for that instead of guessing
+    how long it takes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.joined: list[str] = []
+        self._lock = threading.Lock()
+
+    def emit(
+        self, event: str, data: Any = None, namespace: str | None = None, callback: Any = None
+    ) -> None:
+        if event == "join_job_room" and callback is None:
+            callback = self._acknowledged
+        super().emit(event, data, namespace=namespace, callback=callback)
+
+    def _acknowledged(self, ack: Any = None) -> None:
+        if isinstance(ack, dict) and "job_name" in ack and "status" not in ack:
+            with self._lock:
+                self.joined.append(ack["job_name"])
+
+    def joined_jobs(self) -> list[str]:
+        with self._lock:
+            return sorted(set(self.joined))
+
+
 class RestApi:
     """zndraw-joblib's ``ApiManager`` protocol over a plain ``httpx.Client``."""
 
@@ -128,7 +156,7 @@ def main(base_url: str, token: str, socket: bool = False) -> int:
     executions = Executions()
     sio = None
     if socket:
-        sio = socketio.Client()
+        sio = JoinAcks()
         sio.connect(base_url, auth={"token": token}, transports=["websocket"], wait_timeout=10)
         manager = JobManager(
             api,
@@ -165,6 +193,7 @@ def main(base_url: str, token: str, socket: bool = False) -> int:
         "stopped": lambda: manager._stop.is_set(),
         "executions": executed,
         "problems": lambda: list(problems.messages),
+        "joined": lambda: [] if sio is None else sio.joined_jobs(),
         "disconnect": disconnect,
         "exit": lambda: None,
     }

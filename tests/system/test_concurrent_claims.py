@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
-from tests.support.server import HubServer
+from tests.support.server import HubServer, running_hub
 
 PREFIX = "/v1/joblib"
 ROOM = "claims"
@@ -17,6 +20,20 @@ JOB = f"{ROOM}:modifiers:Crunch"
 TASKS = 2_000
 CLAIMERS = 16
 SUBMIT_CONCURRENCY = 16
+# The claimers never heartbeat, and a loaded machine can take minutes over the submits and
+# claims (seen past the default 60 s worker timeout: the sweeper then rightly removed the
+# workers, and a claim got 404 worker-not-found). This test is about claims racing, not
+# about timeouts: the worker timeout and the claims' lease are held off for its server.
+DAY = str(24 * 3600)
+SERVER_ENV = {"TASKHUB_WORKER_TIMEOUT_SECONDS": DAY, "TASKHUB_TASK_LEASE_SECONDS": DAY}
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def hub_server(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[HubServer]:
+    """A fresh server of each backend whose sweeper cannot remove a silent worker or
+    expire a claim while the test runs."""
+    with running_hub(request.param, tmp_path, env=SERVER_ENV) as server:
+        yield server
 
 
 async def queue_depth(client: httpx.AsyncClient) -> float:
@@ -100,6 +117,7 @@ async def test_concurrent_claimers_take_every_task_exactly_once(hub_server: HubS
             for _ in range(CLAIMERS - 1):
                 created = await client.post(f"{PREFIX}/workers")
                 assert created.status_code == 201, created.text
+                assert created.json()["worker_timeout_seconds"] == float(DAY)  # held off
                 worker_id = created.json()["id"]
                 linked = await client.put(
                     f"{PREFIX}/rooms/{ROOM}/jobs", json={**body, "worker_id": worker_id}

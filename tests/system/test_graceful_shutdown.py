@@ -16,9 +16,9 @@ import httpx
 import socketio
 from sqlalchemy import select
 
-from taskhub.persistence.database import Database
-from taskhub.persistence.models import task_table, worker_table
 from taskhub.settings import Settings
+from taskhub.store.database import Database
+from taskhub.store.tables import task_table, worker_table
 from tests.support.metrics import Samples
 from tests.support.server import HubServer, running_hub
 from tests.support.sockets import SocketProbe
@@ -109,7 +109,12 @@ async def test_workers_whose_sockets_the_stopping_hub_closes_keep_their_tasks(
     a slow request holds the stop up well past the grace (the worker reconnects to another
     replica, or to this one once it is back)."""
     grace = 0.5
-    env = {"TASKHUB_SOCKET_DISCONNECT_GRACE_SECONDS": str(grace)}
+    env = {
+        "TASKHUB_SOCKET_DISCONNECT_GRACE_SECONDS": str(grace),
+        # uvicorn waits this long for the slow request: far longer than the test needs the
+        # hub to keep running after it closed the socket, however slow the machine.
+        "TASKHUB_GRACEFUL_SHUTDOWN_SECONDS": "60",
+    }
     with running_hub("sqlite", tmp_path, env=env) as server:
         headers = server.admin_headers
         async with httpx.AsyncClient(
@@ -124,6 +129,8 @@ async def test_workers_whose_sockets_the_stopping_hub_closes_keep_their_tasks(
             assert (await http.patch(f"/tasks/{task_id}", json=running)).status_code == 200
 
         worker_socket = socketio.AsyncClient(reconnection=False)
+        closed = asyncio.Event()
+        worker_socket.on("disconnect", lambda *_reason: closed.set())
         await worker_socket.connect(
             server.base_url, auth={"token": server.admin_token}, transports=["websocket"]
         )
@@ -142,7 +149,9 @@ async def test_workers_whose_sockets_the_stopping_hub_closes_keep_their_tasks(
         await writer.drain()
         assert server.process is not None
         server.process.send_signal(signal.SIGTERM)
-        await asyncio.sleep(grace * 6)  # the socket is closed, the slow request holds on
+        await asyncio.wait_for(closed.wait(), 30)  # the hub closed the worker's socket
+        await asyncio.sleep(grace * 6)  # a grace period started by that would be over
+        assert server.process.poll() is None, "the slow request no longer holds the stop up"
         writer.close()
         assert await asyncio.to_thread(server.stop) == 0, server.output()
         await worker_socket.disconnect()

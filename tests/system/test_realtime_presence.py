@@ -18,6 +18,7 @@ import httpx
 import pytest
 
 from tests.support.api import ApiClient, assert_problem
+from tests.support.metrics import Samples
 from tests.support.names import unique
 from tests.support.server import HubServer
 from tests.support.sockets import SocketProbe, assert_problem_ack, assert_task_status_payload
@@ -67,6 +68,11 @@ class Scene:
         for job in jobs:
             await probe.join_job_room(job, self.worker_id)
         return probe
+
+    async def connected_sockets(self) -> float:
+        """The server's count of connected sockets (one less once it saw a disconnect)."""
+        metrics = await self.admin.http.get("/metrics")
+        return Samples(metrics.text).count("taskhub_connected_sockets")
 
     async def assert_worker_kept(self) -> None:
         assert self.worker_id in await self.worker_ids()
@@ -161,8 +167,12 @@ async def test_heartbeat_within_the_grace_keeps_the_worker(scene: Scene) -> None
     browser = await browser_in(scene, scene.room)
     worker = await scene.connect_worker("worker", scene.doomed)
     start = browser.mark()
+    connected = await scene.connected_sockets()
     await worker.disconnect()
-    await asyncio.sleep(0.3 * GRACE)  # let the server see the disconnect first
+    deadline = time.monotonic() + 10  # the server sees the disconnect first (grace begun)
+    while await scene.connected_sockets() != connected - 1:
+        assert time.monotonic() < deadline, "the server never saw the disconnect"
+        await asyncio.sleep(0.01)
     beat = await scene.alice.patch(f"/workers/{scene.worker_id}")
     assert beat.status_code == 200, beat.text
     await asyncio.sleep(BEYOND_GRACE)

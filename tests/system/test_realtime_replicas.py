@@ -26,6 +26,7 @@ import redis
 
 from tests.support.api import ApiClient
 from tests.support.databases import REDIS_URL
+from tests.support.metrics import Samples
 from tests.support.server import HubServer, running_replicas
 from tests.support.sockets import SocketProbe
 
@@ -163,8 +164,15 @@ async def test_long_poll_on_one_replica_wakes_when_the_other_ends_the_task(
             )
         )
 
+    async def waiters(http: httpx.AsyncClient) -> float:
+        return Samples((await http.get("/metrics")).text).count("taskhub_long_poll_waiters")
+
+    before = [await waiters(http) for http in https]
     remote, local = long_poll(http_a), long_poll(http_b)
-    await asyncio.sleep(0.5)
+    deadline = time.monotonic() + 30
+    while [await waiters(http) for http in https] != [count + 1 for count in before]:
+        assert time.monotonic() < deadline, "the long-polls did not start waiting"
+        await asyncio.sleep(0.05)
     assert not remote.done() and not local.done()  # both are waiting on a running task
 
     started = time.monotonic()

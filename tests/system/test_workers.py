@@ -68,6 +68,10 @@ def test_metrics_are_summed_across_two_workers(tmp_path: Path, namespace: str) -
         "TASKHUB_REDIS_URL": REDIS_URL,
         "TASKHUB_REDIS_NAMESPACE": namespace,
         "PROMETHEUS_MULTIPROC_DIR": str(metrics_dir),
+        # The claiming worker never heartbeats, and on a loaded machine the claims go on
+        # until both processes answered (up to MAX_CLAIMS): held off, the worker timeout
+        # cannot let the sweeper remove it (404 worker-not-found) however long that takes.
+        "TASKHUB_WORKER_TIMEOUT_SECONDS": str(24 * 3600),
     }
     with running_hub("postgres", tmp_path, env=env) as server:
         # No keep-alive: every request is a new connection, taken by whichever worker

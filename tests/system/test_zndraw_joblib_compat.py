@@ -221,7 +221,7 @@ def test_sdk_importable_next_to_hub_models() -> None:
     ``SQLModel.metadata`` with the same names (``worker_job_link``, ``worker``, ``job``,
     ``task``), so importing the second fails."""
     result = subprocess.run(
-        [sys.executable, "-c", "import taskhub.persistence.models, zndraw_joblib.client"],
+        [sys.executable, "-c", "import taskhub.store.tables, zndraw_joblib.client"],
         cwd=REPO_ROOT,
         capture_output=True,
         text=True,
@@ -239,7 +239,12 @@ def test_job_manager_with_a_socket_is_woken_by_task_available(
     manager = JobManagerProcess(hub_server, tmp_path / "joblib_socket.log", socket=True)
     try:
         manager.call("register", name="Scale")
-        time.sleep(0.5)  # (the manager joins the job room from its socket's own thread)
+        # The manager's join of the job room (sent without asking for an answer) must be in
+        # before the submit, or the wake-up goes to nobody: wait for the hub's answer to it.
+        deadline = time.monotonic() + 30
+        while SCALE not in manager.call("joined"):
+            assert time.monotonic() < deadline, f"never joined {SCALE}:\n{manager.output()}"
+            time.sleep(0.05)
         started = time.monotonic()
         response = client.post(
             f"{PREFIX}/rooms/{ROOM}/tasks/{SCALE}", json={"payload": {"factor": 3.0}}

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from taskhub.domain.services import task_listing
-from taskhub.domain.services.task_listing import list_room_tasks
+from taskhub.services import task_listing
+from taskhub.services.task_listing import list_room_tasks
 from taskhub.transport.http.schemas import task_listing_response
 from tests.support.api import ApiClient
 from tests.support.big_tasks import BIG, completed, points

@@ -7,9 +7,9 @@ import asyncio
 import httpx
 import pytest
 
-from taskhub.domain import payload_checks
 from taskhub.main import create_app
 from taskhub.settings import Settings
+from taskhub.validation import payload_checks
 from tests.support.api import ApiClient, assert_problem
 from tests.support.costly_payloads import COSTLY, POINTS_SCHEMA, until
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from taskhub.domain.events import Event
+from taskhub.rules.events import Event
 
 JOB = "room1:modifiers:Rotate"
 

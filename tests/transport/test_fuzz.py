@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from sqlalchemy import select
 
 from taskhub.main import API_PREFIX, ENDPOINTS
-from taskhub.persistence.models import Job, Task, Worker, WorkerJobLink
+from taskhub.store.tables import Job, Task, Worker, WorkerJobLink
 from taskhub.transport.http.api import MAX_JSON_DEPTH
 from taskhub.transport.http.openapi import build_openapi
 from tests.support.api import ApiClient

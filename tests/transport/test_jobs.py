@@ -1,6 +1,7 @@
 """Job registration and discovery (PUT/GET /rooms/{room}/jobs…)."""
 
 import asyncio
+import time
 from uuid import UUID
 
 import asyncpg
@@ -8,8 +9,8 @@ import pytest
 from sqlalchemy import func, select, update
 from sqlalchemy.engine import make_url
 
-from taskhub.domain.payloads import MAX_SCHEMA_BYTES, schema_bytes
-from taskhub.persistence.models import job_table, link_table, worker_table
+from taskhub.store.tables import job_table, link_table, worker_table
+from taskhub.validation.payloads import MAX_SCHEMA_BYTES, schema_bytes
 from tests.support.api import SCHEMA, assert_problem
 from tests.support.event_loop import watched_loop
 
@@ -299,6 +300,23 @@ async def test_the_hub_keeps_answering_while_a_big_schema_is_checked(alice):
     assert stalls.longest < stalls.took / 4, f"the loop stood still {stalls.longest:.2f} s"
 
 
+async def until_a_lock_is_waited_for(database_url: str) -> None:
+    """Until a session of the test's database waits for a lock (what the request started
+    beside the lock was meant to reach), however long the machine takes to get it there."""
+    dsn = make_url(database_url).set(drivername="postgresql").render_as_string(False)
+    watcher = await asyncpg.connect(dsn)  # outside a transaction: every reading is fresh
+    try:
+        deadline = time.monotonic() + 30
+        while not await watcher.fetchval(
+            "SELECT count(*) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND wait_event_type = 'Lock'"
+        ):
+            assert time.monotonic() < deadline, "nobody waited for the lock"
+            await asyncio.sleep(0.01)
+    finally:
+        await watcher.close()
+
+
 @pytest.mark.postgres_only
 async def test_registering_with_a_worker_being_removed_is_404_not_a_500(alice, database_url):
     """Another transaction (the sweeper's) holds the worker's row to remove it: the
@@ -324,7 +342,7 @@ async def test_registering_with_a_worker_being_removed_is_404_not_a_500(alice, d
                 },
             )
         )
-        await asyncio.sleep(0.3)  # it reaches the worker's row and waits
+        await until_a_lock_is_waited_for(database_url)  # it reached the worker's row
         assert not registering.done()
         await remover.execute("DELETE FROM worker WHERE id = $1", UUID(job["worker_id"]))
         await removal.commit()
@@ -353,8 +371,10 @@ async def soft_delete_under_way(db, job_id: str):
 
 
 @pytest.mark.postgres_only
-async def test_a_registration_under_way_keeps_the_job_its_last_worker_leaves(alice, monkeypatch):
-    from taskhub.domain.services import jobs
+async def test_a_registration_under_way_keeps_the_job_its_last_worker_leaves(
+    alice, monkeypatch, database_url
+):
+    from taskhub.services import jobs
 
     leaving = (await alice.register(name="Solo"))["worker_id"]
     joining = (await alice.post("/workers")).json()["id"]
@@ -371,7 +391,7 @@ async def test_a_registration_under_way_keeps_the_job_its_last_worker_leaves(ali
     registration = asyncio.create_task(alice.put("/rooms/room1/jobs", json=body))
     await linked.wait()
     removal = asyncio.create_task(alice.delete(f"/workers/{leaving}"))
-    await asyncio.sleep(0.3)  # the removal's soft-delete now waits for the registration
+    await until_a_lock_is_waited_for(database_url)  # the removal waits for the registration
     release.set()
     assert (await registration).status_code == 200
     assert (await removal).status_code == 204
@@ -381,12 +401,14 @@ async def test_a_registration_under_way_keeps_the_job_its_last_worker_leaves(ali
 
 
 @pytest.mark.postgres_only
-async def test_a_registration_waits_for_a_soft_delete_under_way_and_revives_the_job(alice, db):
+async def test_a_registration_waits_for_a_soft_delete_under_way_and_revives_the_job(
+    alice, db, database_url
+):
     job = await alice.register(name="Solo")
     conn, transaction = await soft_delete_under_way(db, job["id"])
     body = {"category": "modifiers", "name": "Solo", "schema": SCHEMA}
     registration = asyncio.create_task(alice.put("/rooms/room1/jobs", json=body))
-    await asyncio.sleep(0.3)
+    await until_a_lock_is_waited_for(database_url)
     assert not registration.done()  # it waits for the soft-delete's lock
     await transaction.commit()
     await conn.close()
@@ -397,13 +419,13 @@ async def test_a_registration_waits_for_a_soft_delete_under_way_and_revives_the_
 
 
 @pytest.mark.postgres_only
-async def test_a_submit_waits_for_a_soft_delete_under_way_and_adds_nothing(alice, db):
+async def test_a_submit_waits_for_a_soft_delete_under_way_and_adds_nothing(alice, db, database_url):
     job = await alice.register(name="Solo")
     await alice.submit(SOLO)  # the job is known to this process: no lookup on the next
     await alice.post("/tasks/claim", json={"worker_id": job["worker_id"]})
     conn, transaction = await soft_delete_under_way(db, job["id"])
     submit = asyncio.create_task(alice.post(f"/rooms/room1/tasks/{SOLO}", json={"payload": {}}))
-    await asyncio.sleep(0.3)
+    await until_a_lock_is_waited_for(database_url)  # the submit waits for the job's row
     assert not submit.done()
     await transaction.commit()
     await conn.close()

@@ -6,6 +6,7 @@ import time
 import pytest
 
 from taskhub.settings import Settings
+from tests.support.metrics import Samples
 
 JOB = "room1:modifiers:Rotate"
 
@@ -25,6 +26,18 @@ def wait(seconds: int) -> dict[str, str]:
     return {"Prefer": f"wait={seconds}"}
 
 
+async def waiters(http) -> float:
+    return Samples((await http.get("/metrics")).text).count("taskhub_long_poll_waiters")
+
+
+async def until_waiting(http, count: float) -> None:
+    """Until ``count`` long-polls wait (a fixed sleep would only hope they got there)."""
+    deadline = time.monotonic() + 10
+    while await waiters(http) != count:
+        assert time.monotonic() < deadline, f"never {count} long-polls waiting"
+        await asyncio.sleep(0.01)
+
+
 async def test_terminal_task_answers_at_once(alice, job):
     task = await alice.submit(JOB)
     await alice.transition(task["id"], "cancelled")
@@ -35,10 +48,11 @@ async def test_terminal_task_answers_at_once(alice, job):
     assert "preference-applied" not in response.headers
 
 
-async def test_wakes_when_the_task_ends(alice, job):
+async def test_wakes_when_the_task_ends(alice, job, http):
     task = await alice.submit(JOB)
+    before = await waiters(http)
     poll = asyncio.create_task(alice.get(f"/tasks/{task['id']}", headers=wait(3)))
-    await asyncio.sleep(0.2)
+    await until_waiting(http, before + 1)
     assert not poll.done()
     await alice.claim(job["worker_id"])
     await alice.transition(task["id"], "running")
@@ -84,10 +98,11 @@ async def test_without_prefer_there_is_no_wait(alice, job):
     assert "preference-applied" not in response.headers
 
 
-async def test_waiting_polls_hold_no_database_connection(alice, job):
+async def test_waiting_polls_hold_no_database_connection(alice, job, http):
     tasks = [await alice.submit(JOB) for _ in range(8)]
+    before = await waiters(http)
     polls = [asyncio.create_task(alice.get(f"/tasks/{t['id']}", headers=wait(3))) for t in tasks]
-    await asyncio.sleep(0.2)
+    await until_waiting(http, before + 8)
     # Eight waiting polls and a pool of two: other requests still go through promptly.
     started = time.monotonic()
     for task in tasks:

@@ -14,9 +14,9 @@ import pytest
 from openapi_spec_validator import validate
 from starlette.routing import Route
 
-from taskhub.domain.errors import InvalidRoomId, ValidationFailed
-from taskhub.domain.naming import validate_job_name, validate_room_id
 from taskhub.main import API_PREFIX, ENDPOINTS, create_app
+from taskhub.rules.errors import InvalidRoomId, ValidationFailed
+from taskhub.rules.naming import validate_job_name, validate_room_id
 from taskhub.transport.http.openapi import build_openapi, openapi_path
 from tests.support.api import ApiClient
 

@@ -9,9 +9,9 @@ from uuid import UUID
 import pytest
 from sqlalchemy import select
 
-from taskhub.domain.events import Event, TaskAvailable
-from taskhub.persistence.models import task_table
-from taskhub.realtime import due_announcer
+from taskhub.duties import due_announcer
+from taskhub.rules.events import Event, TaskAvailable
+from taskhub.store.tables import task_table
 from tests.support.api import assert_problem
 
 JOB = "room1:modifiers:Rotate"

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from starlette.routing import Route
 
-from taskhub.domain.errors import DomainError
-from taskhub.domain.events import JobsInvalidate, TaskAvailable, TaskCancelled, TaskStatusChanged
 from taskhub.main import API_PREFIX, ENDPOINTS, create_app
+from taskhub.rules.errors import DomainError
+from taskhub.rules.events import JobsInvalidate, TaskAvailable, TaskCancelled, TaskStatusChanged
 from taskhub.settings import Settings
 from taskhub.transport.http import problems
 from taskhub.transport.http.openapi import build_openapi, openapi_path

@@ -7,9 +7,9 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from taskhub.domain.events import TaskAvailable, TaskStatusChanged
-from taskhub.domain.states import TaskStatus
-from taskhub.persistence.types import utcnow
+from taskhub.clock import utcnow
+from taskhub.rules.events import TaskAvailable, TaskStatusChanged
+from taskhub.rules.states import TaskStatus
 from taskhub.settings import Settings
 from tests.support.api import assert_problem
 

@@ -10,8 +10,8 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 
-from taskhub.domain.services import workers as worker_service
 from taskhub.main import TaskhubApp
+from taskhub.services import workers as worker_service
 from tests.support.api import PREFIX, ApiClient, assert_problem
 
 

@@ -11,9 +11,9 @@ from uuid import uuid4
 import asyncpg.pgproto.pgproto
 import pytest
 
-from taskhub.domain.records import Page, TaskRecord
-from taskhub.domain.states import TaskStatus
-from taskhub.persistence.types import stored_document
+from taskhub.rules.records import Page, TaskRecord
+from taskhub.rules.states import TaskStatus
+from taskhub.store.columns import stored_document
 from taskhub.transport.http.api import dump_body, json_response
 from taskhub.transport.http.schemas import (
     ClaimedTaskOut,

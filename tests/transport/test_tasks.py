@@ -1,14 +1,15 @@
 """Task submission, claiming, transitions, authorisation and listing."""
 
 import asyncio
+import time
 from datetime import datetime, timedelta
 from uuid import UUID, uuid4
 
 import pytest
 from sqlalchemy import text
 
-from taskhub.persistence.dialects import claim_statement
-from taskhub.persistence.types import utcnow
+from taskhub.clock import utcnow
+from taskhub.store.claims import claim_statement
 from tests.support.api import SCHEMA, assert_problem
 
 JOB = "room1:modifiers:Rotate"
@@ -473,7 +474,15 @@ async def test_a_claim_aborted_as_one_side_of_a_deadlock_runs_again(alice, job, 
     await conn.exec_driver_sql(count_of, (UUID(job["id"]), 0))
     body = {"worker_id": job["worker_id"], "max_tasks": 2}
     claim = asyncio.create_task(alice.post("/tasks/claim", json=body))
-    await asyncio.sleep(0.3)  # the claim holds the priority-1 count and waits for this one
+    async with db.read() as watcher:  # the claim holds the priority-1 count, waits for this one
+        deadline = time.monotonic() + 30
+        while True:
+            await watcher.execute(FRESH_ACTIVITY)  # (the read is a transaction: see there)
+            if await watcher.scalar(WAITING_ON_A_LOCK):
+                break
+            assert not claim.done(), claim.result().text
+            assert time.monotonic() < deadline, "the claim never waited for the count held here"
+            await asyncio.sleep(0.01)
     await conn.exec_driver_sql(count_of, (UUID(job["id"]), 1))  # granted once it is aborted
     await other.commit()
     await conn.close()

@@ -5,7 +5,7 @@ from datetime import datetime
 
 import pytest
 
-from taskhub.domain.services import jobs as job_service
+from taskhub.services import jobs as job_service
 from tests.support.api import SCHEMA, assert_problem
 
 JOB = "room1:modifiers:Rotate"

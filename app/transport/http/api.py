@@ -16,9 +16,9 @@ from starlette.convertors import Convertor, register_url_convertor
 from starlette.requests import Request
 from starlette.responses import Response
 
-from taskhub.domain.errors import PayloadTooLarge, Unauthorized, ValidationFailed
-from taskhub.domain.records import Principal
-from taskhub.persistence.types import exact_json, has_long_digit_run
+from taskhub.json_codec import exact_json, has_long_digit_run
+from taskhub.rules.errors import PayloadTooLarge, Unauthorized, ValidationFailed
+from taskhub.rules.records import Principal
 from taskhub.runtime import Hub
 from taskhub.transport.credentials import bearer_token
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from starlette.responses import Response
 
-from taskhub.domain.services import jobs as service
-from taskhub.domain.services import workers as worker_service
+from taskhub.services import jobs as service
+from taskhub.services import workers as worker_service
 from taskhub.transport.http.api import Api, ApiRequest, json_response
 from taskhub.transport.http.schemas import (
     JobOut,

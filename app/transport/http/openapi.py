@@ -15,7 +15,7 @@ from pydantic.json_schema import JsonSchemaMode, models_json_schema
 from starlette.requests import Request
 from starlette.responses import Response
 
-from taskhub.domain.naming import FULL_NAME_PATTERN, MAX_ROOM_ID_LENGTH, ROOM_ID_PATTERN
+from taskhub.rules.naming import FULL_NAME_PATTERN, MAX_ROOM_ID_LENGTH, ROOM_ID_PATTERN
 from taskhub.transport.http.api import JSON_MEDIA_TYPE, Endpoint, json_response
 from taskhub.transport.http.problems import PROBLEM_MEDIA_TYPE
 from taskhub.transport.http.schemas import ProblemOut
@@ -157,7 +157,7 @@ def _path_parameter(name: str) -> dict[str, Any]:
     return {"name": name, "in": "path", "required": True, "schema": schema}
 
 
-# The naming rules (``app/domain/naming.py``) of the path parameters that have them.
+# The naming rules (``app/rules/naming.py``) of the path parameters that have them.
 _PATH_PARAM_RULES: dict[str, dict[str, Any]] = {
     "room_id": {"minLength": 1, "maxLength": MAX_ROOM_ID_LENGTH, "pattern": ROOM_ID_PATTERN},
     "full_name": {"pattern": FULL_NAME_PATTERN},

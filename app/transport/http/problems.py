@@ -11,8 +11,8 @@ from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
-from taskhub.domain.errors import DomainError
-from taskhub.persistence.database import DatabaseUnavailable
+from taskhub.rules.errors import DomainError
+from taskhub.store.database import DatabaseUnavailable
 
 log = logging.getLogger(__name__)
 

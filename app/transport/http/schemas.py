@@ -21,8 +21,9 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 from starlette.responses import Response, StreamingResponse
 
-from taskhub.domain.naming import JOB_NAME_PATTERN, MAX_JOB_NAME_LENGTH
-from taskhub.domain.records import (
+from taskhub.clock import utcnow
+from taskhub.rules.naming import JOB_NAME_PATTERN, MAX_JOB_NAME_LENGTH
+from taskhub.rules.records import (
     JobRecord,
     JobSummary,
     Page,
@@ -30,11 +31,10 @@ from taskhub.domain.records import (
     TaskRecord,
     WorkerRecord,
 )
-from taskhub.domain.retries import MAX_ATTEMPTS_LIMIT
-from taskhub.domain.services.task_listing import TaskListing
-from taskhub.domain.services.tasks import SubmitOptions
-from taskhub.domain.states import TaskStatus
-from taskhub.persistence.types import utcnow
+from taskhub.rules.retries import MAX_ATTEMPTS_LIMIT
+from taskhub.rules.states import TaskStatus
+from taskhub.services.task_listing import TaskListing
+from taskhub.services.tasks import SubmitOptions
 from taskhub.transport.http.api import JSON_MEDIA_TYPE, dump_body, json_response
 
 T = TypeVar("T")

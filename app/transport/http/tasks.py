@@ -10,14 +10,14 @@ from uuid import UUID
 from starlette.responses import Response
 from starlette.types import Receive
 
-from taskhub.domain.errors import ValidationFailed
-from taskhub.domain.naming import is_internal_job
-from taskhub.domain.records import TaskRecord
-from taskhub.domain.services import task_listing as listings
-from taskhub.domain.services import tasks as service
-from taskhub.domain.states import is_terminal
+from taskhub.clock import utcnow
 from taskhub.observability import metrics
-from taskhub.persistence.types import utcnow
+from taskhub.rules.errors import ValidationFailed
+from taskhub.rules.naming import is_internal_job
+from taskhub.rules.records import TaskRecord
+from taskhub.rules.states import is_terminal
+from taskhub.services import task_listing as listings
+from taskhub.services import tasks as service
 from taskhub.transport.http.api import Api, ApiRequest, capped_int, json_response
 from taskhub.transport.http.schemas import (
     PageOut,

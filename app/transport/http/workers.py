@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from starlette.responses import Response
 
-from taskhub.domain.services import workers as service
+from taskhub.services import workers as service
 from taskhub.transport.http.api import Api, ApiRequest, json_response
 from taskhub.transport.http.schemas import (
     HeartbeatIn,

@@ -14,15 +14,15 @@ from uuid import UUID
 
 import socketio
 
-from taskhub.domain.errors import DomainError, Unauthorized, ValidationFailed
-from taskhub.domain.naming import JobName, validate_room_id
-from taskhub.domain.records import Principal
-from taskhub.domain.services.users import hash_token
-from taskhub.domain.services.workers import check_serves, existing_workers, heartbeat
 from taskhub.observability import metrics
 from taskhub.observability.request_id import bound, socket_request_id
-from taskhub.persistence.database import DatabaseUnavailable
+from taskhub.rules.errors import DomainError, Unauthorized, ValidationFailed
+from taskhub.rules.naming import JobName, validate_room_id
+from taskhub.rules.records import Principal
 from taskhub.runtime import Hub
+from taskhub.services.users import hash_token
+from taskhub.services.workers import check_serves, existing_workers, heartbeat
+from taskhub.store.database import DatabaseUnavailable
 from taskhub.transport.credentials import bearer_token
 from taskhub.transport.http.problems import database_unavailable_body, problem_body
 

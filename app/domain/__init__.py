@@ -1,1 +1,0 @@
-"""The rules of the hub: naming, the task state machine, and the services that apply them."""

@@ -1,1 +1,0 @@
-"""Storage: table models, engines and transactions, and the few dialect-specific statements."""

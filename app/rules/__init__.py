@@ -1,0 +1,1 @@
+"""Pure rules, without I/O: naming, task states, retries, events, errors, records."""

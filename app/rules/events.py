@@ -1,0 +1,147 @@
+"""Real-time events a state change causes, collected during a request and published
+only after its transaction commits (never for a rolled-back change)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from taskhub.rules.records import TaskRecord
+from taskhub.rules.states import TaskStatus, is_terminal
+
+
+@dataclass(frozen=True, slots=True)
+class TaskAvailable:
+    """A task of ``job_name`` became claimable; sent to the job's worker room."""
+
+    name: ClassVar[str] = "task_available"
+    job_name: str
+    room_id: str
+    task_id: str
+
+    @property
+    def room(self) -> str:
+        return f"jobs:{self.job_name}"
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        return (self.name, self.room, self.task_id)
+
+    def payload(self) -> dict[str, Any]:
+        return {"job_name": self.job_name, "room_id": self.room_id, "task_id": self.task_id}
+
+
+@dataclass(frozen=True, slots=True)
+class TaskStatusChanged:
+    """A task moved (or reported progress); sent to the room it was submitted into."""
+
+    name: ClassVar[str] = "task_status_event"
+    task: TaskRecord
+    # The status before this change: None for a new task, the same status for progress.
+    previous: TaskStatus | None = None
+
+    @property
+    def room(self) -> str:
+        return f"room:{self.task.room_id}"
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        return (self.name, self.room, str(self.task.id))
+
+    @property
+    def is_terminal(self) -> bool:
+        return is_terminal(self.task.status)
+
+    def payload(self) -> dict[str, Any]:
+        task = self.task
+        return {
+            "id": str(task.id),
+            "name": task.job_name,
+            "room_id": task.room_id,
+            "status": task.status.value,
+            "created_at": task.created_at.isoformat(),
+            "started_at": task.started_at.isoformat() if task.started_at else None,
+            "completed_at": task.completed_at.isoformat() if task.completed_at else None,
+            "queue_position": task.queue_position,
+            "worker_id": str(task.worker_id) if task.worker_id else None,
+            "error": task.error,
+            "attempt": task.attempt,
+            "progress": task.progress,
+            "progress_message": task.progress_message,
+            "result": task.result,
+            "priority": task.priority,
+            "max_attempts": task.max_attempts,
+            "run_at": task.run_at.isoformat() if task.run_at else None,
+            "submitted_by": str(task.submitted_by) if task.submitted_by else None,
+            "version": task.version,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class JobsInvalidate:
+    """The job list or worker count of ``room_id`` changed."""
+
+    name: ClassVar[str] = "jobs_invalidate"
+    room_id: str
+
+    @property
+    def room(self) -> str:
+        return f"room:{self.room_id}"
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        return (self.name, self.room, "")
+
+    def payload(self) -> dict[str, Any]:
+        return {}
+
+
+@dataclass(frozen=True, slots=True)
+class TaskCancelled:
+    """A claimed or running task was cancelled; tells the worker running it to stop."""
+
+    name: ClassVar[str] = "task_cancelled"
+    task_id: str
+    job_name: str
+    worker_id: str
+
+    @property
+    def room(self) -> str:
+        return f"worker:{self.worker_id}"
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        return (self.name, self.room, self.task_id)
+
+    def payload(self) -> dict[str, Any]:
+        return {"task_id": self.task_id, "job_name": self.job_name, "worker_id": self.worker_id}
+
+
+Event = TaskAvailable | TaskStatusChanged | JobsInvalidate | TaskCancelled
+
+
+class EventBatch:
+    """Events of one unit of work, de-duplicated per (event, room, subject).
+
+    A later event for the same key replaces the earlier one (the newest task state wins)
+    but keeps its original position.
+    """
+
+    __slots__ = ("_events",)
+
+    def __init__(self) -> None:
+        self._events: dict[tuple[str, str, str], Event] = {}
+
+    def add(self, event: Event) -> None:
+        self._events[event.key] = event
+
+    def extend(self, events: EventBatch) -> None:
+        for event in events:
+            self.add(event)
+
+    def __iter__(self) -> Iterator[Event]:
+        return iter(list(self._events.values()))
+
+    def __len__(self) -> int:
+        return len(self._events)

@@ -1,0 +1,106 @@
+"""Plain snapshots of stored rows that services hand to transport and to events."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Generic, TypeVar
+from uuid import UUID
+
+from taskhub.rules.states import TaskStatus
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    """The authenticated caller."""
+
+    id: UUID
+    name: str
+    is_superuser: bool
+
+
+@dataclass(frozen=True, slots=True)
+class UserSummary:
+    """A user as operators list them (``taskhub users list``)."""
+
+    name: str
+    is_superuser: bool
+    tokens: int
+    created_at: datetime
+
+
+@dataclass(slots=True)
+class TaskRecord:
+    id: UUID
+    job_id: UUID
+    job_name: str
+    room_id: str
+    status: TaskStatus
+    # A dict, or the text it is stored as where the task was read for an answer (a claim, a
+    # PATCH, GET, a page: ``StoredJSONText``). ``result`` too on GET and pages; a PATCH's
+    # record carries the result it wrote, as sent.
+    payload: dict[str, Any] | Any
+    created_at: datetime
+    started_at: datetime | None
+    completed_at: datetime | None
+    worker_id: UUID | None
+    error: str | None
+    submitted_by: UUID | None
+    claim_token: UUID | None
+    attempt: int
+    queue_position: int | None = None
+    result: Any = None
+    progress: float | None = None
+    progress_message: str | None = None
+    priority: int = 0
+    max_attempts: int = 1
+    run_at: datetime | None = None
+    version: int = 1
+
+
+@dataclass(slots=True)
+class WorkerRecord:
+    id: UUID
+    user_id: UUID
+    last_heartbeat: datetime
+    job_count: int = 0
+    cancelled_tasks: list[UUID] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class JobSummary:
+    """A job as a listing shows it: no schema (up to 256 KiB, read only for one job)."""
+
+    id: UUID
+    room_id: str
+    category: str
+    name: str
+    workers: list[UUID]
+
+    @property
+    def full_name(self) -> str:
+        return f"{self.room_id}:{self.category}:{self.name}"
+
+
+@dataclass(slots=True)
+class JobRecord(JobSummary):
+    schema: dict[str, Any]
+    deleted: bool
+    max_attempts: int = 1
+
+
+T = TypeVar("T")
+
+
+def beyond(total: int, limit: int, offset: int) -> bool:
+    """Whether a page of ``limit`` from ``offset`` holds nothing of ``total`` items (then its
+    rows need not be read: an offset far past the end would still cost a scan)."""
+    return limit == 0 or offset >= total
+
+
+@dataclass(slots=True)
+class Page(Generic[T]):
+    items: list[T]
+    total: int
+    limit: int
+    offset: int

@@ -1,0 +1,199 @@
+"""State changes of ``@internal`` tasks. The task row is the source of truth: every write
+is guarded by ``(id, attempt, expected status)``, so running the same ``(task_id,
+attempt)`` twice has no second effect and a task cancelled meanwhile stays cancelled."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+from uuid import UUID, uuid4
+
+from sqlalchemy import Select, func, select, update
+
+from taskhub.clock import new_id, utcnow
+from taskhub.rules.events import EventBatch, JobsInvalidate, TaskStatusChanged
+from taskhub.rules.naming import INTERNAL_ROOM
+from taskhub.rules.records import TaskRecord
+from taskhub.rules.states import TaskStatus
+from taskhub.services.jobs import JobNames
+from taskhub.store.database import Database
+from taskhub.store.inserts import insert_ignoring_duplicates
+from taskhub.store.queue_positions import task_record
+from taskhub.store.tables import is_pending, job_table, next_version, task_table
+
+task = task_table
+DISPATCH_FAILED = "Failed to dispatch to internal executor"
+INTERNAL_TIMEOUT = "Internal worker timeout"
+
+
+async def _write(
+    db: Database,
+    task_id: UUID,
+    allowed: tuple[TaskStatus, ...],
+    guard: list[Any],
+    values: dict[str, Any],
+) -> tuple[TaskRecord | None, EventBatch]:
+    """Move the task from one of the ``allowed`` statuses as ``values`` say. The status it
+    had is read row-locked in the same transaction (SQLite: the one writer), so the event
+    can say where the task came from."""
+    async with db.write() as conn:
+        current = await conn.scalar(
+            select(task.c.status).where(task.c.id == task_id).with_for_update()
+        )
+        if current is None or TaskStatus(current) not in allowed:
+            return None, EventBatch()
+        previous = TaskStatus(current)
+        row = (
+            await conn.execute(
+                update(task).where(task.c.id == task_id, task.c.status == previous.value, *guard)
+                .values(**values, **next_version())
+                .returning(*task.c)
+            )
+        ).first()  # fmt: skip
+        if row is None:
+            return None, EventBatch()
+        record = task_record(row, await JobNames.one(conn, row.job_id))
+    events = EventBatch()
+    events.add(TaskStatusChanged(record, previous))
+    return record, events
+
+
+async def mark_dispatched(
+    db: Database, task_id: UUID, *, run_at: datetime | None = None
+) -> tuple[TaskRecord | None, EventBatch]:
+    """PENDING → CLAIMED once the broker took the message (the executor may be faster:
+    then the task is already RUNNING or done and this changes nothing). ``run_at``: when
+    it was dispatched late, from when the internal timeout counts (the sweeper's)."""
+    values: dict[str, Any] = {"status": TaskStatus.CLAIMED.value, "claim_token": uuid4()}
+    if run_at is not None:
+        values["run_at"] = run_at
+    return await _write(db, task_id, (TaskStatus.PENDING,), [], values)
+
+
+def internal_job_ids() -> Select[tuple[UUID]]:
+    """The ids of the ``@internal`` jobs (to use as a subquery)."""
+    return select(job_table.c.id).where(job_table.c.room_id == INTERNAL_ROOM)
+
+
+async def undispatched(
+    db: Database, before: datetime, *, among: list[UUID] | None = None, limit: int = 500
+) -> list[TaskRecord]:
+    """Pending ``@internal`` tasks due since before ``before`` (of ``among`` only, when
+    given): submitted (or, if delayed, due) then and still not handed to the broker — a
+    delayed one that just came due, or one whose submit's process died between its commit
+    and the enqueue, or that came due while no hub ran."""
+    conditions = [
+        is_pending(),
+        task.c.job_id.in_(internal_job_ids()),
+        func.coalesce(task.c.run_at, task.c.created_at) < before,
+    ]
+    if among is not None:
+        conditions.append(task.c.id.in_(among))
+    async with db.read() as conn:
+        rows = (
+            await conn.execute(
+                select(task).where(*conditions).order_by(task.c.created_at).limit(limit)
+            )
+        ).all()
+        names = await JobNames.resolve(conn, {row.job_id for row in rows})
+    return [task_record(row, names[row.job_id]) for row in rows]
+
+
+async def mark_dispatch_failed(db: Database, task_id: UUID) -> tuple[TaskRecord | None, EventBatch]:
+    return await _write(
+        db,
+        task_id,
+        (TaskStatus.PENDING,),
+        [],
+        {
+            "status": TaskStatus.FAILED.value,
+            "error": DISPATCH_FAILED,
+            "completed_at": utcnow(),
+        },
+    )
+
+
+async def start(
+    db: Database, task_id: UUID, attempt: int, run: UUID
+) -> tuple[TaskRecord | None, EventBatch]:
+    """→ RUNNING, only from CLAIMED (or, when the executor beat the dispatcher's mark,
+    PENDING) of this very attempt; the task's claim token becomes ``run``, the executor's
+    own, which its ``finish`` must carry."""
+    return await _write(
+        db,
+        task_id,
+        (TaskStatus.CLAIMED, TaskStatus.PENDING),
+        [task.c.attempt == attempt],
+        {"status": TaskStatus.RUNNING.value, "started_at": utcnow(), "claim_token": run},
+    )
+
+
+async def finish(
+    db: Database,
+    task_id: UUID,
+    attempt: int,
+    run: UUID,
+    *,
+    result: Any = None,
+    error: str | None = None,
+) -> tuple[TaskRecord | None, EventBatch]:
+    """RUNNING → COMPLETED (with ``result``) or FAILED (with ``error``), for the run that
+    started it."""
+    values: dict[str, Any] = {"completed_at": utcnow()}
+    if error is None:
+        values.update(status=TaskStatus.COMPLETED.value, result=result)
+    else:
+        values.update(status=TaskStatus.FAILED.value, error=error)
+    guard = [task.c.attempt == attempt, task.c.claim_token == run]
+    return await _write(db, task_id, (TaskStatus.RUNNING,), guard, values)
+
+
+async def written_by(
+    db: Database, task_id: UUID, run: UUID, statuses: tuple[TaskStatus, ...]
+) -> TaskRecord | None:
+    """The task if it is in one of ``statuses`` under ``run``'s token: a write of that run
+    that committed although its answer was lost with the connection."""
+    async with db.read() as conn:
+        row = (
+            await conn.execute(select(task).where(task.c.id == task_id, task.c.claim_token == run))
+        ).first()
+        if row is None or TaskStatus(row.status) not in statuses:
+            return None
+        return task_record(row, await JobNames.one(conn, row.job_id))
+
+
+async def ensure_internal_jobs(db: Database, schemas: dict[str, dict[str, Any]]) -> EventBatch:
+    """Create, revive, or refresh the schema of the ``@internal`` job rows at start-up.
+    ``schemas`` maps ``category:name`` to its JSON schema."""
+    events = EventBatch()
+    async with db.write() as conn:
+        for key, schema in schemas.items():
+            category, name = key.split(":", 1)
+            now = utcnow()
+            await conn.execute(
+                insert_ignoring_duplicates(
+                    db.dialect,
+                    job_table,
+                    dict(
+                        id=new_id(), room_id=INTERNAL_ROOM, category=category, name=name,
+                        schema=schema, deleted=False, created_at=now, updated_at=now,
+                    ),
+                )
+            )  # fmt: skip
+            row = (
+                await conn.execute(
+                    select(job_table.c.id, job_table.c.schema, job_table.c.deleted).where(
+                        job_table.c.room_id == INTERNAL_ROOM,
+                        job_table.c.category == category,
+                        job_table.c.name == name,
+                    )
+                )
+            ).one()
+            if row.deleted or row.schema != schema:
+                await conn.execute(
+                    update(job_table)
+                    .where(job_table.c.id == row.id)
+                    .values(deleted=False, schema=schema, updated_at=now)
+                )
+                events.add(JobsInvalidate(INTERNAL_ROOM))
+    return events

@@ -1,0 +1,228 @@
+"""The claim: one atomic, fenced statement per shape, SQLite's and PostgreSQL's side by
+side, and the question whether a claimable task was left behind a locked one."""
+
+from __future__ import annotations
+
+import enum
+import functools
+from typing import Any
+
+from sqlalchemy import (
+    and_,
+    bindparam,
+    exists,
+    literal,
+    literal_column,
+    or_,
+    select,
+    true,
+    union_all,
+    update,
+)
+from sqlalchemy.sql import Executable
+
+from taskhub.rules.naming import INTERNAL_ROOM
+from taskhub.rules.states import TaskStatus
+from taskhub.store.hot_statements import hot
+from taskhub.store.tables import (
+    answered_task_columns,
+    is_pending,
+    is_queued,
+    is_waiting,
+    job_table,
+    link_table,
+    next_version,
+    task_table,
+    worker_table,
+)
+
+
+def _served_jobs() -> Any:
+    """Job ids linked to ``:worker_id`` (never ``@internal`` ones: those belong to the
+    taskiq executor, not to remote workers)."""
+    return (
+        select(link_table.c.job_id)
+        .join(job_table, job_table.c.id == link_table.c.job_id)
+        .where(
+            link_table.c.worker_id == bindparam("worker_id"),
+            job_table.c.room_id != INTERNAL_ROOM,
+        )
+    )
+
+
+_ROW_ADDRESS = literal_column(f"{task_table.name}.ctid").label("row_address")
+_ROW_ADDRESS_OF_TASK = literal_column(f"{task_table.name}.ctid")
+
+
+def _due() -> Any:
+    return task_table.c.run_at <= bindparam("now", type_=task_table.c.run_at.type)
+
+
+class ClaimFrom(enum.Enum):
+    """Where a claim takes tasks from: the claim queue (pending, not waiting; ``run_at``
+    checked all the same, for a delayed task an older replica queued), the waiting tasks
+    already due that the announcer has not queued yet (few, on ``ix_task_delayed``), or
+    both at once."""
+
+    QUEUE = "queue"
+    DUE_WAITING = "due-waiting"
+    BOTH = "both"
+
+    def conditions(self) -> list[list[Any]]:
+        queued = [is_queued(), or_(task_table.c.run_at.is_(None), _due())]
+        due_waiting = [is_waiting(), _due()]
+        return {
+            ClaimFrom.QUEUE: [queued],
+            ClaimFrom.DUE_WAITING: [due_waiting],
+            ClaimFrom.BOTH: [queued, due_waiting],
+        }[self]
+
+
+@functools.cache
+def claim_statement(
+    dialect: str,
+    *,
+    check_owner: bool,
+    limit: int,
+    wait_for_locked: bool = False,
+    source: ClaimFrom = ClaimFrom.QUEUE,
+) -> Executable:
+    """Claim up to ``limit`` of the first claimable tasks of ``source`` (due at ``:now``;
+    highest priority, then oldest) of ``:worker_id``'s jobs, atomically, as a new attempt
+    with ``:claim_token`` (and ``:claim_key``, the claim's Idempotency-Key or NULL); with
+    ``check_owner`` only if the worker belongs to ``:owner_id``.
+    Built once per shape (``limit`` is part of the shape: a bound LIMIT would be
+    re-rendered on every execution).
+
+    A claim reads the claim queue; the due waiting tasks only when the queue had fewer
+    than it asked for (``DUE_WAITING``, a second statement): reading them in every claim
+    cost PostgreSQL 8 % more instructions per task. Until the announcer queues a
+    due task (at its ``run_at``, give or take its timer), claims take the queued ones
+    first, whatever their priorities.
+
+    PostgreSQL: ``WITH picked AS (SELECT … FROM served jobs, LATERAL (SELECT … ORDER BY …
+    LIMIT n FOR UPDATE SKIP LOCKED) … LIMIT n) UPDATE task … FROM picked RETURNING``, the
+    update finding each picked row by its id and address (``ctid``, stable while locked).
+    Concurrent claimers skip each other's rows instead of waiting or retrying. The locking
+    select must sit in a CTE: as ``WHERE id IN (subquery)`` the planner may re-scan it and
+    lock (and claim) more than ``n`` rows.
+
+    PostgreSQL answers with at least one row: the claimed ones, or one row of NULLs, each
+    with ``worker_owner`` (the worker's user, NULL if there is no such worker).
+
+    The head scan locks the first ``n`` rows of each served job, and claims ``n`` in all:
+    while it runs, a claimer of one of those jobs skips a task this claim will not take.
+    A claim that got nothing asks ``claimable_left_statement`` whether a claimable task
+    was there all the same (skipped as locked), and if so claims once more
+    ``wait_for_locked``: the same statement with ``FOR UPDATE`` (no ``SKIP LOCKED``), which
+    waits for the other claim to commit and then takes the first row still claimable.
+    (The question is a column of the ``DUE_WAITING`` claim alone, which runs only after
+    a short claim of the queue: as a column of every claim, even unasked, its plan cost 6 %
+    more of PostgreSQL's instructions.) ``BOTH`` serves these waiting claims.
+
+    SQLite: the same single ``UPDATE … RETURNING`` with ``id IN (subquery)``; it runs on the
+    one writer connection (alone or in a commit group, see ``Database.autocommit``), which
+    serialises writers, so ``SKIP LOCKED`` is neither needed nor available.
+    """
+    task = task_table
+    served_jobs = _served_jobs()
+    if check_owner:  # only the worker's owner (or a superuser) may claim for it
+        served_jobs = served_jobs.where(
+            exists().where(
+                worker_table.c.id == bindparam("worker_id"),
+                worker_table.c.user_id == bindparam("owner_id"),
+            )
+        )
+    queue_order = (task.c.priority.desc(), task.c.created_at, task.c.id)
+    if dialect == "postgresql":
+        # Per served job and kind of claimable task, the head of its queue straight off its
+        # index (a LATERAL scan in index order that stops after ``limit`` rows, however
+        # deep the queue), then the best heads over all jobs.
+        served = served_jobs.subquery("served")
+
+        def heads_of(claimable: list[Any], name: str) -> Any:
+            head = (
+                select(task.c.id, task.c.priority, task.c.created_at, _ROW_ADDRESS)
+                .where(*claimable, task.c.job_id == served.c.job_id)
+                .order_by(*queue_order)
+                .limit(limit)
+                .with_for_update(skip_locked=not wait_for_locked)
+                .lateral(name)
+            )
+            return select(*head.c).select_from(served).join(head, true())
+
+        kinds = [heads_of(kind, f"head{n}") for n, kind in enumerate(source.conditions())]
+        heads = _best_of(kinds).subquery()
+        picked = select(heads.c.id, heads.c.row_address).order_by(*_in_order(heads))
+        picked = picked.limit(limit).cte("picked")
+        # The picked rows stay locked until the update, so their addresses (ctid) hold: the
+        # update reaches them directly, whatever the planner believes about the table (with
+        # the statistics of a young table it would rather scan every pending task).
+        chosen = and_(task.c.id == picked.c.id, picked.c.row_address == _ROW_ADDRESS_OF_TASK)
+    else:
+        kinds = [
+            select(task.c.id, task.c.priority, task.c.created_at)
+            .where(*claimable, task.c.job_id.in_(served_jobs))
+            .order_by(*queue_order)
+            .limit(limit)
+            for claimable in source.conditions()
+        ]
+        if len(kinds) == 1:
+            candidates = kinds[0].with_only_columns(task.c.id)
+        else:
+            heads = _best_of([select(*kind.subquery().c) for kind in kinds]).subquery()
+            candidates = select(heads.c.id).order_by(*_in_order(heads)).limit(limit)
+        chosen = task.c.id.in_(candidates.scalar_subquery())
+    claimed = (
+        update(task)
+        .where(chosen, is_pending())
+        .values(
+            status=TaskStatus.CLAIMED.value,
+            worker_id=bindparam("worker_id"),
+            claim_token=bindparam("claim_token"),
+            claim_key=bindparam("claim_key", type_=task.c.claim_key.type),
+            attempt=task.c.attempt + 1,
+            lease_expires_at=bindparam("lease_until"),
+            # A fresh attempt: nothing of the previous one (a retry) carries over.
+            started_at=None,
+            error=None,
+            result=None,
+            progress=None,
+            progress_message=None,
+            **next_version(),
+        )
+        .returning(*answered_task_columns())
+    )
+    if dialect != "postgresql":
+        return hot(claimed)
+    # One round trip also for an empty claim: the claimed rows (or one row of NULLs) with
+    # the worker's owner, which says why nothing was claimed.
+    rows = claimed.cte("claimed")
+    one = select(literal(1).label("one")).subquery("one")
+    owner = select(worker_table.c.user_id).where(worker_table.c.id == bindparam("worker_id"))
+    columns = [rows, owner.scalar_subquery().label("worker_owner")]
+    if source == ClaimFrom.DUE_WAITING:
+        columns.append(_claimable_left().label("claimable_left"))
+    return hot(select(*columns).select_from(one.outerjoin(rows, true())))
+
+
+def _best_of(kinds: list[Any]) -> Any:
+    """The heads of each kind of claimable task together (one kind: as it is)."""
+    return union_all(*kinds) if len(kinds) > 1 else kinds[0]
+
+
+def _in_order(heads: Any) -> list[Any]:
+    return [heads.c.priority.desc(), heads.c.created_at, heads.c.id]
+
+
+@functools.cache
+def claimable_left_statement() -> Executable:
+    """Whether ``:worker_id``'s jobs have a task claimable at ``:now``, queued or due and
+    waiting (PostgreSQL: asked after a claim that waited for a locked task and got nothing;
+    see ``claim_statement``)."""
+    return hot(select(_claimable_left().label("claimable_left")))
+
+
+def _claimable_left() -> Any:
+    served = task_table.c.job_id.in_(_served_jobs())
+    return or_(*(exists().where(*kind, served) for kind in ClaimFrom.BOTH.conditions()))

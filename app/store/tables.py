@@ -1,0 +1,325 @@
+"""Table models. Alembic owns the schema; ``tests/store/test_migrations.py`` proves
+these models and the migrations never drift."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    Column,
+    ColumnElement,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    UniqueConstraint,
+    and_,
+    event,
+    false,
+    literal_column,
+    text,
+)
+from sqlalchemy.orm import registry
+from sqlmodel import Field, SQLModel
+
+from taskhub.clock import new_id, utcnow
+from taskhub.store import queue_counts
+from taskhub.store.columns import JSONAsSent, UTCDateTime, stored_text
+
+# Taskhub's own MetaData, not SQLModel's global one: other SQLModel applications (such as
+# zndraw-joblib, with tables of the same names) can be imported in the same process.
+metadata = MetaData(
+    naming_convention={
+        "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+        "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+        "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+        "pk": "pk_%(table_name)s",
+        "ck": "ck_%(table_name)s_%(constraint_name)s",
+    }
+)
+
+
+PENDING_ONLY = "status = 'pending'"
+# Pending with a ``run_at`` (delayed or retried): waiting for it, or queued since it came.
+SCHEDULED_ONLY = f"{PENDING_ONLY} AND run_at IS NOT NULL"
+# A pending task either waits for its ``run_at`` (``waiting``: set when it enters pending
+# with a ``run_at`` ahead, cleared when the due-task announcer finds it due) or is queued:
+# the claim queue holds only the queued ones, so a claim never walks tasks that wait.
+QUEUED_ONLY = f"{PENDING_ONLY} AND NOT waiting"
+WAITING_ONLY = f"{PENDING_ONLY} AND waiting"
+# Claimed or running (the domain's ``ACTIVE_STATUSES``): the tasks whose lease the sweeper
+# watches.
+ACTIVE_VALUES = ("claimed", "running")
+ACTIVE_ONLY = f"status IN ({', '.join(repr(value) for value in ACTIVE_VALUES)})"
+
+
+def _partial(where: str) -> dict[str, Any]:
+    """A partial index's predicate, the same on both engines."""
+    return {"sqlite_where": text(where), "postgresql_where": text(where)}
+
+
+class TaskhubModel(SQLModel, registry=registry(metadata=metadata)):
+    """Base of every Taskhub table."""
+
+
+class User(TaskhubModel, table=True):
+    __tablename__ = "app_user"
+
+    id: UUID = Field(default_factory=new_id, primary_key=True)
+    name: str = Field(sa_type=String(128), unique=True)
+    is_superuser: bool = Field(default=False)
+    created_at: datetime = Field(default_factory=utcnow, sa_type=UTCDateTime)
+
+
+class ApiToken(TaskhubModel, table=True):
+    """A bearer token, stored as the SHA-256 of the secret (tokens are 256-bit random)."""
+
+    __tablename__ = "api_token"
+
+    id: UUID = Field(default_factory=new_id, primary_key=True)
+    user_id: UUID = Field(
+        sa_column=Column(ForeignKey("app_user.id", ondelete="CASCADE"), nullable=False, index=True)
+    )
+    token_hash: str = Field(sa_type=String(64), unique=True)
+    created_at: datetime = Field(default_factory=utcnow, sa_type=UTCDateTime)
+
+
+class Worker(TaskhubModel, table=True):
+    __tablename__ = "worker"
+
+    id: UUID = Field(default_factory=new_id, primary_key=True)
+    user_id: UUID = Field(
+        sa_column=Column(ForeignKey("app_user.id", ondelete="CASCADE"), nullable=False, index=True)
+    )
+    last_heartbeat: datetime = Field(default_factory=utcnow, sa_type=UTCDateTime, index=True)
+    created_at: datetime = Field(default_factory=utcnow, sa_type=UTCDateTime)
+
+
+class Job(TaskhubModel, table=True):
+    """A runnable job. Never hard-deleted: ``deleted`` marks an orphan; history stays."""
+
+    __tablename__ = "job"
+    __table_args__ = (UniqueConstraint("room_id", "category", "name"),)
+
+    id: UUID = Field(default_factory=new_id, primary_key=True)
+    room_id: str = Field(sa_type=String(128))
+    category: str = Field(sa_type=String(64))
+    name: str = Field(sa_type=String(128))
+    schema_: dict[str, Any] = Field(
+        default_factory=dict, sa_column=Column("schema", JSONAsSent, nullable=False)
+    )
+    deleted: bool = Field(default=False)
+    created_at: datetime = Field(default_factory=utcnow, sa_type=UTCDateTime)
+    updated_at: datetime = Field(default_factory=utcnow, sa_type=UTCDateTime)
+    # Attempts a task of this job gets unless its submit says otherwise (1 = no retries).
+    max_attempts: int = Field(default=1, sa_column_kwargs={"server_default": text("1")})
+
+
+class WorkerJobLink(TaskhubModel, table=True):
+    __tablename__ = "worker_job_link"
+
+    worker_id: UUID = Field(
+        sa_column=Column(ForeignKey("worker.id", ondelete="CASCADE"), primary_key=True)
+    )
+    job_id: UUID = Field(
+        sa_column=Column(ForeignKey("job.id", ondelete="CASCADE"), primary_key=True, index=True)
+    )
+
+
+class Task(TaskhubModel, table=True):
+    """One invocation of a job. ``worker_id`` has no foreign key on purpose: the task keeps
+    the id of the worker that ran it after that worker is gone."""
+
+    __tablename__ = "task"
+    __table_args__ = (
+        # Delayed and retried tasks by ``run_at`` (the due-task announcer).
+        Index(
+            "ix_task_due",
+            "run_at",
+            **_partial(SCHEDULED_ONLY),
+        ),
+        # Retention: terminal tasks by age.
+        Index(
+            "ix_task_completed_at",
+            "completed_at",
+            **_partial("completed_at IS NOT NULL"),
+        ),
+        Index("ix_task_room_created", "room_id", "created_at"),
+        Index("ix_task_job_room_created", "job_id", "room_id", "created_at"),
+        # A worker's tasks (pending ones have none: they stay out of the index).
+        Index(
+            "ix_task_assigned_worker",
+            "worker_id",
+            "status",
+            **_partial("worker_id IS NOT NULL"),
+        ),
+        # Idempotent submits: one task per (submitter, job, Idempotency-Key); only the few
+        # submits that carry a key are indexed.
+        Index(
+            "ix_task_idempotency_keyed",
+            "submitted_by",
+            "job_id",
+            "idempotency_key",
+            unique=True,
+            **_partial("idempotency_key IS NOT NULL"),
+        ),
+        # Leases the sweeper watches; a finished task keeps its last lease, unindexed.
+        Index("ix_task_active_lease", "lease_expires_at", **_partial(ACTIVE_ONLY)),
+    )
+
+    id: UUID = Field(default_factory=new_id, primary_key=True)
+    job_id: UUID = Field(sa_column=Column(ForeignKey("job.id"), nullable=False))
+    room_id: str = Field(sa_type=String(128))
+    status: str = Field(sa_type=String(16))
+    payload: dict[str, Any] = Field(
+        default_factory=dict, sa_column=Column(JSONAsSent, nullable=False)
+    )
+    created_at: datetime = Field(default_factory=utcnow, sa_type=UTCDateTime)
+    started_at: datetime | None = Field(default=None, sa_type=UTCDateTime)
+    completed_at: datetime | None = Field(default=None, sa_type=UTCDateTime)
+    worker_id: UUID | None = Field(default=None)
+    error: str | None = Field(default=None, sa_type=Text)
+    submitted_by: UUID | None = Field(
+        default=None,
+        sa_column=Column(ForeignKey("app_user.id", ondelete="SET NULL"), nullable=True),
+    )
+    claim_token: UUID | None = Field(default=None)
+    attempt: int = Field(default=0)
+    result: Any = Field(default=None, sa_column=Column(JSONAsSent, nullable=True))
+    progress: float | None = Field(default=None)
+    progress_message: str | None = Field(default=None, sa_type=Text)
+    # Claimed/running tasks only: extended by the worker's heartbeat and progress; the
+    # sweeper fails a task whose lease ran out (a lost claim reply, a wedged worker).
+    lease_expires_at: datetime | None = Field(default=None, sa_type=UTCDateTime)
+    idempotency_key: str | None = Field(default=None, sa_type=String(255))
+    # Queue semantics: higher priority is claimed first; a task is claimable from
+    # ``run_at`` on (NULL: at once); ``attempt`` counts claims up to ``max_attempts``.
+    priority: int = Field(default=0, sa_column_kwargs={"server_default": text("0")})
+    max_attempts: int = Field(default=1, sa_column_kwargs={"server_default": text("1")})
+    run_at: datetime | None = Field(default=None, sa_type=UTCDateTime)
+    # 1 at submit, one more on every write (``next_version``): events carry it, so a client
+    # can tell an event that arrives late from the state it already has.
+    # (the column's default is the database's alone, so inserts written for an older schema
+    # still run: the migrations test writes rows at every revision)
+    version: int = Field(
+        default=1, sa_column=Column(Integer, nullable=False, server_default=text("1"))
+    )
+    # The Idempotency-Key of the claim that took the task (if it sent one): repeated while
+    # the task is still claimed, that claim is answered with the same tasks.
+    claim_key: str | None = Field(default=None, sa_type=String(255))
+    # Pending and not yet due when it entered pending, and not found due since (see
+    # ``QUEUED_ONLY``); meaningless for other statuses. Server default for the same reason
+    # as ``version``'s.
+    waiting: bool = Field(
+        default=False,
+        sa_column=Column(Boolean, nullable=False, server_default=false()),
+    )
+
+
+class TaskQueueBucket(TaskhubModel, table=True):
+    """How many tasks of a job wait (pending) at one priority, submitted within one second,
+    and how many of those are ``waiting`` for their ``run_at``. Written only by the
+    database's triggers on ``task`` (``app/store/queue_counts.py``); a row goes when
+    its pending count reaches zero."""
+
+    __tablename__ = "task_queue_bucket"
+
+    job_id: UUID = Field(primary_key=True)
+    priority: int = Field(primary_key=True)
+    bucket: int = Field(sa_type=BigInteger, primary_key=True)
+    pending: int
+    waiting: int = Field(
+        default=0, sa_column=Column(Integer, nullable=False, server_default=text("0"))
+    )
+
+
+user_table = User.__table__
+token_table = ApiToken.__table__
+worker_table = Worker.__table__
+job_table = Job.__table__
+link_table = WorkerJobLink.__table__
+task_table = Task.__table__
+queue_bucket_table = TaskQueueBucket.__table__
+
+
+def answered_task_columns() -> list[Any]:
+    """``task``'s columns for a statement whose rows go into answers: the payload as its
+    stored text, not decoded (a MB of points takes about 15 ms to decode here)."""
+    return [
+        stored_text(column).label(column.name) if column.name == "payload" else column
+        for column in task_table.c
+    ]
+
+
+def next_version() -> dict[str, ColumnElement[int]]:
+    """The ``version`` of a task write: every ``UPDATE task`` sets it."""
+    return {"version": task_table.c.version + 1}
+
+
+def is_pending() -> ColumnElement[bool]:
+    """``task.status = 'pending'`` with the constant written into the SQL, as in the partial
+    indexes' predicates: against a bound parameter neither planner can prove a partial
+    index applies (SQLite never; PostgreSQL not in a generic plan of a prepared statement)."""
+    return task_table.c.status == literal_column("'pending'")
+
+
+def is_queued() -> ColumnElement[bool]:
+    """Pending and not waiting: ``QUEUED_ONLY`` as the query must spell it for SQLite to
+    use the claim queue (``NOT waiting``, not SQLAlchemy's ``waiting = 0``)."""
+    # Untyped: typed Boolean, SQLAlchemy would write SQLite's ``waiting = 1`` instead.
+    return and_(is_pending(), literal_column(f"NOT {task_table.name}.waiting"))
+
+
+def is_waiting() -> ColumnElement[bool]:
+    """Pending and waiting (``WAITING_ONLY``, spelled as the index's predicate)."""
+    return and_(is_pending(), literal_column(f"{task_table.name}.waiting"))
+
+
+def is_active() -> ColumnElement[bool]:
+    """``task.status IN ('claimed', 'running')``, spelled as ``ACTIVE_ONLY`` (see
+    ``is_pending``): SQLite uses a partial index only for a query term equal to its own."""
+    return task_table.c.status.in_([literal_column(repr(value)) for value in ACTIVE_VALUES])
+
+
+# The claim queue: only queued rows (pending, not waiting), per job, higher priority first,
+# FIFO within a priority; ``run_at``, ``status`` and ``waiting`` ride along so the index
+# covers what claims and queue positions read (SQLite re-checks the predicate's columns),
+# and they never visit the table rows they skip or count.
+Index(
+    "ix_task_claim_queue",
+    task_table.c.job_id,
+    task_table.c.priority.desc(),
+    task_table.c.created_at,
+    task_table.c.id,
+    task_table.c.run_at,
+    task_table.c.status,
+    task_table.c.waiting,
+    **_partial(QUEUED_ONLY),
+)
+
+# Waiting tasks per job by due time: the ones a claim takes once they are due and before
+# the announcer queues them (few), and the ones queue positions count (by due time).
+Index(
+    "ix_task_delayed",
+    task_table.c.job_id,
+    task_table.c.run_at,
+    task_table.c.priority,
+    task_table.c.created_at,
+    task_table.c.id,
+    task_table.c.status,
+    task_table.c.waiting,
+    **_partial(WAITING_ONLY),
+)
+
+
+@event.listens_for(metadata, "after_create")
+def _install_queue_count_triggers(target: MetaData, connection: Any, **_: Any) -> None:
+    """``metadata.create_all`` installs the pending-count triggers as the migrations leave
+    them."""
+    queue_counts.install_current(connection)

@@ -1,0 +1,54 @@
+"""Events of one unit of work are de-duplicated per (event, room, subject)."""
+
+from datetime import UTC, datetime
+from uuid import uuid4
+
+from taskhub.rules.events import EventBatch, JobsInvalidate, TaskAvailable, TaskStatusChanged
+from taskhub.rules.records import TaskRecord
+from taskhub.rules.states import TaskStatus
+
+
+def _task(status: TaskStatus, room: str = "r1") -> TaskRecord:
+    return TaskRecord(
+        id=uuid4(), job_id=uuid4(), job_name="r1:modifiers:X", room_id=room, status=status,
+        payload={}, created_at=datetime.now(UTC), started_at=None, completed_at=None,
+        worker_id=None, error=None, submitted_by=None, claim_token=None, attempt=0,
+    )  # fmt: skip
+
+
+def test_same_room_invalidation_is_sent_once():
+    batch = EventBatch()
+    batch.add(JobsInvalidate("r1"))
+    batch.add(JobsInvalidate("r1"))
+    batch.add(JobsInvalidate("r2"))
+    assert [(e.name, e.room) for e in batch] == [
+        ("jobs_invalidate", "room:r1"),
+        ("jobs_invalidate", "room:r2"),
+    ]
+
+
+def test_latest_status_of_a_task_wins():
+    task = _task(TaskStatus.PENDING)
+    batch = EventBatch()
+    batch.add(TaskStatusChanged(task))
+    later = _task(TaskStatus.CLAIMED)
+    later.id = task.id
+    batch.add(TaskStatusChanged(later))
+    (only,) = list(batch)
+    assert only.payload()["status"] == "claimed"
+
+
+def test_payloads_match_the_wire_contract():
+    task = _task(TaskStatus.PENDING)
+    status = TaskStatusChanged(task).payload()
+    assert set(status) >= {
+        "id", "name", "room_id", "status", "created_at", "started_at", "completed_at",
+        "queue_position", "worker_id", "error",
+    }  # fmt: skip
+    available = TaskAvailable(job_name="r1:modifiers:X", room_id="r1", task_id=str(task.id))
+    assert available.room == "jobs:r1:modifiers:X"
+    assert available.payload() == {
+        "job_name": "r1:modifiers:X",
+        "room_id": "r1",
+        "task_id": str(task.id),
+    }
