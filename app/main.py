@@ -32,7 +32,7 @@ from taskhub.shutdown import StopSignals
 from taskhub.transport.http import jobs, tasks, users, workers
 from taskhub.transport.http.openapi import openapi_endpoint
 from taskhub.transport.http.problems import EXCEPTION_HANDLERS, problem_response
-from taskhub.transport.http.router import ApiRoutes, starlette_routes
+from taskhub.transport.http.router import ApiRoutes
 from taskhub.transport.sockets.handlers import SocketHandlers
 from taskhub.validation import payload_checks
 
@@ -109,7 +109,7 @@ class TaskhubApp(socketio.ASGIApp):
         self.sockets = sockets
         self.web = create_web_app(hub, self._running)
         super().__init__(sio, other_asgi_app=self.web)
-        self._api = ApiRoutes(ENDPOINTS, API_PREFIX, hub)
+        self.api = ApiRoutes(ENDPOINTS, API_PREFIX, hub)
         self._entry = RequestIdMiddleware(self._dispatch)
         self._stop_signals = StopSignals(self.begin_shutdown) if drain_on_signals else None
         self._freeze_start_up = freeze_start_up
@@ -119,11 +119,10 @@ class TaskhubApp(socketio.ASGIApp):
         await self._entry(scope, receive, send)
 
     async def _dispatch(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """The REST API's requests straight to their endpoint (``ApiRoutes``); the rest
-        (Socket.IO, the page, health, metrics, and the API's 404/405) as usual."""
-        matched = self._api.match(scope)
-        if matched is not None:
-            await self._api.handle(matched, scope, receive, send)
+        """Requests under the API prefix to the API's router (``ApiRoutes``); the rest
+        (Socket.IO, the page, health, metrics) to Starlette."""
+        if self.api.owns(scope):
+            await self.api(scope, receive, send)
         else:
             await super().__call__(scope, receive, send)
 
@@ -220,7 +219,6 @@ def create_web_app(hub: Hub, running: Callable[[], AbstractAsyncContextManager[N
         async with running():
             yield
 
-    api_routes = starlette_routes(ENDPOINTS, API_PREFIX)
     routes = [
         Route("/healthz", healthz, methods=["GET"]),
         Route("/readyz", readyz, methods=["GET"]),
@@ -230,7 +228,6 @@ def create_web_app(hub: Hub, running: Callable[[], AbstractAsyncContextManager[N
             openapi_endpoint(ENDPOINTS, API_PREFIX, hub.settings.allowed_categories),
             methods=["GET"],
         ),
-        *api_routes,
         Route("/", room_page, methods=["GET"]),
         Mount("/static", StaticFiles(directory=STATIC_DIR), name="static"),
     ]

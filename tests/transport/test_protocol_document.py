@@ -8,7 +8,6 @@ import re
 from pathlib import Path
 
 import pytest
-from starlette.routing import Route
 
 from taskhub.main import API_PREFIX, ENDPOINTS, create_app
 from taskhub.rules.errors import DomainError
@@ -58,16 +57,10 @@ def documented_routes(text: str) -> set[tuple[str, str]]:
 
 def served_routes(tmp_path: Path) -> set[tuple[str, str]]:
     """What the app answers under the API prefix (HEAD aside: every GET answers it), as
-    its endpoint records say and as its Starlette routes do."""
+    its endpoint records say and as its API router does."""
     from_endpoints = {(ep.method, openapi_path(API_PREFIX + ep.path)) for ep in ENDPOINTS}
     app = create_app(Settings(database_url=f"sqlite+aiosqlite:///{tmp_path / 'hub.db'}"))
-    from_routes = {
-        (method, openapi_path(route.path))
-        for route in app.web.routes
-        if isinstance(route, Route) and route.path.startswith(API_PREFIX + "/")
-        for method in route.methods or ()
-        if method != "HEAD"
-    }
+    from_routes = {(method, openapi_path(path)) for method, path in app.api.operations()}
     assert from_routes == from_endpoints
     return from_endpoints
 

@@ -1,6 +1,7 @@
-"""The REST API's requests go straight to their endpoint; everything else — Socket.IO, the
-page, health, and the API's own 404/405 and slash redirects — goes through Starlette. Both
-ways answer alike: the same problems, the same request ids."""
+"""The REST API has one router: every request under its prefix — an endpoint, a 404, a
+405, a trailing slash to redirect — is answered by it; everything else (Socket.IO, the
+page, health) goes through Starlette. Both answer alike: the same problems, the same
+request ids."""
 
 from __future__ import annotations
 
@@ -44,13 +45,24 @@ async def test_api_requests_do_not_pass_through_starlette(alice, starlette_reque
     assert starlette_requests == []
 
 
-async def test_other_requests_and_api_misses_go_to_starlette(http, alice, starlette_requests):
+async def test_api_misses_are_answered_by_the_api_router_the_rest_by_starlette(
+    http, alice, starlette_requests
+):
     assert (await http.get("/healthz")).status_code == 200
-    assert_problem(await alice.get("/no/such/thing"), 404, "not-found")
+    missing = assert_problem(await alice.get("/no/such/thing"), 404, "not-found")
+    assert missing["detail"] == f"No route for {PREFIX}/no/such/thing."
     response = await alice.delete("/tasks/claim")
     assert_problem(response, 405, "method-not-allowed")
     assert response.headers["allow"] == "POST"
-    assert starlette_requests == ["/healthz", f"{PREFIX}/no/such/thing", f"{PREFIX}/tasks/claim"]
+    assert response.headers["x-request-id"]
+    assert starlette_requests == ["/healthz"]
+
+
+async def test_a_trailing_slash_is_redirected_to_the_route_without_it(alice, starlette_requests):
+    response = await alice.get("/workers/")
+    assert response.status_code == 307
+    assert response.headers["location"].endswith(f"{PREFIX}/workers")
+    assert starlette_requests == []
 
 
 @pytest.mark.parametrize(

@@ -1,12 +1,11 @@
-"""The REST API's requests, dispatched straight to their endpoint.
+"""The REST API's one router: every request under the API prefix is answered here.
 
-A request of the task cycle costs the hub a few hundred microseconds of its own work;
-passing it through Socket.IO's ASGI wrapper, Starlette's two error middlewares, its router
-(every route tried in turn) and its endpoint wrapper cost about a fifth as much again.
-``ApiRoutes`` matches the API's routes first, by method, with Starlette's own path syntax
-and converters, and answers errors with the same problem handlers. Whatever it does not
-match exactly — another path, a method a path does not allow (405), a trailing slash to
-redirect, a mounted root path — goes on to Starlette as before.
+Each request goes straight to its endpoint, matched by method with Starlette's own path
+syntax and converters (no pass through Socket.IO's ASGI wrapper, Starlette's middlewares
+and its router, which tries every route in turn). What matches no endpoint is answered
+here too, with the same problem handlers: 405 with every method of the path in ``Allow``
+(RFC 9110), a redirect for a trailing slash, 404 for an unknown path. Paths outside the
+prefix (Socket.IO, the page, health, metrics) go on to Starlette.
 """
 
 from __future__ import annotations
@@ -17,9 +16,9 @@ from typing import Any
 from urllib.parse import unquote
 
 from starlette.convertors import Convertor
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import Response
-from starlette.routing import Route as StarletteRoute
+from starlette.responses import RedirectResponse, Response
 from starlette.routing import compile_path
 
 from taskhub.observability.request_id import Receive, Scope, Send
@@ -35,21 +34,40 @@ class ApiRoutes:
 
     def __init__(self, endpoints: Iterable[Endpoint], prefix: str, hub: Hub) -> None:
         self._hub = hub
+        self._prefix = prefix
         self._by_method: dict[str, list[Route]] = {}
+        self._paths: list[tuple[re.Pattern[str], list[str]]] = []
+        allowed: dict[str, list[str]] = {}
         for endpoint in endpoints:
             regex, _format, convertors = compile_path(prefix + endpoint.path)
             methods = [endpoint.method] + (["HEAD"] if endpoint.method == "GET" else [])
             for method in methods:
                 self._by_method.setdefault(method, []).append((regex, convertors, endpoint))
+            if endpoint.path not in allowed:
+                allowed[endpoint.path] = []
+                self._paths.append((regex, allowed[endpoint.path]))
+            allowed[endpoint.path].extend(methods)
+
+    def operations(self) -> set[tuple[str, str]]:
+        """(method, path) of every endpoint this router answers (HEAD aside: every GET
+        answers it), paths in Starlette's syntax."""
+        return {
+            (method, self._prefix + endpoint.path)
+            for method, routes in self._by_method.items()
+            if method != "HEAD"
+            for _regex, _convertors, endpoint in routes
+        }
+
+    def owns(self, scope: Scope) -> bool:
+        """Whether ``scope`` is an HTTP request under the API prefix (this router's)."""
+        if scope["type"] != "http":
+            return False
+        path = _route_path(scope)
+        return path == self._prefix or path.startswith(self._prefix + "/")
 
     def match(self, scope: Scope) -> tuple[Endpoint, dict[str, Any]] | None:
-        """The endpoint and path parameters of an HTTP request this router answers."""
-        if scope["type"] != "http" or scope.get("root_path"):
-            return None
-        # Matched as sent, each parameter decoded after: a room id may hold a "/" (sent as
-        # %2F), which the decoded path could not tell from a separator.
-        raw = scope.get("raw_path")  # (some clients' test transports leave the query on it)
-        path = raw.partition(b"?")[0].decode("latin-1") if raw else scope["path"]
+        """The endpoint and path parameters of an HTTP request, if one matches."""
+        path, raw = _request_path(scope)
         for regex, convertors, endpoint in self._by_method.get(scope["method"], ()):
             found = regex.match(path)
             if found is not None:
@@ -59,6 +77,32 @@ class ApiRoutes:
                 }
                 return endpoint, params
         return None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        matched = self.match(scope)
+        if matched is not None:
+            await self.handle(matched, scope, receive, send)
+            return
+        request = Request(scope, receive)
+        path, _raw = _request_path(scope)
+        methods = self._methods_of(path)
+        if methods:
+            miss = HTTPException(405, headers={"Allow": ", ".join(methods)})
+        elif path.endswith("/") and self._methods_of(path.rstrip("/")):
+            url = request.url
+            location = url.replace(path=url.path.rstrip("/"))
+            await RedirectResponse(str(location))(scope, receive, send)
+            return
+        else:
+            miss = HTTPException(404)
+        response = await _problem(request, miss)
+        await response(scope, receive, send)
+
+    def _methods_of(self, path: str) -> list[str]:
+        for regex, methods in self._paths:
+            if regex.match(path):
+                return methods
+        return []
 
     async def handle(
         self,
@@ -77,6 +121,29 @@ class ApiRoutes:
         await response(scope, receive, send)
 
 
+def _route_path(scope: Scope) -> str:
+    """The request's path below the app's root path (as Starlette routes it)."""
+    path: str = scope["path"]
+    root: str = scope.get("root_path", "")
+    if root and path.startswith(root) and path[len(root) : len(root) + 1] in ("", "/"):
+        return path[len(root) :]
+    return path
+
+
+def _request_path(scope: Scope) -> tuple[str, bool]:
+    """The path to match and whether it is the raw one: matched as sent, each parameter
+    decoded after, for a room id may hold a "/" (sent as %2F), which the decoded path
+    could not tell from a separator."""
+    raw = scope.get("raw_path")  # (some clients' test transports leave the query on it)
+    if not raw:
+        return _route_path(scope), False
+    path = raw.partition(b"?")[0].decode("latin-1")
+    root: str = scope.get("root_path", "")
+    if root and path.startswith(root) and path[len(root) : len(root) + 1] in ("", "/"):
+        path = path[len(root) :]
+    return path, True
+
+
 async def _problem(request: Request, exc: Exception) -> Response:
     """The response of the problem handler registered for the nearest class of ``exc``."""
     for cls in type(exc).__mro__:
@@ -84,24 +151,3 @@ async def _problem(request: Request, exc: Exception) -> Response:
         if handler is not None:
             return await handler(request, exc)
     raise exc  # not an Exception subclass the handlers cover (cannot happen)
-
-
-def starlette_routes(endpoints: Iterable[Endpoint], prefix: str) -> list[StarletteRoute]:
-    """The endpoints as Starlette routes, for what ``ApiRoutes`` passes on: one route per
-    path, in the endpoints' order, taking every method of that path, so that a 405 lists
-    them all in ``Allow`` (RFC 9110), not only the first endpoint's."""
-    by_path: dict[str, dict[str, Any]] = {}
-    for endpoint in endpoints:
-        by_path.setdefault(endpoint.path, {})[endpoint.method] = endpoint.handler_endpoint
-
-    def by_method(handlers: dict[str, Any]) -> Any:
-        async def handle(request: Request) -> Response:
-            method = "GET" if request.method == "HEAD" else request.method
-            return await handlers[method](request)
-
-        return handle
-
-    return [
-        StarletteRoute(prefix + path, by_method(handlers), methods=list(handlers))
-        for path, handlers in by_path.items()
-    ]
