@@ -8,7 +8,7 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import socketio
 from engineio import packet as engineio_packet
@@ -128,7 +128,9 @@ class TaskhubApp(socketio.ASGIApp):
 
     def lifespan_context(self) -> AbstractAsyncContextManager[None]:
         """Start and stop the hub without a server (tests, tools)."""
-        return self.web.router.lifespan_context(self.web)
+        return cast(
+            AbstractAsyncContextManager[None], self.web.router.lifespan_context(self.web)
+        )
 
     @asynccontextmanager
     async def _running(self) -> AsyncIterator[None]:

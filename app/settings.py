@@ -28,8 +28,9 @@ def duration(
     default: float, *, allow_zero: bool = False, most: float = MAX_DURATION_SECONDS
 ) -> Any:
     """A setting in seconds: finite, above zero (or at least zero), at most ``most``."""
-    lowest: dict[str, float] = {"ge": 0} if allow_zero else {"gt": 0}
-    return Field(default=default, allow_inf_nan=False, le=most, **lowest)
+    if allow_zero:
+        return Field(default=default, allow_inf_nan=False, le=most, ge=0)
+    return Field(default=default, allow_inf_nan=False, le=most, gt=0)
 
 
 class DatabaseSettings(BaseSettings):

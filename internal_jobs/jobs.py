@@ -11,13 +11,11 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from pydantic import Field
-from sqlalchemy import and_, func, select
 
 from taskhub.dispatch.definitions import InternalContext, InternalJob
 from taskhub.rules.states import TaskStatus
 from taskhub.services.jobs import find_visible_job
-from taskhub.store.sql_functions import duration_microseconds
-from taskhub.store.tables import job_table, task_table
+from taskhub.store.room_summary import read_room_summary
 from taskhub.validation.payload_checks import payload_errors_here
 
 
@@ -35,46 +33,16 @@ class RoomSummary(InternalJob):
     failures: int = Field(default=5, ge=0, le=50, description="latest failures to list")
 
     async def run(self, ctx: InternalContext) -> dict[str, Any]:
-        task, job = task_table, job_table
-        run_us = duration_microseconds(ctx.db.dialect, task.c.started_at, task.c.completed_at)
-        has_times = and_(task.c.started_at.is_not(None), task.c.completed_at.is_not(None))
         async with ctx.db.read() as conn:
-            # One pass over the room's tasks: per status, the count and the run-time figures
-            # (of the tasks with both times; only the completed row's are reported).
-            statuses = (
-                await conn.execute(
-                    select(
-                        task.c.status,
-                        func.count().label("tasks"),
-                        func.count().filter(has_times).label("timed"),
-                        func.sum(run_us).label("total_us"),
-                        func.max(run_us).label("max_us"),
-                    )
-                    .where(task.c.room_id == ctx.room_id)
-                    .group_by(task.c.status)
-                )
-            ).all()
-            by_job = (
-                await conn.execute(
-                    select(job.c.room_id, job.c.category, job.c.name, func.count())
-                    .join(task, task.c.job_id == job.c.id)
-                    .where(task.c.room_id == ctx.room_id)
-                    .group_by(job.c.room_id, job.c.category, job.c.name)
-                )
-            ).all()
-            failures = (
-                await conn.execute(
-                    select(task.c.id, task.c.error, task.c.completed_at)
-                    .where(task.c.room_id == ctx.room_id, task.c.status == "failed")
-                    .order_by(task.c.completed_at.desc())
-                    .limit(self.failures)
-                )
-            ).all()
+            summary = await read_room_summary(conn, ctx.room_id, self.failures)
+        statuses, by_job, failures = summary.statuses, summary.by_job, summary.failures
         by_status = {row.status: row.tasks for row in statuses}
         completed = next(
             (row for row in statuses if row.status == TaskStatus.COMPLETED.value), None
         )
         runs = completed.timed if completed is not None else 0
+        total_us = completed.total_us if completed is not None else 0
+        max_us = completed.max_us if completed is not None else 0
         return {
             "room_id": ctx.room_id,
             "total": sum(by_status.values()),
@@ -83,8 +51,8 @@ class RoomSummary(InternalJob):
             "run_seconds": {
                 "count": runs,
                 # int / int: correctly rounded (a timedelta's total_seconds() is this too)
-                "mean": int(completed.total_us) / (1_000_000 * runs) if runs else None,
-                "max": int(completed.max_us) / 1_000_000 if runs else None,
+                "mean": int(total_us) / (1_000_000 * runs) if runs else None,
+                "max": int(max_us) / 1_000_000 if runs else None,
             },
             "latest_failures": [
                 {"id": str(row.id), "error": row.error, "at": row.completed_at.isoformat()}

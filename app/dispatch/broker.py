@@ -36,7 +36,7 @@ async def run_internal(task_id: str, attempt: int, context: Context = TaskiqDepe
     await runtime.execute(UUID(task_id), attempt)
 
 
-class ResilientStreamBroker(RedisStreamBroker):  # type: ignore[misc]
+class ResilientStreamBroker(RedisStreamBroker):
     """taskiq-redis's stream broker whose listener outlives Redis outages: taskiq-redis's
     own ends on the first connection error, and with it the whole worker process, with the
     internal tasks it was running (their runs lost, their messages already taken). This one

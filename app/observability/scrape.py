@@ -121,6 +121,6 @@ async def metrics_endpoint(request: Request) -> Response:
         log.warning("metrics: queue depth unavailable (database)", exc_info=True)
     else:
         collectors.append(QueueDepth(depths))
-    encoder, content_type = choose_encoder(request.headers.get("accept"))
+    encoder, content_type = choose_encoder(request.headers.get("accept", ""))
     body = await run_in_threadpool(encoder, Scrape(*collectors))
     return Response(body, headers={"Content-Type": content_type})

@@ -128,7 +128,7 @@ async def subscription_messages(
             deadline = loop.time() + liveness.answer_within
 
 
-class TaskhubRedisManager(socketio.AsyncRedisManager):  # type: ignore[misc]
+class TaskhubRedisManager(socketio.AsyncRedisManager):
     """python-socketio's Redis manager, with:
 
     - a listener that keeps retrying at a steady pace, says once that Redis went away and

@@ -64,7 +64,7 @@ def load_extension(target: str) -> type[Extension]:
     except AttributeError:
         raise ValueError(f"{target!r}: module {module_name} has no attribute {attr!r}") from None
     job_identity(extension)  # TypeError when it is not a usable Extension
-    return extension  # type: ignore[no-any-return]
+    return extension
 
 
 def run_worker(args: argparse.Namespace) -> int:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from collections.abc import Callable, Coroutine, Iterable, Iterator
 from dataclasses import dataclass
@@ -372,7 +373,7 @@ class WorkerEngine:
         run = TaskRun(task, spec, self.api, worker_id=worker_id, on_auth_lost=self._give_up)
         job = asyncio.create_task(run.execute(), name=f"taskhub-task-{task.id}")
         self._runs[run] = job
-        job.add_done_callback(lambda job, run=run: self._finished(run, job))
+        job.add_done_callback(functools.partial(self._finished, run))
 
     async def _reject(self, task: ClaimedTask, error: str) -> None:
         log.error("Task %s: %s", task.id, error)

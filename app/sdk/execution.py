@@ -288,10 +288,10 @@ class TaskRun:
             error = f"The result is not JSON-serialisable: {exc}"
             await self._report_end({"status": "failed", "error": error})
             return
-        body: dict[str, Any] = {"status": "completed"}
+        completed: dict[str, Any] = {"status": "completed"}
         if result is not None:
-            body["result"] = result
-        if await self._report_end(body) == "refused-result":
+            completed["result"] = result
+        if await self._report_end(completed) == "refused-result":
             error = f"The hub refused the result: {self._refusal}"
             await self._report_end({"status": "failed", "error": error})
 

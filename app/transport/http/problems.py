@@ -79,7 +79,8 @@ async def http_error_handler(request: Request, exc: Exception) -> Response:
     detail = exc.detail if exc.status_code != 404 else f"No route for {request.url.path}."
     if exc.status_code == 405:
         detail = f"{request.method} is not allowed on {request.url.path}."
-    return problem_response(exc.status_code, slug, title, str(detail), headers=exc.headers)
+    headers = dict(exc.headers) if exc.headers is not None else None
+    return problem_response(exc.status_code, slug, title, str(detail), headers=headers)
 
 
 async def client_gone_handler(request: Request, _exc: Exception) -> Response:

@@ -33,8 +33,8 @@ from taskhub.rules.records import (
 )
 from taskhub.rules.retries import MAX_ATTEMPTS_LIMIT
 from taskhub.rules.states import TaskStatus
+from taskhub.services.submit import SubmitOptions
 from taskhub.services.task_listing import TaskListing
-from taskhub.services.tasks import SubmitOptions
 from taskhub.transport.http.api import JSON_MEDIA_TYPE, dump_body, json_response
 
 T = TypeVar("T")
@@ -416,7 +416,7 @@ async def _task_page_parts(listing: TaskListing) -> AsyncIterator[bytes]:
 
 def page_of(model: Any, page: Page[Any]) -> PageOut[Any]:
     """Serialise a service ``Page`` of records with ``model.of``."""
-    return PageOut[model](  # type: ignore[valid-type]
+    return PageOut[model](
         items=[model.of(item) for item in page.items],
         total=page.total,
         limit=page.limit,
