@@ -128,9 +128,7 @@ class TaskhubApp(socketio.ASGIApp):
 
     def lifespan_context(self) -> AbstractAsyncContextManager[None]:
         """Start and stop the hub without a server (tests, tools)."""
-        return cast(
-            AbstractAsyncContextManager[None], self.web.router.lifespan_context(self.web)
-        )
+        return cast(AbstractAsyncContextManager[None], self.web.router.lifespan_context(self.web))
 
     @asynccontextmanager
     async def _running(self) -> AsyncIterator[None]:
