@@ -12,7 +12,6 @@ from typing import Any, cast
 
 import socketio
 from engineio import packet as engineio_packet
-from sqlalchemy import text
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import FileResponse, JSONResponse, Response
@@ -68,7 +67,7 @@ async def readyz(request: Request) -> Response:
     hub: Hub = request.app.state.hub
     if hub.draining:
         return problem_response(503, "not-ready", "Service Unavailable", "shutting down")
-    checks: dict[str, Awaitable[Any]] = {"database": _ping_database(hub)}
+    checks: dict[str, Awaitable[Any]] = {"database": hub.db.ping()}
     if hub.wake_bus is not None:
         checks["redis"] = hub.wake_bus.ping()
     names = list(checks)
@@ -83,11 +82,6 @@ async def readyz(request: Request) -> Response:
     return JSONResponse(
         {"status": "ready", "version": __version__, "checks": dict.fromkeys(names, "ok")}
     )
-
-
-async def _ping_database(hub: Hub) -> None:
-    async with hub.db.read() as conn:
-        await conn.execute(text("SELECT 1"))
 
 
 class TaskhubApp(socketio.ASGIApp):

@@ -22,7 +22,7 @@ from taskhub.dispatch.registry import InternalRegistry
 from taskhub.rules.events import EventBatch
 from taskhub.rules.records import TaskRecord
 from taskhub.services import internal_tasks
-from taskhub.services.tasks import get_task
+from taskhub.services.task_reads import get_task
 from taskhub.store.database import Database
 
 log = logging.getLogger(__name__)

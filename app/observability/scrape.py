@@ -8,20 +8,19 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Iterable, Iterator
-from typing import NamedTuple, Protocol
+from typing import Protocol
 
 from prometheus_client import REGISTRY, CollectorRegistry
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 from prometheus_client.multiprocess import MultiProcessCollector
-from sqlalchemy import func, or_, select
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response
 
 from taskhub.observability.metrics import multiprocess_mode
 from taskhub.store.database import Database
-from taskhub.store.tables import job_table, queue_bucket_table
+from taskhub.store.queue_depths import QueueCounts, pending_by_job
 
 log = logging.getLogger(__name__)
 
@@ -31,42 +30,6 @@ QUEUE_DEPTH_TIMEOUT_SECONDS = 5.0
 
 class Collector(Protocol):
     def collect(self) -> Iterable[Metric]: ...
-
-
-class QueueCounts(NamedTuple):
-    pending: int
-    waiting: int  # of those pending, the ones waiting for their ``run_at``
-
-
-async def pending_by_job(db: Database, limit: int = QUEUE_DEPTH_MAX_JOBS) -> dict[str, QueueCounts]:
-    """Pending (and waiting) tasks per job full name: every live job (0 when idle) and any
-    deleted job that still has pending tasks; the ``limit`` deepest queues. Read off the
-    counts the database keeps (``task_queue_bucket``), not by counting tasks."""
-    buckets = queue_bucket_table
-    counts = (
-        select(
-            buckets.c.job_id,
-            func.sum(buckets.c.pending).label("pending"),
-            func.sum(buckets.c.waiting).label("waiting"),
-        )
-        .group_by(buckets.c.job_id)
-        .subquery("counts")
-    )
-    depth = func.coalesce(counts.c.pending, 0).label("depth")
-    waiting = func.coalesce(counts.c.waiting, 0).label("waiting")
-    statement = (
-        select(job_table.c.room_id, job_table.c.category, job_table.c.name, depth, waiting)
-        .select_from(job_table.outerjoin(counts, counts.c.job_id == job_table.c.id))
-        .where(or_(~job_table.c.deleted, counts.c.pending > 0))
-        .order_by(depth.desc(), job_table.c.room_id, job_table.c.category, job_table.c.name)
-        .limit(limit)
-    )
-    async with db.read() as conn:
-        rows = (await conn.execute(statement)).all()
-    return {
-        f"{row.room_id}:{row.category}:{row.name}": QueueCounts(int(row.depth), int(row.waiting))
-        for row in rows
-    }
 
 
 class QueueDepth:
@@ -116,7 +79,9 @@ async def metrics_endpoint(request: Request) -> Response:
     db: Database = request.app.state.hub.db
     collectors: list[Collector] = [process_collector()]
     try:
-        depths = await asyncio.wait_for(pending_by_job(db), QUEUE_DEPTH_TIMEOUT_SECONDS)
+        depths = await asyncio.wait_for(
+            pending_by_job(db, QUEUE_DEPTH_MAX_JOBS), QUEUE_DEPTH_TIMEOUT_SECONDS
+        )
     except Exception:
         log.warning("metrics: queue depth unavailable (database)", exc_info=True)
     else:

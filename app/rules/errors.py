@@ -80,6 +80,13 @@ class ValidationFailed(DomainError):
     slug, title, status = "validation-error", "Validation error", 422
 
 
+class IdempotencyKeyReused(DomainError):
+    """A submit repeated an ``Idempotency-Key`` with another request than the one that
+    created the task (IETF ``Idempotency-Key`` draft: 422)."""
+
+    slug, title, status = "idempotency-key-reused", "Idempotency key reused", 422
+
+
 class InternalJobNotConfigured(DomainError):
     slug, title, status = "internal-job-not-configured", "Internal job not configured", 503
 

@@ -1,7 +1,8 @@
 """Attempts that end without their worker saying so — the worker vanished, or its lease
 ran out: the task goes back to pending (due after the retry backoff) while it has attempts
-left, and fails otherwise. Every write is guarded by the caller's conditions, so a
-heartbeat or completion that lands meanwhile wins."""
+left, and fails otherwise. Every write is guarded by the caller's conditions (which
+attempts: ``app/store/attempts.py``), so a heartbeat or completion that lands meanwhile
+wins."""
 
 from __future__ import annotations
 
@@ -10,19 +11,14 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
-from sqlalchemy import select, update
-from sqlalchemy.ext.asyncio import AsyncConnection
-
 from taskhub.rules.events import EventBatch, TaskCancelled, TaskStatusChanged
 from taskhub.rules.records import TaskRecord
 from taskhub.rules.retries import RetryPolicy
 from taskhub.rules.states import TaskStatus, previous_status
 from taskhub.services.jobs import JobNames
-from taskhub.store.queue_positions import due_at, queue_position, task_record
-from taskhub.store.tables import is_active, next_version, task_table
-
-task = task_table
-_ACTIVE = is_active()
+from taskhub.store import attempts as store
+from taskhub.store.connections import AsyncConnection
+from taskhub.store.queue_positions import queue_position, task_record
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,49 +38,24 @@ class EndedAttempt:
 
 async def end_abandoned_attempts(
     conn: AsyncConnection,
-    where: list[Any],
+    where: store.Which,
     *,
     error: str,
     now: datetime,
     policy: RetryPolicy,
 ) -> list[EndedAttempt]:
-    """End the claimed/running attempts matching ``where``: retry or fail each."""
-    retryable = (
-        await conn.execute(
-            select(task.c.id, task.c.attempt, task.c.worker_id).where(
-                _ACTIVE, *where, task.c.attempt < task.c.max_attempts
-            )
-        )
-    ).all()
+    """End the claimed/running attempts matching ``where`` (``store.held_by``,
+    ``lease_ran_out``, ``worker_gone``): retry or fail each."""
     ended: list[tuple[Any, UUID | None]] = []
-    for candidate in retryable:
-        row = (
-            await conn.execute(
-                update(task)
-                .where(
-                    task.c.id == candidate.id, task.c.attempt == candidate.attempt, _ACTIVE, *where
-                )
-                .values(
-                    status=TaskStatus.PENDING.value,
-                    **due_at(policy.next_run_at(candidate.attempt, now), now),
-                    worker_id=None,
-                    claim_token=None,
-                    lease_expires_at=None,
-                    error=error,
-                    **next_version(),
-                )
-                .returning(*task.c)
-            )
-        ).first()
+    for candidate in await store.retryable(conn, where):
+        run_at = policy.next_run_at(candidate.attempt, now)
+        row = await store.retry(
+            conn, where, candidate.id, candidate.attempt, run_at=run_at, error=error, now=now
+        )
         if row is not None:
             ended.append((row, candidate.worker_id))
-    failed = await conn.execute(
-        update(task)
-        .where(_ACTIVE, *where, task.c.attempt >= task.c.max_attempts)
-        .values(status=TaskStatus.FAILED.value, error=error, completed_at=now, **next_version())
-        .returning(*task.c)
-    )
-    ended.extend((row, row.worker_id) for row in failed.all())
+    failed = await store.fail_exhausted(conn, where, error=error, now=now)
+    ended.extend((row, row.worker_id) for row in failed)
     names = await JobNames.resolve(conn, {row.job_id for row, _ in ended})
     attempts = [EndedAttempt(task_record(row, names[row.job_id]), worker) for row, worker in ended]
     for attempt in attempts:

@@ -1,7 +1,7 @@
 """Delayed and retried tasks coming due: which ones did between two moments, and when the
-next one will (both read on the ``ix_task_due`` index, which holds only such tasks); and
-queueing the waiting ones that are due (``ix_task_delayed``), so that claims and queue
-positions read them off the claim queue instead of stepping over the waiting ones."""
+next one will; and queueing the waiting ones that are due, so that claims and queue
+positions read them off the claim queue instead of stepping over the waiting ones
+(statements: ``app/store/due_tasks.py``)."""
 
 from __future__ import annotations
 
@@ -9,46 +9,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from uuid import UUID
 
-from sqlalchemy import and_, bindparam, false, func, or_, select, update
-
 from taskhub.rules.events import EventBatch, TaskAvailable
 from taskhub.rules.naming import INTERNAL_ROOM
+from taskhub.store import due_tasks as store
 from taskhub.store.database import Database
-from taskhub.store.tables import is_pending, is_waiting, job_table, task_table
-
-task = task_table
-_SCHEDULED = [is_pending(), task.c.run_at.is_not(None)]
-_AFTER = bindparam("after", type_=task.c.run_at.type)
-_AFTER_ID = bindparam("after_id", type_=task.c.id.type)
-_UNTIL = bindparam("until", type_=task.c.run_at.type)
-# Past the task at (``after``, ``after_id``) in (run_at, id) order: a batch that ends inside
-# a run of tasks sharing one ``run_at`` goes on with the rest of that run.
-_PAST_MARK = or_(task.c.run_at > _AFTER, and_(task.c.run_at == _AFTER, task.c.id > _AFTER_ID))
-# ``after_id`` for a mark that is a moment, not a task: no id is greater.
-END_OF_MOMENT = UUID(int=2**128 - 1)
-
-_CAME_DUE = (
-    select(task.c.id, task.c.room_id, task.c.run_at, job_table.c.room_id.label("job_room"))
-    .add_columns(job_table.c.category, job_table.c.name)
-    .join(job_table, job_table.c.id == task.c.job_id)
-    .where(*_SCHEDULED, _PAST_MARK, task.c.run_at <= _UNTIL)
-    .order_by(task.c.run_at, task.c.id)
-    .limit(bindparam("limit"))
-)
-_NEXT_DUE = select(func.min(task.c.run_at)).where(*_SCHEDULED, task.c.run_at > _AFTER)
-# Not a new version: nothing a client sees changes (``waiting`` is not part of a task).
-_QUEUE_DUE = update(task).values(waiting=false())
-_DUE_WAITING = (
-    select(task.c.id)
-    .where(is_waiting(), task.c.run_at <= _UNTIL)
-    .order_by(task.c.run_at)
-    .limit(bindparam("limit"))
-)
-# PostgreSQL: the tasks picked once (a materialized CTE: as ``id IN (subquery)`` the planner
-# may run the subquery again and queue more than ``limit``), skipping the ones a claim has
-# locked (it is taking them: no need to wait).
-_PICKED = _DUE_WAITING.with_for_update(skip_locked=True).cte("due").prefix_with("MATERIALIZED")
-_QUEUE_DUE_LOCKING = _QUEUE_DUE.where(task.c.id == _PICKED.c.id, is_waiting())
+from taskhub.store.due_tasks import END_OF_MOMENT
 
 
 @dataclass
@@ -69,9 +34,8 @@ async def came_due(
     """The pending tasks whose ``run_at`` is in ``(after, until]`` (with ``after_id``: past
     the task (``after``, ``after_id``) in (run_at, id) order), in that order, at most
     ``limit`` of them: ``task_available`` for each, or its id if it is ``@internal``."""
-    params = {"after": after, "after_id": after_id, "until": until, "limit": limit}
     async with db.read() as conn:
-        rows = (await conn.execute(_CAME_DUE, params)).all()
+        rows = await store.came_due_rows(conn, after, after_id, until, limit)
     events, internal = EventBatch(), []
     for row in rows:
         if row.job_room == INTERNAL_ROOM:
@@ -86,16 +50,11 @@ async def came_due(
 async def queue_due(db: Database, until: datetime, limit: int) -> int:
     """Queue up to ``limit`` of the waiting tasks due at ``until``, earliest first; returns
     how many. Claims take a due waiting task all the same: this only keeps them few."""
-    if db.is_sqlite:
-        statement = _QUEUE_DUE.where(task.c.id.in_(_DUE_WAITING.scalar_subquery()), is_waiting())
-    else:
-        statement = _QUEUE_DUE_LOCKING
     async with db.write() as conn:
-        result = await conn.execute(statement, {"until": until, "limit": limit})
-    return result.rowcount
+        return await store.queue_due_waiting(conn, until, limit)
 
 
 async def next_due(db: Database, after: datetime) -> datetime | None:
     """When the next waiting task comes due (after ``after``), if any waits."""
     async with db.read() as conn:
-        return await conn.scalar(_NEXT_DUE, {"after": after})
+        return await store.next_due_at(conn, after)

@@ -8,20 +8,16 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID, uuid4
 
-from sqlalchemy import Select, func, select, update
-
-from taskhub.clock import new_id, utcnow
+from taskhub.clock import utcnow
 from taskhub.rules.events import EventBatch, JobsInvalidate, TaskStatusChanged
 from taskhub.rules.naming import INTERNAL_ROOM
 from taskhub.rules.records import TaskRecord
 from taskhub.rules.states import TaskStatus
 from taskhub.services.jobs import JobNames
+from taskhub.store import internal_tasks as store
 from taskhub.store.database import Database
-from taskhub.store.inserts import insert_ignoring_duplicates
 from taskhub.store.queue_positions import task_record
-from taskhub.store.tables import is_pending, job_table, next_version, task_table
 
-task = task_table
 DISPATCH_FAILED = "Failed to dispatch to internal executor"
 INTERNAL_TIMEOUT = "Internal worker timeout"
 
@@ -30,26 +26,22 @@ async def _write(
     db: Database,
     task_id: UUID,
     allowed: tuple[TaskStatus, ...],
-    guard: list[Any],
     values: dict[str, Any],
+    *,
+    attempt: int | None = None,
+    claim_token: UUID | None = None,
 ) -> tuple[TaskRecord | None, EventBatch]:
-    """Move the task from one of the ``allowed`` statuses as ``values`` say. The status it
-    had is read row-locked in the same transaction (SQLite: the one writer), so the event
-    can say where the task came from."""
+    """Move the task from one of the ``allowed`` statuses as ``values`` say (of ``attempt``,
+    under ``claim_token``, when given). The status it had is read row-locked in the same
+    transaction (SQLite: the one writer), so the event can say where the task came from."""
     async with db.write() as conn:
-        current = await conn.scalar(
-            select(task.c.status).where(task.c.id == task_id).with_for_update()
-        )
+        current = await store.locked_status(conn, task_id)
         if current is None or TaskStatus(current) not in allowed:
             return None, EventBatch()
         previous = TaskStatus(current)
-        row = (
-            await conn.execute(
-                update(task).where(task.c.id == task_id, task.c.status == previous.value, *guard)
-                .values(**values, **next_version())
-                .returning(*task.c)
-            )
-        ).first()  # fmt: skip
+        row = await store.update_from(
+            conn, task_id, previous.value, values, attempt=attempt, claim_token=claim_token
+        )
         if row is None:
             return None, EventBatch()
         record = task_record(row, await JobNames.one(conn, row.job_id))
@@ -67,12 +59,7 @@ async def mark_dispatched(
     values: dict[str, Any] = {"status": TaskStatus.CLAIMED.value, "claim_token": uuid4()}
     if run_at is not None:
         values["run_at"] = run_at
-    return await _write(db, task_id, (TaskStatus.PENDING,), [], values)
-
-
-def internal_job_ids() -> Select[tuple[UUID]]:
-    """The ids of the ``@internal`` jobs (to use as a subquery)."""
-    return select(job_table.c.id).where(job_table.c.room_id == INTERNAL_ROOM)
+    return await _write(db, task_id, (TaskStatus.PENDING,), values)
 
 
 async def undispatched(
@@ -82,19 +69,8 @@ async def undispatched(
     given): submitted (or, if delayed, due) then and still not handed to the broker — a
     delayed one that just came due, or one whose submit's process died between its commit
     and the enqueue, or that came due while no hub ran."""
-    conditions = [
-        is_pending(),
-        task.c.job_id.in_(internal_job_ids()),
-        func.coalesce(task.c.run_at, task.c.created_at) < before,
-    ]
-    if among is not None:
-        conditions.append(task.c.id.in_(among))
     async with db.read() as conn:
-        rows = (
-            await conn.execute(
-                select(task).where(*conditions).order_by(task.c.created_at).limit(limit)
-            )
-        ).all()
+        rows = await store.undispatched_rows(conn, before, among, limit)
         names = await JobNames.resolve(conn, {row.job_id for row in rows})
     return [task_record(row, names[row.job_id]) for row in rows]
 
@@ -104,7 +80,6 @@ async def mark_dispatch_failed(db: Database, task_id: UUID) -> tuple[TaskRecord 
         db,
         task_id,
         (TaskStatus.PENDING,),
-        [],
         {
             "status": TaskStatus.FAILED.value,
             "error": DISPATCH_FAILED,
@@ -123,8 +98,8 @@ async def start(
         db,
         task_id,
         (TaskStatus.CLAIMED, TaskStatus.PENDING),
-        [task.c.attempt == attempt],
         {"status": TaskStatus.RUNNING.value, "started_at": utcnow(), "claim_token": run},
+        attempt=attempt,
     )
 
 
@@ -144,8 +119,9 @@ async def finish(
         values.update(status=TaskStatus.COMPLETED.value, result=result)
     else:
         values.update(status=TaskStatus.FAILED.value, error=error)
-    guard = [task.c.attempt == attempt, task.c.claim_token == run]
-    return await _write(db, task_id, (TaskStatus.RUNNING,), guard, values)
+    return await _write(
+        db, task_id, (TaskStatus.RUNNING,), values, attempt=attempt, claim_token=run
+    )
 
 
 async def written_by(
@@ -154,9 +130,7 @@ async def written_by(
     """The task if it is in one of ``statuses`` under ``run``'s token: a write of that run
     that committed although its answer was lost with the connection."""
     async with db.read() as conn:
-        row = (
-            await conn.execute(select(task).where(task.c.id == task_id, task.c.claim_token == run))
-        ).first()
+        row = await store.task_under_token(conn, task_id, run)
         if row is None or TaskStatus(row.status) not in statuses:
             return None
         return task_record(row, await JobNames.one(conn, row.job_id))
@@ -169,31 +143,6 @@ async def ensure_internal_jobs(db: Database, schemas: dict[str, dict[str, Any]])
     async with db.write() as conn:
         for key, schema in schemas.items():
             category, name = key.split(":", 1)
-            now = utcnow()
-            await conn.execute(
-                insert_ignoring_duplicates(
-                    db.dialect,
-                    job_table,
-                    dict(
-                        id=new_id(), room_id=INTERNAL_ROOM, category=category, name=name,
-                        schema=schema, deleted=False, created_at=now, updated_at=now,
-                    ),
-                )
-            )  # fmt: skip
-            row = (
-                await conn.execute(
-                    select(job_table.c.id, job_table.c.schema, job_table.c.deleted).where(
-                        job_table.c.room_id == INTERNAL_ROOM,
-                        job_table.c.category == category,
-                        job_table.c.name == name,
-                    )
-                )
-            ).one()
-            if row.deleted or row.schema != schema:
-                await conn.execute(
-                    update(job_table)
-                    .where(job_table.c.id == row.id)
-                    .values(deleted=False, schema=schema, updated_at=now)
-                )
+            if await store.ensure_internal_job(conn, category, name, schema, utcnow()):
                 events.add(JobsInvalidate(INTERNAL_ROOM))
     return events

@@ -8,16 +8,11 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 from uuid import UUID
 
-from sqlalchemy import and_, bindparam, exists, func, insert, select, update
-from sqlalchemy.ext.asyncio import AsyncConnection
-from sqlalchemy.sql import ColumnElement
-
 from taskhub.clock import new_id, utcnow
 from taskhub.json_codec import dump_json
 from taskhub.rules.errors import Forbidden, JobNotFound, SchemaConflict
 from taskhub.rules.events import EventBatch, JobsInvalidate
 from taskhub.rules.naming import (
-    INTERNAL_ROOM,
     JobName,
     is_reserved,
     validate_category,
@@ -26,15 +21,14 @@ from taskhub.rules.naming import (
     visible_job_rooms,
 )
 from taskhub.rules.records import JobRecord, JobSummary, Page, Principal, beyond
-from taskhub.rules.states import TaskStatus
 from taskhub.services.ownership import owned_worker
+from taskhub.store import jobs as store
+from taskhub.store import workers as worker_store
+from taskhub.store.connections import Connection
 from taskhub.store.database import Database, DatabaseUnavailable
-from taskhub.store.inserts import insert_ignoring_duplicates
-from taskhub.store.tables import job_table, link_table, task_table, worker_table
 from taskhub.validation.payloads import SCHEMA_CACHE_BYTES, SchemaCache, check_schema_size
 from taskhub.validation.schema_checks import check_schema_aside
 
-job = job_table
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
@@ -48,15 +42,10 @@ class JobNames:
     _names: dict[UUID, str] = {}
 
     @classmethod
-    async def resolve(cls, conn: AsyncConnection, job_ids: set[UUID]) -> dict[UUID, str]:
+    async def resolve(cls, conn: Connection, job_ids: set[UUID]) -> dict[UUID, str]:
         missing = [job_id for job_id in job_ids if job_id not in cls._names]
         if missing:
-            rows = await conn.execute(
-                select(job.c.id, job.c.room_id, job.c.category, job.c.name).where(
-                    job.c.id.in_(missing)
-                )
-            )
-            found = {row.id: f"{row.room_id}:{row.category}:{row.name}" for row in rows}
+            found = await store.job_names(conn, missing)
             names = {job_id: cls._names.get(job_id) or found[job_id] for job_id in job_ids}
             if len(cls._names) + len(found) > cls.LIMIT:
                 cls._names.clear()
@@ -65,7 +54,7 @@ class JobNames:
         return {job_id: cls._names[job_id] for job_id in job_ids}
 
     @classmethod
-    async def one(cls, conn: AsyncConnection, job_id: UUID) -> str:
+    async def one(cls, conn: Connection, job_id: UUID) -> str:
         return (await cls.resolve(conn, {job_id}))[job_id]
 
 
@@ -117,49 +106,31 @@ async def register_job(
     async with db.write() as conn:
         if worker_id is None:
             worker_id = new_id()
-            now = utcnow()
-            await conn.execute(
-                insert(worker_table).values(
-                    id=worker_id, user_id=principal.id, last_heartbeat=now, created_at=now
-                )
-            )
+            await worker_store.insert_worker(conn, worker_id, principal.id, utcnow())
         else:
             await owned_worker(conn, principal, worker_id, lock="keep")
 
-        key = and_(job.c.room_id == room_id, job.c.category == category, job.c.name == name)
         # Locked against a soft-delete under way (``soft_delete_orphans``): this waits for
         # it and then sees the job deleted (and revives it), or it waits for this.
-        this_job = select(job).where(key).with_for_update(read=True, key_share=True)
-        row = (await conn.execute(this_job)).first()
+        row = await store.lock_job_named(conn, room_id, category, name)
         created = False
         if row is None:
             new_job_id = new_id()
-            now = utcnow()
-            await conn.execute(
-                insert_ignoring_duplicates(
-                    db.dialect,
-                    job,
-                    dict(
-                        id=new_job_id,
-                        room_id=room_id,
-                        category=category,
-                        name=name,
-                        schema=schema,
-                        deleted=False,
-                        created_at=now,
-                        updated_at=now,
-                        max_attempts=max_attempts or 1,
-                    ),
-                )
+            await store.insert_job(
+                conn,
+                new_job_id,
+                room_id,
+                category,
+                name,
+                schema=schema,
+                max_attempts=max_attempts or 1,
+                now=utcnow(),
             )
-            row = (await conn.execute(this_job)).one()
+            row = await store.lock_job_named(conn, room_id, category, name)
+            assert row is not None  # inserted, or another registration's
             created = row.id == new_job_id
         elif row.deleted:
-            await conn.execute(
-                update(job)
-                .where(job.c.id == row.id)
-                .values(deleted=False, schema=schema, updated_at=utcnow())
-            )
+            await store.revive_job(conn, row.id, schema)
             created = True
         if not created and row.schema != schema:
             raise SchemaConflict(
@@ -168,25 +139,17 @@ async def register_job(
         if not created and dump_json(row.schema) != dump_json(schema):
             # The same schema in another key order (one stored before 0009 kept jsonb's):
             # the order sent is the order of the page's form fields.
-            await conn.execute(update(job).where(job.c.id == row.id).values(schema=schema))
+            await store.rewrite_schema(conn, row.id, schema)
         if max_attempts is not None and max_attempts != row.max_attempts:
             if not created and not principal.is_superuser:
                 await _check_policy_is_callers(
                     conn, row.id, principal, f"{room_id}:{category}:{name}"
                 )
-            await conn.execute(
-                update(job)
-                .where(job.c.id == row.id)
-                .values(max_attempts=max_attempts, updated_at=utcnow())
-            )
-        linked = await conn.execute(
-            insert_ignoring_duplicates(
-                db.dialect, link_table, {"worker_id": worker_id, "job_id": row.id}
-            )
-        )
-        if created or linked.rowcount:
+            await store.set_max_attempts(conn, row.id, max_attempts)
+        linked = await store.link_worker(conn, worker_id, row.id)
+        if created or linked:
             events.add(JobsInvalidate(room_id))
-        workers = await _job_workers(conn, row.id)
+        workers = await store.job_workers(conn, row.id)
     record = JobRecord(
         id=row.id,
         room_id=room_id,
@@ -201,67 +164,29 @@ async def register_job(
 
 
 async def _check_policy_is_callers(
-    conn: AsyncConnection, job_id: UUID, principal: Principal, full_name: str
+    conn: Connection, job_id: UUID, principal: Principal, full_name: str
 ) -> None:
     """A live job's retry default is changed only by a user whose workers are all that
     serve it (or a superuser): joining someone else's job does not rewrite their policy."""
-    others = await conn.scalar(
-        select(func.count())
-        .select_from(link_table.join(worker_table, worker_table.c.id == link_table.c.worker_id))
-        .where(link_table.c.job_id == job_id, worker_table.c.user_id != principal.id)
-    )
-    if others:
+    if await store.count_other_users_workers(conn, job_id, principal.id):
         raise SchemaConflict(
             f"Job {full_name} is served by other users' workers with max_attempts as it is; "
             "register without max_attempts (or with the job's own) to join it."
         )
 
 
-async def _job_workers(conn: AsyncConnection, job_id: UUID) -> list[UUID]:
-    rows = await conn.execute(
-        select(link_table.c.worker_id)
-        .where(link_table.c.job_id == job_id)
-        .order_by(link_table.c.worker_id)
-    )
-    return list(rows.scalars())
-
-
-def _visible_jobs(room_id: str) -> ColumnElement[bool]:
-    return and_(job.c.room_id.in_(visible_job_rooms(room_id)), job.c.deleted.is_(False))
-
-
-_SUMMARY_COLUMNS = (job.c.id, job.c.room_id, job.c.category, job.c.name)
-
-
 async def list_jobs(db: Database, room_id: str, limit: int, offset: int) -> Page[JobSummary]:
     """The room's live jobs plus ``@global`` and ``@internal`` ones, newest first (without
     their schemas: a page of 500 might have held 128 MB of them, decoded)."""
     validate_room_id(room_id)
-    where = _visible_jobs(room_id)
+    rooms = visible_job_rooms(room_id)
     async with db.read() as conn:
-        total = int(await conn.scalar(select(func.count()).select_from(job).where(where)) or 0)
-        rows = (
+        total = await store.count_live_jobs(conn, rooms)
+        items: list[JobSummary] = (
             []
             if beyond(total, limit, offset)
-            else (
-                await conn.execute(
-                    select(*_SUMMARY_COLUMNS)
-                    .where(where)
-                    .order_by(job.c.created_at.desc(), job.c.id.desc())
-                    .limit(limit)
-                    .offset(offset)
-                )
-            ).all()
+            else await store.live_job_page(conn, rooms, limit, offset)
         )
-        links: dict[UUID, list[UUID]] = {row.id: [] for row in rows}
-        if rows:
-            for link in await conn.execute(
-                select(link_table.c.job_id, link_table.c.worker_id)
-                .where(link_table.c.job_id.in_(list(links)))
-                .order_by(link_table.c.worker_id)
-            ):
-                links[link.job_id].append(link.worker_id)
-    items = [JobSummary(row.id, row.room_id, row.category, row.name, links[row.id]) for row in rows]
     return Page(items=items, total=total, limit=limit, offset=offset)
 
 
@@ -269,7 +194,7 @@ async def get_job(db: Database, room_id: str, full_name: str) -> JobRecord:
     validate_room_id(room_id)
     async with db.read() as conn:
         row = await find_visible_job(conn, room_id, full_name)
-        workers = await _job_workers(conn, row.id)
+        workers = await store.job_workers(conn, row.id)
     return _record(row, workers)
 
 
@@ -281,23 +206,13 @@ def visible_job_name(room_id: str, full_name: str) -> JobName:
     return parsed
 
 
-async def find_visible_job(conn: AsyncConnection, room_id: str, full_name: str) -> Any:
+async def find_visible_job(conn: Connection, room_id: str, full_name: str) -> Any:
     """The live job called ``full_name`` if ``room_id`` may see it, else ``JobNotFound``."""
     parsed = visible_job_name(room_id, full_name)
-    params = {"room_id": parsed.room_id, "category": parsed.category, "name": parsed.name}
-    row = (await conn.execute(_FIND_LIVE_JOB, params)).first()
+    row = await store.find_live_job(conn, parsed.room_id, parsed.category, parsed.name)
     if row is None:
         raise JobNotFound(f"Job {full_name!r} not found.")
     return row
-
-
-# Hot statements are built once: SQLAlchemy then reuses their cache keys and compiled forms.
-_FIND_LIVE_JOB = select(job).where(
-    job.c.room_id == bindparam("room_id"),
-    job.c.category == bindparam("category"),
-    job.c.name == bindparam("name"),
-    job.c.deleted.is_(False),
-)
 
 
 def _record(row: Any, workers: list[UUID]) -> JobRecord:
@@ -334,20 +249,7 @@ async def orphaned_jobs(db: Database, limit: int) -> list[UUID]:
     """Up to ``limit`` live jobs with no worker and no pending task (``@internal`` ones
     aside): what ``soft_delete_orphans`` would delete."""
     async with db.read() as conn:
-        return list(await conn.scalars(select(job.c.id).where(*_orphaned()).limit(limit)))
-
-
-def _orphaned() -> list[Any]:
-    """A live job that is no ``@internal`` one, with no worker and no pending task."""
-    return [
-        job.c.deleted.is_(False),
-        job.c.room_id != INTERNAL_ROOM,
-        ~exists().where(link_table.c.job_id == job.c.id),
-        ~exists().where(
-            task_table.c.job_id == job.c.id,
-            task_table.c.status == TaskStatus.PENDING.value,
-        ),
-    ]
+        return await store.orphaned_job_ids(conn, limit)
 
 
 # Ids per statement where a statement takes a list of them (within every engine's
@@ -378,17 +280,5 @@ async def soft_delete_orphans(db: Database, job_ids: Iterable[UUID]) -> list[str
         return rooms
     async with db.write() as conn:
         for chunk in chunked(ids):
-            await conn.execute(
-                select(job.c.id)
-                .where(job.c.id.in_(chunk), job.c.deleted.is_(False))
-                .order_by(job.c.id)
-                .with_for_update()
-            )
-            result = await conn.execute(
-                update(job)
-                .where(job.c.id.in_(chunk), *_orphaned())
-                .values(deleted=True, updated_at=utcnow())
-                .returning(job.c.room_id)
-            )
-            rooms.extend(result.scalars())
+            rooms.extend(await store.soft_delete_if_orphaned(conn, chunk))
     return rooms

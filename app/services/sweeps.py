@@ -7,14 +7,12 @@ from collections.abc import AsyncIterator
 from datetime import datetime
 from uuid import UUID
 
-from sqlalchemy import delete, exists, func, select, update
-
 from taskhub.clock import utcnow
 from taskhub.rules.events import EventBatch, JobsInvalidate, TaskStatusChanged
 from taskhub.rules.retries import DEFAULT_RETRY_POLICY, RetryPolicy
-from taskhub.rules.states import TERMINAL_STATUSES, TaskStatus, previous_status
+from taskhub.rules.states import previous_status
 from taskhub.services.attempts import end_abandoned_attempts, ended_attempt_events
-from taskhub.services.internal_tasks import INTERNAL_TIMEOUT, internal_job_ids
+from taskhub.services.internal_tasks import INTERNAL_TIMEOUT
 from taskhub.services.jobs import (
     JobNames,
     chunked,
@@ -23,16 +21,10 @@ from taskhub.services.jobs import (
     soft_delete_orphans_after_commit,
 )
 from taskhub.services.workers import WORKER_DISCONNECTED, remove_silent_worker
+from taskhub.store import attempts as attempts_store
+from taskhub.store import sweeps as store
 from taskhub.store.database import Database
 from taskhub.store.queue_positions import task_record
-from taskhub.store.tables import (
-    is_active,
-    job_table,
-    link_table,
-    next_version,
-    task_table,
-    worker_table,
-)
 
 BATCH = 500
 IDLE_BATCH = 5000
@@ -42,13 +34,7 @@ LEASE_EXPIRED = "Lease expired"
 async def stale_workers(db: Database, cutoff: datetime, limit: int = BATCH) -> list[UUID]:
     """Workers not heard of since ``cutoff``, longest silent first."""
     async with db.read() as conn:
-        rows = await conn.scalars(
-            select(worker_table.c.id)
-            .where(worker_table.c.last_heartbeat < cutoff)
-            .order_by(worker_table.c.last_heartbeat, worker_table.c.id)
-            .limit(limit)
-        )
-        return list(rows)
+        return await store.stale_worker_ids(conn, cutoff, limit)
 
 
 async def sweep_stale_workers(
@@ -83,33 +69,14 @@ async def remove_idle_silent_workers(
     finds its worker gone, as after a delete; "no claimed or running task" is checked again
     by the delete itself. (A claim without a key takes no such lock: one that commits
     between that check and this commit leaves its task to its lease, as after a delete.)"""
-    busy = exists().where(task_table.c.worker_id == worker_table.c.id, is_active())
-    silent = (
-        select(worker_table.c.id)
-        .where(worker_table.c.last_heartbeat < cutoff, ~busy)
-        .order_by(worker_table.c.last_heartbeat, worker_table.c.id)
-        .limit(limit)
-    )
     async with db.write() as conn:
-        if not db.is_sqlite:
-            silent = silent.with_for_update(of=worker_table)
-        ids = list(await conn.scalars(silent))
+        ids = await store.lock_idle_silent_workers(conn, cutoff, limit)
         removed: set[UUID] = set()
         jobs: dict[UUID, list[tuple[UUID, str]]] = {}
         for chunk in chunked(ids):
-            for row in await conn.execute(
-                select(link_table.c.worker_id, job_table.c.id, job_table.c.room_id)
-                .join(job_table, link_table.c.job_id == job_table.c.id)
-                .where(link_table.c.worker_id.in_(chunk))
-            ):
+            for row in await store.jobs_served_by(conn, chunk):
                 jobs.setdefault(row.worker_id, []).append((row.id, row.room_id))
-            removed.update(  # (their links go with them: ON DELETE CASCADE)
-                await conn.scalars(
-                    delete(worker_table)
-                    .where(worker_table.c.id.in_(chunk), ~busy)
-                    .returning(worker_table.c.id)
-                )
-            )
+            removed.update(await store.delete_idle_workers(conn, chunk))
         served = [job for worker_id in removed for job in jobs.get(worker_id, ())]
     await soft_delete_orphans_after_commit(db, {job_id for job_id, _room in served})
     events = EventBatch()
@@ -127,7 +94,7 @@ async def end_expired_leases(
     async with db.write() as conn:
         ended = await end_abandoned_attempts(
             conn,
-            [task_table.c.lease_expires_at < now],
+            attempts_store.lease_ran_out(now),
             error=LEASE_EXPIRED,
             now=now,
             policy=policy,
@@ -143,14 +110,9 @@ async def end_orphaned_attempts(
     its worker (the hot path), so one that commits while the worker is being removed can
     take a task after the removal released the worker's tasks; without this, such a task
     would wait for its lease to run out."""
-    task = task_table
-    worker_gone = [
-        task.c.worker_id.is_not(None),
-        ~exists().where(worker_table.c.id == task.c.worker_id),
-    ]
     async with db.write() as conn:
         ended = await end_abandoned_attempts(
-            conn, worker_gone, error=WORKER_DISCONNECTED, now=now, policy=policy
+            conn, attempts_store.worker_gone(), error=WORKER_DISCONNECTED, now=now, policy=policy
         )
     return len(ended), ended_attempt_events(ended, tell_worker=False)
 
@@ -172,28 +134,11 @@ async def soft_delete_orphaned_jobs(db: Database, limit: int = BATCH) -> tuple[i
 async def fail_stuck_internal_tasks(db: Database, cutoff: datetime) -> EventBatch:
     """``@internal`` tasks claimed or running since before ``cutoff`` (started, else due)
     fail with "Internal worker timeout" (one guarded statement)."""
-    task = task_table
     events = EventBatch()
     async with db.write() as conn:
-        rows = (
-            await conn.execute(
-                update(task)
-                .where(
-                    is_active(),
-                    task.c.job_id.in_(internal_job_ids()),
-                    # (a delayed task was dispatched when it came due, at ``run_at``; one
-                    # dispatched late, by the sweeper, got that moment as its ``run_at``)
-                    func.coalesce(task.c.started_at, task.c.run_at, task.c.created_at) < cutoff,
-                )
-                .values(
-                    status=TaskStatus.FAILED.value,
-                    error=INTERNAL_TIMEOUT,
-                    completed_at=utcnow(),
-                    **next_version(),
-                )
-                .returning(*task.c)
-            )
-        ).all()
+        rows = await store.fail_internal_tasks_active_since(
+            conn, cutoff, error=INTERNAL_TIMEOUT, now=utcnow()
+        )
         names = await JobNames.resolve(conn, {row.job_id for row in rows})
     for row in rows:
         record = task_record(row, names[row.job_id])
@@ -208,22 +153,11 @@ async def purge_old_tasks(
     """Delete terminal tasks that ended before ``cutoff``, oldest first, ``batch`` rows per
     transaction (the writer is never held for long; what is left waits for the next
     cycle); returns how many went."""
-    oldest = (
-        select(task_table.c.id)
-        .where(
-            task_table.c.completed_at < cutoff,
-            task_table.c.status.in_(sorted(s.value for s in TERMINAL_STATUSES)),
-        )
-        .order_by(task_table.c.completed_at)
-        .limit(batch)
-    )
     purged = 0
     for _ in range(max_batches):
         async with db.write() as conn:
-            deleted = await conn.execute(
-                delete(task_table).where(task_table.c.id.in_(oldest.scalar_subquery()))
-            )
-        purged += deleted.rowcount
-        if deleted.rowcount < batch:
+            deleted = await store.delete_oldest_ended(conn, cutoff, batch)
+        purged += deleted
+        if deleted < batch:
             break
     return purged

@@ -6,18 +6,13 @@ import hashlib
 import secrets
 import time
 from collections.abc import Collection
-from typing import Any
 from uuid import UUID
 
-from sqlalchemy import Select, delete, func, insert, select, update
-from sqlalchemy.exc import IntegrityError
-from sqlalchemy.ext.asyncio import AsyncConnection
-
-from taskhub.clock import new_id, utcnow
+from taskhub.clock import new_id
 from taskhub.rules.errors import NotFound, ValidationFailed
 from taskhub.rules.records import Principal, UserSummary
+from taskhub.store import users as store
 from taskhub.store.database import Database
-from taskhub.store.tables import token_table, user_table
 
 TOKEN_PREFIX = "th_"
 
@@ -38,16 +33,10 @@ async def create_user(db: Database, name: str, *, superuser: bool = False) -> tu
     if not name or len(name) > 128:
         raise ValidationFailed("User name must be 1..128 characters.")
     user_id, token = new_id(), generate_token()
-    try:
-        async with db.write() as conn:
-            await conn.execute(
-                insert(user_table).values(
-                    id=user_id, name=name, is_superuser=superuser, created_at=utcnow()
-                )
-            )
-            await _insert_token(conn, user_id, token)
-    except IntegrityError:
-        raise ValidationFailed(f"A user named {name!r} already exists.") from None
+    async with db.write() as conn:
+        if not await store.insert_user(conn, user_id, name, superuser=superuser):
+            raise ValidationFailed(f"A user named {name!r} already exists.")
+        await store.insert_token(conn, user_id, hash_token(token))
     return user_id, token
 
 
@@ -55,10 +44,10 @@ async def create_token(db: Database, name: str) -> str:
     """Issue another token for the user called ``name``."""
     token = generate_token()
     async with db.write() as conn:
-        user_id = await conn.scalar(select(user_table.c.id).where(user_table.c.name == name))
+        user_id = await store.user_named(conn, name)
         if user_id is None:
             raise NotFound(f"No user named {name!r}.")
-        await _insert_token(conn, user_id, token)
+        await store.insert_token(conn, user_id, hash_token(token))
     return token
 
 
@@ -66,97 +55,52 @@ async def ensure_admin_token(db: Database, token: str) -> None:
     """Make sure ``token`` authenticates a superuser (creating user ``admin`` if needed)."""
     digest = hash_token(token)
     async with db.write() as conn:
-        user_id = await conn.scalar(
-            select(token_table.c.user_id).where(token_table.c.token_hash == digest)
-        )
+        user_id = await store.find_token(conn, digest)
         if user_id is not None:
-            await conn.execute(
-                update(user_table).where(user_table.c.id == user_id).values(is_superuser=True)
-            )
+            await store.make_superuser(conn, user_id)
             return
         name = "admin"
-        taken = await conn.scalar(select(func.count()).where(user_table.c.name == name))
-        if taken:
+        if await store.name_taken(conn, name):
             name = f"admin-{secrets.token_hex(3)}"
         user_id = new_id()
-        await conn.execute(
-            insert(user_table).values(id=user_id, name=name, is_superuser=True, created_at=utcnow())
-        )
-        await _insert_token(conn, user_id, token)
+        if not await store.insert_user(conn, user_id, name, superuser=True):
+            raise ValidationFailed(f"A user named {name!r} already exists.")
+        await store.insert_token(conn, user_id, digest)
 
 
 async def count_users(db: Database) -> int:
     async with db.read() as conn:
-        return int(await conn.scalar(select(func.count()).select_from(user_table)) or 0)
+        return await store.count_users(conn)
 
 
 async def list_users(db: Database) -> list[UserSummary]:
     """Every user, by name, with how many tokens it has."""
-    tokens = (
-        select(func.count())
-        .where(token_table.c.user_id == user_table.c.id)
-        .scalar_subquery()
-        .label("tokens")
-    )
-    statement = select(
-        user_table.c.name, user_table.c.is_superuser, tokens, user_table.c.created_at
-    ).order_by(user_table.c.name)
     async with db.read() as conn:
-        rows = (await conn.execute(statement)).all()
-    return [UserSummary(row.name, row.is_superuser, row.tokens, row.created_at) for row in rows]
+        return await store.user_summaries(conn)
 
 
 async def set_superuser(db: Database, name: str, superuser: bool) -> int:
     """Make the user called ``name`` a superuser or take that away; how many superusers
     there are then. Its tokens carry the change within ``TASKHUB_AUTH_CACHE_SECONDS``."""
     async with db.write() as conn:
-        changed = await conn.execute(
-            update(user_table).where(user_table.c.name == name).values(is_superuser=superuser)
-        )
-        if not changed.rowcount:
+        if not await store.set_superuser_named(conn, name, superuser):
             raise NotFound(f"No user named {name!r}.")
-        count = select(func.count()).where(user_table.c.is_superuser.is_(True))
-        return int(await conn.scalar(count) or 0)
-
-
-async def _insert_token(conn: AsyncConnection, user_id: UUID, token: str) -> None:
-    await conn.execute(
-        insert(token_table).values(
-            id=new_id(), user_id=user_id, token_hash=hash_token(token), created_at=utcnow()
-        )
-    )
+        return await store.count_superusers(conn)
 
 
 async def revoke_token(db: Database, token: str) -> bool:
     """Delete the token; False if no such token exists."""
     async with db.write() as conn:
-        deleted = await conn.execute(
-            delete(token_table).where(token_table.c.token_hash == hash_token(token))
-        )
-    return bool(deleted.rowcount)
+        return await store.delete_token(conn, hash_token(token))
 
 
 async def revoke_tokens_of(db: Database, name: str) -> int:
     """Delete every token of the user called ``name``; how many there were."""
     async with db.write() as conn:
-        user_id = await conn.scalar(select(user_table.c.id).where(user_table.c.name == name))
+        user_id = await store.user_named(conn, name)
         if user_id is None:
             raise NotFound(f"No user named {name!r}.")
-        deleted = await conn.execute(delete(token_table).where(token_table.c.user_id == user_id))
-    return int(deleted.rowcount)
-
-
-def _principals_of(digests: Collection[str]) -> Select[Any]:
-    return (
-        select(
-            token_table.c.token_hash,
-            user_table.c.id,
-            user_table.c.name,
-            user_table.c.is_superuser,
-        )
-        .join(token_table, token_table.c.user_id == user_table.c.id)
-        .where(token_table.c.token_hash.in_(digests))
-    )
+        return await store.delete_tokens_of(conn, user_id)
 
 
 class Authenticator:
@@ -183,11 +127,7 @@ class Authenticator:
         if not digests:
             return {}
         async with self._db.read() as conn:
-            rows = (await conn.execute(_principals_of(digests))).all()
-        found = {
-            row.token_hash: Principal(id=row.id, name=row.name, is_superuser=row.is_superuser)
-            for row in rows
-        }
+            found = await store.principals_of(conn, digests)
         expires = time.monotonic() + self._ttl
         for digest in digests:
             principal = found.get(digest)

@@ -1,11 +1,16 @@
 """The claim: one atomic, fenced statement per shape, SQLite's and PostgreSQL's side by
-side, and the question whether a claimable task was left behind a locked one."""
+side, the question whether a claimable task was left behind a locked one, and ``claim``,
+which runs them."""
 
 from __future__ import annotations
 
 import enum
 import functools
+import logging
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
+from uuid import UUID
 
 from sqlalchemy import (
     and_,
@@ -21,8 +26,11 @@ from sqlalchemy import (
 )
 from sqlalchemy.sql import Executable
 
+from taskhub.rules.authorisation import Role, claim_roles, is_unrestricted, may_claim
 from taskhub.rules.naming import INTERNAL_ROOM
+from taskhub.rules.records import Principal
 from taskhub.rules.states import TaskStatus
+from taskhub.store.connections import Connection
 from taskhub.store.hot_statements import hot
 from taskhub.store.tables import (
     answered_task_columns,
@@ -35,6 +43,11 @@ from taskhub.store.tables import (
     task_table,
     worker_table,
 )
+
+log = logging.getLogger(__name__)
+# PostgreSQL: an empty claim while a task was claimable waits for locked tasks this many
+# times at most (see ``claim``).
+LOCKED_CLAIM_ATTEMPTS = 2
 
 
 def _served_jobs() -> Any:
@@ -90,7 +103,7 @@ def claim_statement(
     """Claim up to ``limit`` of the first claimable tasks of ``source`` (due at ``:now``;
     highest priority, then oldest) of ``:worker_id``'s jobs, atomically, as a new attempt
     with ``:claim_token`` (and ``:claim_key``, the claim's Idempotency-Key or NULL); with
-    ``check_owner`` only if the worker belongs to ``:owner_id``.
+    ``check_owner`` only if ``:owner_id`` holds one of ``rules.authorisation.claim_roles``.
     Built once per shape (``limit`` is part of the shape: a bound LIMIT would be
     re-rendered on every execution).
 
@@ -126,13 +139,9 @@ def claim_statement(
     """
     task = task_table
     served_jobs = _served_jobs()
-    if check_owner:  # only the worker's owner (or a superuser) may claim for it
-        served_jobs = served_jobs.where(
-            exists().where(
-                worker_table.c.id == bindparam("worker_id"),
-                worker_table.c.user_id == bindparam("owner_id"),
-            )
-        )
+    if check_owner:  # only who holds a claim role (or a superuser) may claim for it
+        roles = [_claim_role_guard(role) for role in claim_roles()]
+        served_jobs = served_jobs.where(or_(*roles) if len(roles) > 1 else roles[0])
     queue_order = (task.c.priority.desc(), task.c.created_at, task.c.id)
     if dialect == "postgresql":
         # Per served job and kind of claimable task, the head of its queue straight off its
@@ -206,6 +215,16 @@ def claim_statement(
     return hot(select(*columns).select_from(one.outerjoin(rows, true())))
 
 
+def _claim_role_guard(role: Role) -> Any:
+    """SQL for "``:owner_id`` holds ``role`` towards ``:worker_id``"."""
+    if role is not Role.WORKER_OWNER:
+        raise ValueError(f"a claim has no task yet: no {role} to check")
+    return exists().where(
+        worker_table.c.id == bindparam("worker_id"),
+        worker_table.c.user_id == bindparam("owner_id"),
+    )
+
+
 def _best_of(kinds: list[Any]) -> Any:
     """The heads of each kind of claimable task together (one kind: as it is)."""
     return union_all(*kinds) if len(kinds) > 1 else kinds[0]
@@ -226,3 +245,113 @@ def claimable_left_statement() -> Executable:
 def _claimable_left() -> Any:
     served = task_table.c.job_id.in_(_served_jobs())
     return or_(*(exists().where(*kind, served) for kind in ClaimFrom.BOTH.conditions()))
+
+
+@dataclass(frozen=True, slots=True)
+class Claimed:
+    """The claimed task rows; when there are none, ``worker_owner`` (the claiming worker's
+    owner, None if there is no such worker) says whether the caller could claim at all."""
+
+    rows: list[Any]
+    worker_owner: UUID | None = None
+
+
+_WORKER_OWNER = hot(
+    select(worker_table.c.user_id).where(
+        worker_table.c.id == bindparam("worker_id", type_=worker_table.c.id.type)
+    )
+)
+
+
+async def claim(
+    conn: Connection,
+    principal: Principal,
+    worker_id: UUID,
+    limit: int,
+    *,
+    claim_token: UUID,
+    lease_until: datetime,
+    now: datetime,
+    request_key: str | None = None,
+) -> Claimed:
+    """Claim up to ``limit`` tasks for the worker (``claim_statement``): the claim queue
+    first, then, if that was short, the due waiting tasks. PostgreSQL reads the worker's
+    owner in the claim itself and stops after an empty first claim the caller may not make
+    (``rules.authorisation.may_claim``); after an empty claim although a task was
+    claimable, it waits for the locked ones. SQLite reads the owner only when nothing was
+    claimed. Tasks claimed by the first statement (committed on their own outside a
+    transaction) are answered even if the second fails."""
+    params = {
+        "worker_id": worker_id,
+        "claim_token": claim_token,
+        "claim_key": request_key,
+        "owner_id": principal.id,
+        "lease_until": lease_until,
+        "now": now,
+    }
+    dialect = conn.dialect.name
+    postgres = dialect == "postgresql"
+    shape = {"check_owner": not is_unrestricted(principal)}
+    rows = (await conn.execute(claim_statement(dialect, **shape, limit=limit), params)).all()
+    owner = None
+    if postgres:  # the claim's rows carry the worker's owner (one row of NULLs if none)
+        owner = rows[0].worker_owner
+        rows = [row for row in rows if row.id is not None]
+        if not rows and not may_claim(principal, owner):
+            return Claimed([], owner)
+    if len(rows) < limit:  # the queue was short: due tasks the announcer has not queued
+        due = claim_statement(
+            dialect, **shape, limit=limit - len(rows), source=ClaimFrom.DUE_WAITING
+        )
+        try:
+            more = (await conn.execute(due, params)).all()
+        except Exception:
+            # Tasks already claimed (committed on their own, outside a keyed claim's
+            # transaction) are answered: run again, the claim would take others instead.
+            if not rows or request_key is not None:
+                raise
+            log.warning("claim for worker %s: the due tasks not read", worker_id, exc_info=True)
+            more = []
+        if not postgres:
+            rows += more
+        else:
+            rows += [row for row in more if row.id is not None]
+            if not rows:
+                left = more[0].claimable_left
+                rows = await _claim_waiting_for_locked(conn, shape, limit, params, left)
+    if not postgres and not rows:  # nothing claimed: is the worker unknown, or not the caller's?
+        owner = await conn.scalar(_WORKER_OWNER, {"worker_id": worker_id})
+    return Claimed(rows, owner)
+
+
+async def _claim_waiting_for_locked(
+    conn: Connection, shape: dict[str, Any], limit: int, params: dict[str, Any], left: bool
+) -> list[Any]:
+    """PostgreSQL, after a claim that got nothing although a task was claimable (``left``):
+    it skipped what another claim held but did not take, so wait for it this time. Again
+    when the task it waited for moved meanwhile to where it did not look (the announcer
+    queued a due task it had locked)."""
+    statement = claim_statement(
+        conn.dialect.name, **shape, limit=limit, wait_for_locked=True, source=ClaimFrom.BOTH
+    )
+    for _ in range(LOCKED_CLAIM_ATTEMPTS):
+        if not left:
+            break
+        rows = [row for row in (await conn.execute(statement, params)) if row.id is not None]
+        if rows:
+            return rows
+        left = await conn.scalar(claimable_left_statement(), params)
+    return []
+
+
+_HELD_UNDER_KEY = select(task_table).where(
+    task_table.c.worker_id == bindparam("worker_id", type_=task_table.c.worker_id.type),
+    task_table.c.status == literal_column(f"'{TaskStatus.CLAIMED.value}'"),
+    task_table.c.claim_key == bindparam("claim_key", type_=task_table.c.claim_key.type),
+)
+
+
+async def held_under_key(conn: Connection, worker_id: UUID, request_key: str) -> list[Any]:
+    """The task rows the worker still holds as claimed under the claim's ``request_key``."""
+    params = {"worker_id": worker_id, "claim_key": request_key}
+    return list((await conn.execute(_HELD_UNDER_KEY, params)).all())

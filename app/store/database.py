@@ -20,7 +20,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import asyncpg
-from sqlalchemy import event
+from sqlalchemy import event, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
@@ -453,6 +453,11 @@ class Database:
         with self._unavailable:
             async with self._reader.connect() as conn:
                 yield _hot(conn)
+
+    async def ping(self) -> None:
+        """One round trip to the database (readiness)."""
+        async with self.read() as conn:
+            await conn.execute(text("SELECT 1"))
 
     async def dispose(self) -> None:
         kept, self._kept = self._kept, []

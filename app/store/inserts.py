@@ -32,7 +32,7 @@ def insert_task_of_live_job(dialect: str, position: Any = None) -> Executable:
     task = task_table
     columns = ["id", "job_id", "room_id", "status", "payload", "created_at", "submitted_by"]
     columns += ["attempt", "idempotency_key", "priority", "max_attempts", "run_at", "waiting"]
-    columns += ["version"]
+    columns += ["version", "request_digest"]
     rows = select(
         bindparam("b_id", type_=task.c.id.type),
         job_table.c.id,
@@ -50,6 +50,7 @@ def insert_task_of_live_job(dialect: str, position: Any = None) -> Executable:
         bindparam("b_run_at", type_=task.c.run_at.type),
         bindparam("b_waiting", type_=task.c.waiting.type),
         literal(1, type_=task.c.version.type),
+        bindparam("b_digest", type_=task.c.request_digest.type),
     ).where(
         job_table.c.id == bindparam("b_job_id"),
         job_table.c.updated_at == bindparam("b_job_version", type_=job_table.c.updated_at.type),

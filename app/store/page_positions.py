@@ -38,11 +38,11 @@ from sqlalchemy import (
     union_all,
 )
 from sqlalchemy.engine import Dialect
-from sqlalchemy.ext.asyncio import AsyncConnection
 
 from taskhub.clock import utcnow
 from taskhub.rules.records import TaskRecord
 from taskhub.rules.states import TaskStatus
+from taskhub.store.connections import Connection
 from taskhub.store.hot_statements import hot
 from taskhub.store.queue_positions import (
     QUEUED_IN_BUCKET,
@@ -305,7 +305,7 @@ def _delayed_due_after(page: _Page, delayed: Any) -> Any:
 
 
 async def with_positions(
-    conn: AsyncConnection, rows: Any, now: datetime | None = None
+    conn: Connection, rows: Any, now: datetime | None = None
 ) -> list[TaskRecord]:
     """The records of joined rows (a page), with the queue positions of the pending ones:
     all read by one statement, at one ``now`` (none when no task is pending)."""
@@ -315,7 +315,8 @@ async def with_positions(
         now = now or utcnow()
         statement = page_positions(conn.dialect.name, page_shape(pending, now))
         params = page_params(pending, now, conn.dialect)
-        places = dict((await conn.execute(statement, params)).all())
+        found = (await conn.execute(statement, params)).all()
+        places = {task_id: position for task_id, position in found}
         for record in pending:
             record.queue_position = places[record.id]
     return records

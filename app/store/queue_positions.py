@@ -37,12 +37,12 @@ from sqlalchemy import (
     select,
     tuple_,
 )
-from sqlalchemy.ext.asyncio import AsyncConnection
 
 from taskhub.clock import utcnow
 from taskhub.rules.records import TaskRecord
 from taskhub.rules.states import TaskStatus
 from taskhub.store.columns import stored_text
+from taskhub.store.connections import Connection
 from taskhub.store.hot_statements import hot
 from taskhub.store.queue_counts import bucket_of, bucket_start
 from taskhub.store.tables import (
@@ -303,7 +303,7 @@ def position_params(record: TaskRecord, now: datetime) -> dict[str, Any]:
 
 
 async def queue_position(
-    conn: AsyncConnection, record: TaskRecord, now: datetime | None = None, *, newest: bool = False
+    conn: Connection, record: TaskRecord, now: datetime | None = None, *, newest: bool = False
 ) -> int | None:
     """``record``'s place in its job's queue at ``now`` (None unless pending); ``newest``:
     it was just submitted."""
@@ -313,7 +313,7 @@ async def queue_position(
     return await conn.scalar(statement, params)
 
 
-async def with_position(conn: AsyncConnection, row: Any, now: datetime | None = None) -> TaskRecord:
+async def with_position(conn: Connection, row: Any, now: datetime | None = None) -> TaskRecord:
     """The record of a joined row, with its queue position if it is pending."""
     record = joined_record(row)
     record.queue_position = await queue_position(conn, record, now)
@@ -321,7 +321,7 @@ async def with_position(conn: AsyncConnection, row: Any, now: datetime | None = 
 
 
 async def load_task(
-    conn: AsyncConnection, task_id: UUID, *, stored_documents: bool = False
+    conn: Connection, task_id: UUID, *, stored_documents: bool = False
 ) -> TaskRecord | None:
     """One task with its queue position (two short statements: the row, then its place).
     ``stored_documents``: its payload and result as their stored text, to be written into

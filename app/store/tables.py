@@ -220,6 +220,9 @@ class Task(TaskhubModel, table=True):
         default=False,
         sa_column=Column(Boolean, nullable=False, server_default=false()),
     )
+    # With ``idempotency_key``: a digest of the submit as sent, which a repeat of the key
+    # must match (NULL before migration 0012: any repeat matches). Last, as 0012 adds it.
+    request_digest: str | None = Field(default=None, sa_type=String(64))
 
 
 class TaskQueueBucket(TaskhubModel, table=True):

@@ -15,7 +15,7 @@ import pytest
 
 from taskhub.main import TaskhubApp, create_app
 from taskhub.rules.states import TaskStatus
-from taskhub.services import tasks as task_service
+from taskhub.services import task_reads
 from taskhub.settings import Settings
 from tests.dispatch import slow_jobs
 from tests.support.api import ApiClient
@@ -63,7 +63,7 @@ async def test_a_run_shorter_than_the_grace_finishes_before_the_hub_stops(
     async with embedded_hub(settings, tokens.alice) as (alice, recorder):
         task_id = await start_sleeping(alice, recorder, GRACE / 4, marker)
     assert marker.exists()
-    assert (await task_service.get_task(db, UUID(task_id))).status == TaskStatus.COMPLETED
+    assert (await task_reads.get_task(db, UUID(task_id))).status == TaskStatus.COMPLETED
 
 
 async def test_a_run_longer_than_the_grace_is_cancelled_when_the_hub_stops(
@@ -76,4 +76,4 @@ async def test_a_run_longer_than_the_grace_is_cancelled_when_the_hub_stops(
     await asyncio.sleep(seconds + 0.5)  # past the moment the run would have ended
     assert not marker.exists()
     # Left running, for the sweeper's internal timeout (as when a taskiq worker is killed).
-    assert (await task_service.get_task(db, UUID(task_id))).status == TaskStatus.RUNNING
+    assert (await task_reads.get_task(db, UUID(task_id))).status == TaskStatus.RUNNING

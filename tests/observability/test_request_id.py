@@ -14,7 +14,7 @@ import pytest
 
 from taskhub.observability.logging import JsonFormatter, RequestIdFilter
 from taskhub.observability.request_id import accepted_request_id
-from taskhub.services import tasks as task_service
+from taskhub.services import task_reads
 
 GENERATED = re.compile(r"[0-9a-f]{32}")
 
@@ -82,7 +82,7 @@ async def test_log_lines_of_a_failing_request_carry_its_id(
     async def broken(*_args: object, **_kwargs: object) -> None:
         raise RuntimeError("database on fire")
 
-    monkeypatch.setattr(task_service, "get_task", broken)
+    monkeypatch.setattr(task_reads, "get_task", broken)
     # Starlette answers the 500, then re-raises for the server to log; take the answer.
     transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
     async with httpx.AsyncClient(transport=transport, base_url="http://hub.test") as client:

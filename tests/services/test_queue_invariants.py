@@ -40,7 +40,7 @@ from taskhub.rules.errors import DomainError
 from taskhub.rules.records import Principal
 from taskhub.rules.retries import RetryPolicy
 from taskhub.rules.states import ACTIVE_STATUSES, TaskStatus, is_terminal
-from taskhub.services import due_tasks, sweeps, tasks
+from taskhub.services import claim, due_tasks, submit, sweeps, task_reads, transitions
 from taskhub.services.jobs import KnownJobs, register_job
 from taskhub.services.users import create_user
 from taskhub.settings import Settings
@@ -115,14 +115,14 @@ class QueueMachine(RuleBasedStateMachine):
     def submit(self, priority: int, max_attempts: int, delay: int | None) -> UUID:
         run_at = None if delay is None else utcnow() + timedelta(seconds=delay)
         record, _, created = self.run(
-            tasks.submit_task(
+            submit.submit_task(
                 self.db,
                 self.owner,
                 "room1",
                 "room1:modifiers:Job",
                 {},
                 NoExecutors(),
-                options=tasks.SubmitOptions(
+                options=submit.SubmitOptions(
                     priority=priority, max_attempts=max_attempts, run_at=run_at
                 ),
                 known_jobs=self.known_jobs,
@@ -148,7 +148,7 @@ class QueueMachine(RuleBasedStateMachine):
         in_order = sorted(ready, key=lambda r: (r.id in not_queued, claim_order(r, utcnow())))
         first = {r.id for r in in_order[:batch]}
         records, _ = self.run(
-            tasks.claim_tasks(self.db, self.owner, worker_id, batch, lease_seconds=60)
+            claim.claim_tasks(self.db, self.owner, worker_id, batch, lease_seconds=60)
         )
         assert len(records) == min(batch, len(ready)), "empty-handed while tasks were claimable"
         assert {record.id for record in records} == first, "not claimed in queue order"
@@ -164,7 +164,7 @@ class QueueMachine(RuleBasedStateMachine):
     def _update(self, task_id: UUID, status: TaskStatus, **extra: Any) -> Any:
         _, token = self.held[task_id]
         record, _ = self.run(
-            tasks.update_task(
+            transitions.update_task(
                 self.db,
                 self.owner,
                 task_id,
@@ -203,7 +203,7 @@ class QueueMachine(RuleBasedStateMachine):
     def cancel(self, task_id: UUID) -> None:
         try:
             record, _ = self.run(
-                tasks.update_task(self.db, self.owner, task_id, status=S.CANCELLED)
+                transitions.update_task(self.db, self.owner, task_id, status=S.CANCELLED)
             )
         except DomainError:
             assert is_terminal(self.status[task_id])
@@ -217,14 +217,14 @@ class QueueMachine(RuleBasedStateMachine):
         task_id, token = data.draw(st.sampled_from(self.old_tokens))
         if self.held.get(task_id, (None, None))[1] == token:
             return
-        before = self.run(tasks.get_task(self.db, task_id))
+        before = self.run(task_reads.get_task(self.db, task_id))
         with pytest.raises(DomainError):
             self.run(
-                tasks.update_task(
+                transitions.update_task(
                     self.db, self.owner, task_id, status=S.COMPLETED, claim_token=token
                 )
             )
-        after = self.run(tasks.get_task(self.db, task_id))
+        after = self.run(task_reads.get_task(self.db, task_id))
         assert (after.status, after.attempt, after.claim_token) == (
             before.status,
             before.attempt,
@@ -259,7 +259,7 @@ class QueueMachine(RuleBasedStateMachine):
         active = [t for t in self.held if self.status[t] in ACTIVE_STATUSES]
         assert count == len(active)
         for task_id in active:
-            record = self.run(tasks.get_task(self.db, task_id))
+            record = self.run(task_reads.get_task(self.db, task_id))
             assert record.status in (S.PENDING, S.FAILED)
             assert (record.status == S.PENDING) == (record.attempt < self.max_attempts[task_id])
             self._release(task_id, record.status)

@@ -16,9 +16,11 @@ from taskhub.clock import utcnow
 from taskhub.rules.records import Principal
 from taskhub.rules.retries import RetryPolicy
 from taskhub.rules.states import TaskStatus
-from taskhub.services import due_tasks, sweeps, tasks
+from taskhub.services import claim, due_tasks, sweeps, task_reads, transitions
 from taskhub.services.jobs import register_job
+from taskhub.services.submit import SubmitOptions, submit_task
 from taskhub.services.users import create_user
+from taskhub.store import claims as claim_store
 from taskhub.store.claims import ClaimFrom
 from taskhub.store.database import Database
 from taskhub.store.page_positions import with_positions
@@ -51,8 +53,8 @@ async def owner_and_worker(db: Database) -> tuple[Principal, UUID]:
 
 
 async def submit(db: Database, owner: Principal, **options: Any) -> UUID:
-    record, _, _ = await tasks.submit_task(
-        db, owner, "room1", JOB, {}, NoExecutors(), options=tasks.SubmitOptions(**options)
+    record, _, _ = await submit_task(
+        db, owner, "room1", JOB, {}, NoExecutors(), options=SubmitOptions(**options)
     )
     return record.id
 
@@ -100,9 +102,9 @@ async def test_a_retry_with_a_backoff_waits_and_an_immediate_one_is_queued(db: D
     flags = {}
     for base_seconds in (600, 0):
         task_id = await submit(db, owner, max_attempts=2)
-        (claimed,), _ = await tasks.claim_tasks(db, owner, worker, 1, lease_seconds=60)
+        (claimed,), _ = await claim.claim_tasks(db, owner, worker, 1, lease_seconds=60)
         assert claimed.id == task_id
-        record, _ = await tasks.update_task(
+        record, _ = await transitions.update_task(
             db,
             owner,
             task_id,
@@ -121,11 +123,11 @@ async def test_a_retry_with_a_backoff_waits_and_an_immediate_one_is_queued(db: D
 async def test_a_task_whose_lease_ran_out_waits_for_its_backoff(db: Database) -> None:
     owner, worker = await owner_and_worker(db)
     task_id = await submit(db, owner, max_attempts=2)
-    await tasks.claim_tasks(db, owner, worker, 1, lease_seconds=60)
+    await claim.claim_tasks(db, owner, worker, 1, lease_seconds=60)
     later = utcnow() + timedelta(minutes=5)  # the lease (60 s) has run out by then
     ended, _ = await sweeps.end_expired_leases(db, later, RetryPolicy(base_seconds=600, jitter=0))
     assert ended == 1
-    assert (await tasks.get_task(db, task_id)).status == S.PENDING
+    assert (await task_reads.get_task(db, task_id)).status == S.PENDING
     assert await waiting_flags(db) == {task_id: True}
     assert await kept_waiting(db) == 1
 
@@ -143,9 +145,9 @@ async def test_a_claim_takes_the_queue_first_then_the_due_tasks_not_yet_queued(
     await come_due(db, urgent_delayed)
     assert (await waiting_flags(db))[delayed] is True
 
-    first, _ = await tasks.claim_tasks(db, owner, worker, 1, lease_seconds=60)
+    first, _ = await claim.claim_tasks(db, owner, worker, 1, lease_seconds=60)
     assert [record.id for record in first] == [queued[0]]
-    rest, _ = await tasks.claim_tasks(db, owner, worker, 3, lease_seconds=60)
+    rest, _ = await claim.claim_tasks(db, owner, worker, 3, lease_seconds=60)
     # Higher priority first, then FIFO: the older delayed task before the queued one.
     assert [record.id for record in rest] == [urgent_delayed, delayed, queued[1]]
 
@@ -156,18 +158,18 @@ async def test_once_queued_a_due_task_is_claimed_in_its_place(db: Database) -> N
     urgent_delayed = await submit(db, owner, priority=5, run_at=utcnow() + timedelta(hours=1))
     await come_due(db, urgent_delayed)
     assert await due_tasks.queue_due(db, utcnow(), 1000) == 1
-    claimed, _ = await tasks.claim_tasks(db, owner, worker, 1, lease_seconds=60)
+    claimed, _ = await claim.claim_tasks(db, owner, worker, 1, lease_seconds=60)
     assert [record.id for record in claimed] == [urgent_delayed]
-    claimed, _ = await tasks.claim_tasks(db, owner, worker, 1, lease_seconds=60)
+    claimed, _ = await claim.claim_tasks(db, owner, worker, 1, lease_seconds=60)
     assert [record.id for record in claimed] == [queued]
 
 
 async def test_an_empty_claim_is_empty_only_when_nothing_is_due(db: Database) -> None:
     owner, worker = await owner_and_worker(db)
     delayed = await submit(db, owner, run_at=utcnow() + timedelta(hours=1))
-    assert (await tasks.claim_tasks(db, owner, worker, 1, lease_seconds=60))[0] == []
+    assert (await claim.claim_tasks(db, owner, worker, 1, lease_seconds=60))[0] == []
     await come_due(db, delayed)
-    claimed, _ = await tasks.claim_tasks(db, owner, worker, 1, lease_seconds=60)
+    claimed, _ = await claim.claim_tasks(db, owner, worker, 1, lease_seconds=60)
     assert [record.id for record in claimed] == [delayed]
 
 
@@ -213,14 +215,14 @@ async def test_queueing_goes_in_batches_of_the_earliest_due(db: Database) -> Non
 
 def failing_due_claims(monkeypatch: pytest.MonkeyPatch) -> None:
     """The claim of due waiting tasks fails in the database (a table it does not have)."""
-    build = tasks.claim_statement
+    build = claim_store.claim_statement
 
     def claim_statement(*args: Any, **kwargs: Any) -> Any:
         if kwargs.get("source") == ClaimFrom.DUE_WAITING:
             return text("SELECT * FROM no_such_table")
         return build(*args, **kwargs)
 
-    monkeypatch.setattr(tasks, "claim_statement", claim_statement)
+    monkeypatch.setattr(claim_store, "claim_statement", claim_statement)
 
 
 async def test_tasks_claimed_from_the_queue_are_answered_when_the_due_ones_cannot_be_read(
@@ -231,9 +233,9 @@ async def test_tasks_claimed_from_the_queue_are_answered_when_the_due_ones_canno
     owner, worker = await owner_and_worker(db)
     queued = await submit(db, owner)
     failing_due_claims(monkeypatch)
-    claimed, _ = await tasks.claim_tasks(db, owner, worker, 3, lease_seconds=60)
+    claimed, _ = await claim.claim_tasks(db, owner, worker, 3, lease_seconds=60)
     assert [record.id for record in claimed] == [queued]
-    assert (await tasks.get_task(db, queued)).status == S.CLAIMED
+    assert (await task_reads.get_task(db, queued)).status == S.CLAIMED
 
 
 async def test_a_claim_that_got_nothing_fails_with_the_due_ones(
@@ -242,7 +244,7 @@ async def test_a_claim_that_got_nothing_fails_with_the_due_ones(
     owner, worker = await owner_and_worker(db)
     failing_due_claims(monkeypatch)
     with pytest.raises(DBAPIError):
-        await tasks.claim_tasks(db, owner, worker, 3, lease_seconds=60)
+        await claim.claim_tasks(db, owner, worker, 3, lease_seconds=60)
 
 
 async def test_a_keyed_claim_takes_nothing_when_the_due_ones_cannot_be_read(
@@ -253,5 +255,5 @@ async def test_a_keyed_claim_takes_nothing_when_the_due_ones_cannot_be_read(
     queued = await submit(db, owner)
     failing_due_claims(monkeypatch)
     with pytest.raises(DBAPIError):
-        await tasks.claim_tasks(db, owner, worker, 3, lease_seconds=60, request_key="k1")
-    assert (await tasks.get_task(db, queued)).status == S.PENDING
+        await claim.claim_tasks(db, owner, worker, 3, lease_seconds=60, request_key="k1")
+    assert (await task_reads.get_task(db, queued)).status == S.PENDING

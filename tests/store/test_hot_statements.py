@@ -143,6 +143,7 @@ async def test_a_text_statement_names_its_columns_as_the_driver_does(db: Databas
     now = utcnow()
     params = {
         "b_key": None,
+        "b_digest": None,
         "b_id": new_id(),
         "b_job_id": job.id,
         "b_job_version": job.updated_at,

@@ -13,11 +13,11 @@ from sqlalchemy.sql import Executable
 from taskhub.clock import new_id, utcnow
 from taskhub.rules.states import ACTIVE_STATUSES
 from taskhub.services.sweeps import end_expired_leases
-from taskhub.services.tasks import _IDEMPOTENT_REPLAY
-from taskhub.services.workers import _EXTEND_ALL_LEASES
 from taskhub.store.database import Database
 from taskhub.store.hot_statements import Compiled
 from taskhub.store.tables import ACTIVE_VALUES, task_table, user_table, worker_table
+from taskhub.store.tasks import IDEMPOTENT_REPLAY
+from taskhub.store.workers import EXTEND_ALL_LEASES
 from tests.support.rows import add_job
 
 FINISHED = 4000
@@ -123,12 +123,12 @@ async def test_the_lease_sweep_reads_only_active_tasks_leases(db: Database) -> N
 async def test_a_heartbeat_extends_leases_through_the_assigned_worker_index(db: Database) -> None:
     seeded = await seed(db)
     params = {"b_worker_id": seeded["worker"], "b_until": utcnow()}
-    plan = await explain_statement(db, _EXTEND_ALL_LEASES, params)
+    plan = await explain_statement(db, EXTEND_ALL_LEASES, params)
     reads_only(plan, "ix_task_assigned_worker")
 
 
 async def test_an_idempotent_replay_is_found_through_the_keyed_index(db: Database) -> None:
     seeded = await seed(db)
     params = {"b_user": seeded["user"], "b_job": seeded["job"], "b_key": "key-running"}
-    plan = await explain_statement(db, _IDEMPOTENT_REPLAY, params)
+    plan = await explain_statement(db, IDEMPOTENT_REPLAY, params)
     reads_only(plan, "ix_task_idempotency_keyed")

@@ -374,19 +374,19 @@ async def soft_delete_under_way(db, job_id: str):
 async def test_a_registration_under_way_keeps_the_job_its_last_worker_leaves(
     alice, monkeypatch, database_url
 ):
-    from taskhub.services import jobs
+    from taskhub.store import jobs
 
     leaving = (await alice.register(name="Solo"))["worker_id"]
     joining = (await alice.post("/workers")).json()["id"]
     linked, release = asyncio.Event(), asyncio.Event()
-    job_workers = jobs._job_workers
+    job_workers = jobs.job_workers
 
     async def paused(conn, job_id):  # the registration's last step, inside its transaction
         linked.set()
         await release.wait()
         return await job_workers(conn, job_id)
 
-    monkeypatch.setattr(jobs, "_job_workers", paused)
+    monkeypatch.setattr(jobs, "job_workers", paused)
     body = {"category": "modifiers", "name": "Solo", "schema": SCHEMA, "worker_id": joining}
     registration = asyncio.create_task(alice.put("/rooms/room1/jobs", json=body))
     await linked.wait()

@@ -714,6 +714,70 @@ async def test_concurrent_duplicates_create_one_task(alice, job):
     assert (await alice.get("/rooms/room1/tasks")).json()["total"] == 1
 
 
+COUNT_SCHEMA = {"type": "object", "properties": {"n": {"type": "integer", "minimum": 0}}}
+
+
+@pytest.mark.parametrize("cached", [True, False], ids=["job cached", "job read afresh"])
+async def test_a_replay_answers_the_original_task_after_its_job_came_back_stricter(
+    app, alice, cached
+):
+    """The job was soft-deleted and registered again with a schema the original payload no
+    longer passes: a replay still answers the original task, whatever the job cache holds."""
+    first = await alice.register(schema=COUNT_SCHEMA)
+    key = {"Idempotency-Key": "K"}
+    original = await alice.post(f"/rooms/room1/tasks/{JOB}", json={"payload": {}}, headers=key)
+    assert original.status_code == 202, original.text
+    await alice.transition(original.json()["id"], "cancelled")
+    assert (await alice.delete(f"/workers/{first['worker_id']}")).status_code == 204
+    await alice.register(schema={**COUNT_SCHEMA, "required": ["n"]})
+    await alice.submit(JOB, payload={"n": 1})
+    if not cached:
+        app.hub.known_jobs.forget(JOB)
+    replay = await alice.post(f"/rooms/room1/tasks/{JOB}", json={"payload": {}}, headers=key)
+    assert replay.status_code == 200, replay.text
+    assert replay.json()["id"] == original.json()["id"]
+    assert replay.json()["status"] == "cancelled"
+
+
+@pytest.mark.parametrize(
+    "changed",
+    [
+        {"payload": {"angle": 4}},
+        {"priority": 5},
+        {"max_attempts": 3},
+        {"delay_seconds": 60},
+        {"run_at": (utcnow() + timedelta(days=1)).isoformat()},
+    ],
+    ids=["payload", "priority", "max_attempts", "delay_seconds", "run_at"],
+)
+async def test_a_key_reused_with_another_request_is_422(alice, job, changed):
+    """IETF Idempotency-Key draft: the same key with another request is refused, not
+    answered the original task as if it matched; the original request still replays."""
+    key = {"Idempotency-Key": "k1"}
+    body = {"payload": {"angle": 3}}
+    first = await alice.post(f"/rooms/room1/tasks/{JOB}", json=body, headers=key)
+    assert first.status_code == 202, first.text
+    reused = await alice.post(f"/rooms/room1/tasks/{JOB}", json={**body, **changed}, headers=key)
+    assert_problem(reused, 422, "idempotency-key-reused")
+    again = await alice.post(f"/rooms/room1/tasks/{JOB}", json=body, headers=key)
+    assert again.status_code == 200 and again.json()["id"] == first.json()["id"]
+    assert (await alice.get("/rooms/room1/tasks")).json()["total"] == 1
+
+
+async def test_a_replay_matches_the_request_as_sent(alice, job):
+    """The same request repeated matches, whatever its payload's key order, and a delay is
+    compared as sent (not as the moment it gives)."""
+    key = {"Idempotency-Key": "k1"}
+    body = {"payload": {"a": 1, "b": [1, 2]}, "delay_seconds": 30, "priority": 2}
+    first = await alice.post(f"/rooms/room1/tasks/{JOB}", json=body, headers=key)
+    assert first.status_code == 202, first.text
+    await asyncio.sleep(0.01)
+    reordered = {**body, "payload": {"b": [1, 2], "a": 1}}
+    again = await alice.post(f"/rooms/room1/tasks/{JOB}", json=reordered, headers=key)
+    assert again.status_code == 200, again.text
+    assert again.json()["id"] == first.json()["id"]
+
+
 @pytest.mark.parametrize("key", [b"", b"x" * 256, b"tab\there", "naïve".encode("latin-1")])
 async def test_malformed_idempotency_key_is_422(alice, job, key):
     response = await alice.post(

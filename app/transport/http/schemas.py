@@ -226,7 +226,12 @@ class TaskSubmitIn(BaseModel):
         run_at = self.run_at
         if self.delay_seconds is not None:
             run_at = now + timedelta(seconds=self.delay_seconds)
-        return SubmitOptions(priority=self.priority, run_at=run_at, max_attempts=self.max_attempts)
+        return SubmitOptions(
+            priority=self.priority,
+            run_at=run_at,
+            max_attempts=self.max_attempts,
+            delay_seconds=self.delay_seconds,
+        )
 
 
 class TaskOut(BaseModel):

@@ -16,8 +16,8 @@ from taskhub.rules.errors import ValidationFailed
 from taskhub.rules.naming import is_internal_job
 from taskhub.rules.records import TaskRecord
 from taskhub.rules.states import is_terminal
+from taskhub.services import claim, submit, task_reads, transitions
 from taskhub.services import task_listing as listings
-from taskhub.services import tasks as service
 from taskhub.transport.http.api import Api, ApiRequest, capped_int, json_response
 from taskhub.transport.http.schemas import (
     PageOut,
@@ -50,7 +50,7 @@ SAFETY_RECHECK_SECONDS = 5.0
 async def submit_task(req: ApiRequest) -> Response:
     """Submit a task of a job visible from the room."""
     body = await req.body(TaskSubmitIn)
-    record, events, created = await service.submit_task(
+    record, events, created = await submit.submit_task(
         req.hub.db,
         req.principal,
         req.path("room_id"),
@@ -92,7 +92,7 @@ async def claim_task(req: ApiRequest) -> Response:
     ``Idempotency-Key`` answers the tasks its first claim got while they are still claimed."""
     body = await req.body(TaskClaimIn)
     with metrics.claim_latency() as outcome:
-        records, events = await service.claim_tasks(
+        records, events = await claim.claim_tasks(
             req.hub.db,
             req.principal,
             body.worker_id,
@@ -136,7 +136,7 @@ async def get_task(req: ApiRequest) -> Response:
 
 async def _read(req: ApiRequest, task_id: UUID) -> TaskRecord:
     """The task as an answer writes it: its documents as stored, not decoded."""
-    return await service.get_task(req.hub.db, task_id, stored_documents=True)
+    return await task_reads.get_task(req.hub.db, task_id, stored_documents=True)
 
 
 async def _wait_for_end(
@@ -203,7 +203,7 @@ async def update_task(req: ApiRequest) -> Response:
     """Move a task through its state machine."""
     task_id = req.uuid("task_id")
     body = await req.body(TaskUpdateIn)
-    record, events = await service.update_task(
+    record, events = await transitions.update_task(
         req.hub.db,
         req.principal,
         task_id,

@@ -1,0 +1,117 @@
+"""Claiming tasks for a worker."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from datetime import timedelta
+from uuid import UUID, uuid4
+
+from taskhub.clock import utcnow
+from taskhub.rules.authorisation import check_claim
+from taskhub.rules.events import EventBatch, TaskStatusChanged
+from taskhub.rules.records import Principal, TaskRecord
+from taskhub.rules.states import TaskStatus
+from taskhub.services.jobs import JobNames
+from taskhub.services.ownership import owned_worker
+from taskhub.store import claims as store
+from taskhub.store.connections import Connection
+from taskhub.store.database import Database, is_deadlock
+from taskhub.store.queue_positions import task_record
+
+log = logging.getLogger(__name__)
+# A claim aborted as one side of a deadlock runs again, this many times in all at most.
+CLAIM_ATTEMPTS = 4
+
+
+async def claim_tasks(
+    db: Database,
+    principal: Principal,
+    worker_id: UUID,
+    max_tasks: int = 1,
+    *,
+    lease_seconds: float,
+    request_key: str | None = None,
+) -> tuple[list[TaskRecord], EventBatch]:
+    """Hand the worker up to ``max_tasks`` of the oldest pending tasks of its jobs, each
+    with a fresh claim token, in one atomic statement (which also checks ownership).
+
+    With ``request_key`` (the claim's ``Idempotency-Key``) the tasks keep the key, and the
+    tasks this worker still holds as claimed under it are answered again instead of
+    claiming more: a worker that repeats a claim whose answer it never got (a connection
+    reset after the commit) gets the same tasks, not the next ones while the first wait for
+    their lease to run out. Keyed claims of one worker take its row lock first, so one
+    repeated while the first is still running waits for it and then answers its tasks.
+
+    A claim that PostgreSQL aborts as one side of a deadlock changed nothing and runs again
+    (two batch claims can take the queue-count rows of two jobs in opposite orders: their
+    tasks interleave in time)."""
+    for attempt in range(1, CLAIM_ATTEMPTS + 1):
+        try:
+            if request_key is not None:
+                return await _keyed_claim(
+                    db, principal, worker_id, max_tasks, lease_seconds, request_key
+                )
+            async with db.autocommit() as conn:
+                return await _claim(conn, principal, worker_id, max_tasks, lease_seconds, None)
+        except Exception as exc:
+            if attempt == CLAIM_ATTEMPTS or not is_deadlock(exc):
+                raise
+            log.info(
+                "claim for worker %s deadlocked (attempt %d); running it again", worker_id, attempt
+            )
+    raise AssertionError("unreachable")
+
+
+async def _claim(
+    conn: Connection,
+    principal: Principal,
+    worker_id: UUID,
+    max_tasks: int,
+    lease_seconds: float,
+    request_key: str | None,
+) -> tuple[list[TaskRecord], EventBatch]:
+    now = utcnow()
+    claimed = await store.claim(
+        conn,
+        principal,
+        worker_id,
+        max_tasks,
+        claim_token=uuid4(),
+        lease_until=now + timedelta(seconds=lease_seconds),
+        now=now,
+        request_key=request_key,
+    )
+    rows = claimed.rows
+    if not rows:  # nothing claimed: is the worker unknown, or not the caller's?
+        check_claim(principal, worker_id, claimed.worker_owner)
+    names = await JobNames.resolve(conn, {row.job_id for row in rows})
+    records = _in_queue_order(task_record(row, names[row.job_id]) for row in rows)
+    events = EventBatch()
+    for record in records:
+        events.add(TaskStatusChanged(record, TaskStatus.PENDING))
+    return records, events
+
+
+async def _keyed_claim(
+    db: Database,
+    principal: Principal,
+    worker_id: UUID,
+    max_tasks: int,
+    lease_seconds: float,
+    request_key: str,
+) -> tuple[list[TaskRecord], EventBatch]:
+    """One transaction: the worker's row locked (SQLite: the one writer), then the tasks it
+    holds under the key — or, if none, a fresh claim that leaves the key on its tasks."""
+    async with db.write() as conn:
+        await owned_worker(conn, principal, worker_id, lock="exclusive")
+        held = await store.held_under_key(conn, worker_id, request_key)
+        if not held:
+            return await _claim(conn, principal, worker_id, max_tasks, lease_seconds, request_key)
+        names = await JobNames.resolve(conn, {row.job_id for row in held})
+    records = _in_queue_order(task_record(row, names[row.job_id]) for row in held)
+    return records[:max_tasks], EventBatch()
+
+
+def _in_queue_order(records: Iterable[TaskRecord]) -> list[TaskRecord]:
+    return sorted(records, key=lambda r: (-r.priority, r.created_at, r.id))
