@@ -11,7 +11,7 @@ request with their key, as before.
 
 Revision ID: 0012
 Revises: 0011
-Create Date: 2026-12-01
+Create Date: 2026-11-28
 """
 
 from collections.abc import Sequence
