@@ -7,7 +7,6 @@ import argparse
 import asyncio
 import sys
 from collections.abc import Awaitable, Callable
-from pathlib import Path
 from typing import Any
 
 from asyncpg import PostgresError
@@ -20,6 +19,7 @@ from taskhub.services import users
 from taskhub.settings import Settings, setting_errors
 from taskhub.store import migrations
 from taskhub.store.database import Database, DatabaseUnavailable
+from taskhub.store.deployment import database_file, is_embedded
 
 
 def _run_with_db(settings: Settings, work: Callable[[Database], Awaitable[Any]]) -> Any:
@@ -36,20 +36,16 @@ def _run_with_db(settings: Settings, work: Callable[[Database], Awaitable[Any]])
 def _check_sqlite_directory(settings: Settings) -> None:
     """Refuse an SQLite file in a directory that does not exist before the driver tries it
     (its worker thread would outlive the failed attempt and print a traceback at exit)."""
-    if not settings.is_sqlite:
-        return
-    from sqlalchemy.engine import make_url
-
-    database = make_url(settings.database_url).database
-    if database and database != ":memory:" and not Path(database).parent.is_dir():
-        raise OSError(f"unable to open database file (no directory {str(Path(database).parent)!r})")
+    path = database_file(settings.database_url)
+    if path is not None and not path.parent.is_dir():
+        raise OSError(f"unable to open database file (no directory {str(path.parent)!r})")
 
 
 def _ready_schema(settings: Settings) -> None:
     """The embedded SQLite default migrates itself; PostgreSQL must already be at this
     code's revision (``SchemaOutdated`` otherwise: migrating is the operator's step)."""
     _check_sqlite_directory(settings)
-    if settings.is_sqlite:
+    if is_embedded(settings.database_url):
         migrations.upgrade(settings.database_url)
     else:
         _run_with_db(settings, migrations.check_schema_current)

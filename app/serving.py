@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 from taskhub.observability.logging import log_config
 from taskhub.settings import Settings
+from taskhub.store.deployment import database_file, is_embedded
 
 try:
     import fcntl
@@ -47,7 +48,7 @@ def workers_problem(settings: Settings) -> str | None:
     """Why these settings cannot run ``settings.workers`` workers, or None."""
     if settings.workers == 1:
         return None
-    if settings.is_sqlite:
+    if is_embedded(settings.database_url):
         return (
             f"{settings.workers} workers need PostgreSQL and Redis; SQLite serves from one "
             "process (set TASKHUB_WORKERS=1, or use TASKHUB_DATABASE_URL=postgresql+asyncpg://…)"
@@ -68,14 +69,10 @@ def serve_lock_problem(settings: Settings) -> str | None:
     Nothing to lock for PostgreSQL, an in-memory database, or a platform without fcntl.
     The other commands (migrate, users, tokens) do not take it."""
     global _serve_lock
-    if not settings.is_sqlite or fcntl is None or _serve_lock is not None:
+    database = database_file(settings.database_url)
+    if database is None or fcntl is None or _serve_lock is not None:
         return None
-    from sqlalchemy.engine import make_url
-
-    database = make_url(settings.database_url).database
-    if not database or database == ":memory:":
-        return None
-    path = Path(database).resolve()  # one lock whatever name (relative, symlink) reaches it
+    path = database.resolve()  # one lock whatever name (relative, symlink) reaches it
     lock_path = path.with_name(path.name + SERVE_LOCK_SUFFIX)
     descriptor = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
     try:

@@ -182,10 +182,6 @@ class Settings(DatabaseSettings):
     def retry_policy(self) -> RetryPolicy:
         return RetryPolicy(self.retry_backoff_seconds, self.retry_backoff_max_seconds)
 
-    @cached_property
-    def is_sqlite(self) -> bool:
-        return self.database_url.startswith("sqlite")
-
 
 def setting_errors(exc: ValidationError) -> str:
     """One line naming each invalid ``TASKHUB_*`` variable and what is wrong with it (never

@@ -9,10 +9,13 @@ import functools
 import logging
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 from uuid import UUID
 
 from sqlalchemy import (
+    CTE,
+    ColumnClause,
+    Label,
     and_,
     bindparam,
     exists,
@@ -63,8 +66,8 @@ def _served_jobs() -> Any:
     )
 
 
-_ROW_ADDRESS = literal_column(f"{task_table.name}.ctid").label("row_address")
-_ROW_ADDRESS_OF_TASK = literal_column(f"{task_table.name}.ctid")
+_ROW_ADDRESS: Label[Any] = literal_column(f"{task_table.name}.ctid").label("row_address")
+_ROW_ADDRESS_OF_TASK: ColumnClause[Any] = literal_column(f"{task_table.name}.ctid")
 
 
 def _due() -> Any:
@@ -162,8 +165,12 @@ def claim_statement(
 
         kinds = [heads_of(kind, f"head{n}") for n, kind in enumerate(source.conditions())]
         heads = _best_of(kinds).subquery()
-        picked = select(heads.c.id, heads.c.row_address).order_by(*_in_order(heads))
-        picked = picked.limit(limit).cte("picked")
+        picked = (
+            select(heads.c.id, heads.c.row_address)
+            .order_by(*_in_order(heads))
+            .limit(limit)
+            .cte("picked")
+        )
         # The picked rows stay locked until the update, so their addresses (ctid) hold: the
         # update reaches them directly, whatever the planner believes about the table (with
         # the statistics of a young table it would rather scan every pending task).
@@ -209,7 +216,7 @@ def claim_statement(
     rows = claimed.cte("claimed")
     one = select(literal(1).label("one")).subquery("one")
     owner = select(worker_table.c.user_id).where(worker_table.c.id == bindparam("worker_id"))
-    columns = [rows, owner.scalar_subquery().label("worker_owner")]
+    columns: list[CTE | Label[Any]] = [rows, owner.scalar_subquery().label("worker_owner")]
     if source == ClaimFrom.DUE_WAITING:
         columns.append(_claimable_left().label("claimable_left"))
     return hot(select(*columns).select_from(one.outerjoin(rows, true())))
@@ -292,7 +299,10 @@ async def claim(
     dialect = conn.dialect.name
     postgres = dialect == "postgresql"
     shape = {"check_owner": not is_unrestricted(principal)}
-    rows = (await conn.execute(claim_statement(dialect, **shape, limit=limit), params)).all()
+    statement = claim_statement(dialect, **shape, limit=limit)
+    # ``all()`` is typed as a ``Sequence`` but gives a list (SQLAlchemy's and ``HotResult``'s
+    # alike), which the claims of due tasks extend.
+    rows = cast("list[Any]", (await conn.execute(statement, params)).all())
     owner = None
     if postgres:  # the claim's rows carry the worker's owner (one row of NULLs if none)
         owner = rows[0].worker_owner

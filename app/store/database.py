@@ -17,7 +17,7 @@ import functools
 import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, Literal
 
 import asyncpg
 from sqlalchemy import event, text
@@ -29,6 +29,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_en
 from taskhub.json_codec import dump_json, load_json
 from taskhub.settings import Settings
 from taskhub.store import sqlite_driver
+from taskhub.store.deployment import is_embedded
 from taskhub.store.hot_statements import AsyncpgHotConnection, HotConnection, SQLiteHotConnection
 
 AUTOCOMMIT_OPTION = "taskhub_autocommit"
@@ -119,7 +120,7 @@ def _unavailable(exc: BaseException, settings: Settings) -> DatabaseUnavailable 
         seconds = settings.db_pool_timeout_seconds
         return DatabaseUnavailable(f"No database connection became free within {seconds:g} s.")
     if isinstance(exc, TimeoutError):  # asyncpg's command (or connect) timeout
-        if settings.is_sqlite:
+        if is_embedded(settings.database_url):
             return DatabaseUnavailable("The database did not answer in time.")
         seconds = settings.db_statement_timeout_seconds
         return DatabaseUnavailable(f"The database did not answer within {seconds:g} s.")
@@ -147,7 +148,7 @@ class _RaisedAsUnavailable:
     def __enter__(self) -> None:
         return None
 
-    def __exit__(self, _kind: Any, exc: BaseException | None, _trace: Any) -> bool:
+    def __exit__(self, _kind: Any, exc: BaseException | None, _trace: Any) -> Literal[False]:
         if isinstance(exc, Exception):
             unavailable = _unavailable(exc, self.settings)
             if unavailable is not None:
@@ -396,7 +397,7 @@ class Database:
         with self._unavailable:
             if self._writer_gate is None:  # PostgreSQL
                 conn = self._kept.pop() if self._kept else await self._writer.connect()
-                hot = AsyncpgHotConnection(
+                hot: HotConnection = AsyncpgHotConnection(
                     _driver_connection(conn),
                     conn.dialect,
                     open_sa=functools.partial(_in_autocommit_mode, conn),

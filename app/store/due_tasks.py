@@ -72,4 +72,5 @@ async def queue_due_waiting(conn: AsyncConnection, until: datetime, limit: int) 
 
 async def next_due_at(conn: Connection, after: datetime) -> datetime | None:
     """When the next waiting task comes due (after ``after``), if any waits."""
-    return await conn.scalar(_NEXT_DUE, {"after": after})
+    due_at: datetime | None = await conn.scalar(_NEXT_DUE, {"after": after})
+    return due_at

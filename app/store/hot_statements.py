@@ -16,15 +16,20 @@ series (pinned in ``pyproject.toml``); every test of the suite runs through this
 from __future__ import annotations
 
 from collections import namedtuple
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractAsyncContextManager
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 from weakref import WeakKeyDictionary
 
 import asyncpg
 from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql import Executable
+from sqlalchemy.sql.elements import DQLDMLClauseElement
+from sqlalchemy.types import TypeEngine
+
+if TYPE_CHECKING:
+    from taskhub.store.sqlite_driver import OneHopConnection
 
 S = TypeVar("S", bound=Executable)
 _REGISTRY: dict[int, HotStatement] = {}
@@ -61,7 +66,10 @@ class Compiled:
     to turn the driver's rows into typed ones."""
 
     def __init__(self, statement: Executable, dialect: Dialect) -> None:
-        compiled = statement.compile(dialect=dialect)
+        # A hot statement is a SELECT, an INSERT/UPDATE/DELETE or a text statement: a
+        # ``DQLDMLClauseElement`` as well as ``Executable`` (one type cannot say both), so
+        # it compiles to a ``SQLCompiler``.
+        compiled = cast(DQLDMLClauseElement, statement).compile(dialect=dialect)
         if not dialect.positional or compiled.positiontup is None:
             raise ValueError(f"{dialect.name}: hot statements need a positional paramstyle")
         if compiled.post_compile_params or compiled.literal_execute_params:
@@ -79,7 +87,7 @@ class Compiled:
             self._params.append((name, default, processor, skips_none))
         self._columns = [column[3] for column in compiled._result_columns]
         self._keys = [column[0] for column in compiled._result_columns] or None
-        self._row_type: type | None = _row_type(self._keys) if self._keys else None
+        self._row_type: _RowType | None = _row_type(self._keys) if self._keys else None
         self._rows_typed = False
         # (column index, processor, whether None may skip it) of each processed column
         self._convert: list[tuple[int, Callable[[Any], Any], bool]] = []
@@ -147,22 +155,30 @@ def _keeps_none(processor: Callable[[Any], Any]) -> bool:
         return False
 
 
-def _bind_processor(type_: Any, dialect: Dialect) -> Processor:
+def _bind_processor(type_: TypeEngine[Any], dialect: Dialect) -> Processor:
     return type_.dialect_impl(dialect).bind_processor(dialect)
 
 
-def _result_processor(type_: Any, dialect: Dialect, type_code: Any) -> Processor:
+def _result_processor(type_: TypeEngine[Any], dialect: Dialect, type_code: Any) -> Processor:
     return type_.dialect_impl(dialect).result_processor(dialect, type_code)
 
 
-_ROW_TYPES: dict[tuple[str, ...], type] = {}
+class _RowType(Protocol):
+    """A row class made by ``namedtuple`` (what ``Compiled.rows`` uses of it)."""
+
+    def _make(self, iterable: Iterable[Any]) -> tuple[Any, ...]: ...
 
 
-def _row_type(keys: list[str]) -> type:
+_ROW_TYPES: dict[tuple[str, ...], _RowType] = {}
+
+
+def _row_type(keys: list[str]) -> _RowType:
     key = tuple(keys)
     found = _ROW_TYPES.get(key)
     if found is None:
-        found = _ROW_TYPES[key] = namedtuple("HotRow", key, rename=True)  # type: ignore[misc]
+        # typeshed types a ``namedtuple`` made of field names known only at run time as a
+        # plain ``type[tuple]``, without the namedtuple class's ``_make``.
+        found = _ROW_TYPES[key] = cast(_RowType, namedtuple("HotRow", key, rename=True))
     return found
 
 
@@ -241,6 +257,8 @@ class HotConnection:
 class SQLiteHotConnection(HotConnection):
     """On ``sqlite_driver.OneHopConnection`` (grouped with other requests' statements on
     the writer)."""
+
+    _driver: OneHopConnection
 
     async def _fetch(self, compiled: Compiled, args: list[Any]) -> tuple[Sequence[Any], list[str]]:
         return await self._driver.run_direct(compiled.sql, args)

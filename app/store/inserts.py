@@ -11,6 +11,7 @@ from sqlalchemy import Table, TextClause, bindparam, func, literal, select, text
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine.interfaces import BindTyping
 from sqlalchemy.sql import Executable
+from sqlalchemy.sql.elements import DQLDMLClauseElement
 
 from taskhub.rules.states import TaskStatus
 from taskhub.store.hot_statements import hot
@@ -75,7 +76,7 @@ def insert_task_of_live_job(dialect: str, position: Any = None) -> Executable:
     return hot(_compiled_once(dialect, both.select_from(new_row)))
 
 
-def _compiled_once(dialect: str, statement: Executable) -> TextClause:
+def _compiled_once(dialect: str, statement: DQLDMLClauseElement) -> TextClause:
     """``statement`` as fixed SQL text with its typed parameters. SQLAlchemy (2.0.x) does
     not cache its dialects' ``ON CONFLICT`` clauses, so such a statement would be compiled
     again on every execution; as text with typed parameters it is compiled once."""
@@ -97,6 +98,8 @@ def insert_ignoring_duplicates(dialect: str, table: Table, values: dict[str, Any
     return _insert(dialect, table).values(**values).on_conflict_do_nothing()
 
 
-def _insert(dialect: str, table: Table) -> Any:
+def _insert(dialect: str, table: Table) -> postgresql.Insert | sqlite.Insert:
     """The dialect's own ``INSERT`` construct (it has ``on_conflict_do_nothing``)."""
-    return (postgresql if dialect == "postgresql" else sqlite).insert(table)
+    if dialect == "postgresql":
+        return postgresql.insert(table)
+    return sqlite.insert(table)

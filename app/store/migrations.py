@@ -110,7 +110,8 @@ async def current_revision(db: Database) -> str | None:
         sa = await conn.sa()
         if not await sa.run_sync(lambda sync: inspect(sync).has_table("alembic_version")):
             return None
-        return await conn.scalar(text("SELECT version_num FROM alembic_version"))
+        revision: str | None = await conn.scalar(text("SELECT version_num FROM alembic_version"))
+        return revision
 
 
 async def check_schema_current(db: Database) -> None:

@@ -237,6 +237,7 @@ def count_waiting(connection: Any, count: bool = True) -> None:
     triggers are replaced first: on PostgreSQL that locks ``task`` against writes until the
     transaction ends, so nothing slips between the count and the triggers)."""
     postgres = connection.dialect.name == "postgresql"
+    statements: tuple[str, ...]
     if postgres:
         statements = POSTGRESQL_COUNT_WAITING if count else POSTGRESQL_COUNT_PENDING_ONLY
     else:

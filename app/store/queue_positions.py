@@ -310,7 +310,8 @@ async def queue_position(
     if record.status != TaskStatus.PENDING:
         return None
     statement, params = position_query(record, now or utcnow(), newest=newest)
-    return await conn.scalar(statement, params)
+    position: int | None = await conn.scalar(statement, params)
+    return position
 
 
 async def with_position(conn: Connection, row: Any, now: datetime | None = None) -> TaskRecord:

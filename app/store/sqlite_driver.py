@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import sqlite3
-from typing import Any
+from typing import Any, cast
 
 from sqlalchemy.dialects import registry
 from sqlalchemy.dialects.sqlite.aiosqlite import (
@@ -136,12 +136,14 @@ class CommitGroup:
 class OneHopCursor(AsyncAdapt_aiosqlite_cursor):
     __slots__ = ()
 
+    _adapt_connection: OneHopConnection  # made only by ``OneHopConnection.cursor``
+
     def execute(self, operation: Any, parameters: Any = None) -> Any:
         aio = self._connection
         adapted = self._adapt_connection
         try:
             if adapted.grouped:  # only ever set on the shared writer
-                outcome = adapted.share.group.run(operation, parameters)
+                outcome = cast(_Share, adapted.share).group.run(operation, parameters)
             else:
                 outcome = aio._execute(lambda: _run(aio._conn, operation, parameters))
             description, rows, lastrowid, rowcount = self.await_(outcome)
@@ -260,7 +262,7 @@ class OneHopSQLiteDialect(SQLiteDialect_aiosqlite):
     supports_statement_cache = True
 
     @classmethod
-    def import_dbapi(cls) -> OneHopDBAPI:  # type: ignore[override]
+    def import_dbapi(cls) -> OneHopDBAPI:
         return OneHopDBAPI(__import__("aiosqlite"), __import__("sqlite3"))
 
 

@@ -242,13 +242,15 @@ class TaskQueueBucket(TaskhubModel, table=True):
     )
 
 
-user_table = User.__table__
-token_table = ApiToken.__table__
-worker_table = Worker.__table__
-job_table = Job.__table__
-link_table = WorkerJobLink.__table__
-task_table = Task.__table__
-queue_bucket_table = TaskQueueBucket.__table__
+# Each model's ``__table__`` (SQLModel's classes do not declare it to type checkers): the
+# ``Table`` its class registered in ``metadata`` under its ``__tablename__``.
+user_table = metadata.tables[User.__tablename__]
+token_table = metadata.tables[ApiToken.__tablename__]
+worker_table = metadata.tables[Worker.__tablename__]
+job_table = metadata.tables[Job.__tablename__]
+link_table = metadata.tables[WorkerJobLink.__tablename__]
+task_table = metadata.tables[Task.__tablename__]
+queue_bucket_table = metadata.tables[TaskQueueBucket.__tablename__]
 
 
 def answered_task_columns() -> list[Any]:

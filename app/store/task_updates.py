@@ -9,7 +9,18 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
-from sqlalchemy import bindparam, exists, false, literal_column, null, or_, select, update
+from sqlalchemy import (
+    ColumnClause,
+    ColumnElement,
+    bindparam,
+    exists,
+    false,
+    literal_column,
+    null,
+    or_,
+    select,
+    update,
+)
 
 from taskhub.rules.authorisation import Role, is_unrestricted, update_roles
 from taskhub.rules.records import Principal
@@ -168,12 +179,14 @@ def _update_statement(
     if not unrestricted:
         roles = [_role_guard(role) for role in update_roles(target)]
         guard.append(or_(*roles) if len(roles) > 1 else roles[0])
-    values = {column: bindparam(f"v_{column}") for column in columns} | next_version()
+    values: dict[str, ColumnElement[Any]] = {
+        column: bindparam(f"v_{column}") for column in columns
+    } | next_version()
     # Whether a worker still serves the job: a served job is no orphan, so a terminal
     # transition needs no soft-delete statement after this one.
     # The task's column spelled out with its table: SQLite's RETURNING leaves column names
     # unqualified, and a bare ``job_id`` would be the link's own (always true).
-    task_job = literal_column(f"{task.name}.{task.c.job_id.name}")
+    task_job: ColumnClause[Any] = literal_column(f"{task.name}.{task.c.job_id.name}")
     served = exists().where(link_table.c.job_id == task_job).label("job_served")
     # The result is not read back: the guard admits only tasks not yet ended, which have
     # none, so the task's result is the one this update writes, if any (``Updated``).
