@@ -128,6 +128,13 @@ def anonymous(http: httpx.AsyncClient) -> ApiClient:
 
 
 @pytest.fixture
+async def job(alice: ApiClient) -> dict[str, Any]:
+    """``JOB`` (``tests.support.api``) registered by alice: the job as the hub answered it,
+    its ``worker_id`` the worker that serves it."""
+    return await alice.register()
+
+
+@pytest.fixture
 def recorder(app: TaskhubApp) -> EventRecorder:
     """Every event the hub publishes from now on (``wait_for`` waits for one to arrive)."""
     recorder = EventRecorder()

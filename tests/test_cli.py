@@ -16,7 +16,6 @@ import secrets
 import signal
 import socket
 import sys
-import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -40,6 +39,7 @@ from tests.support.databases import (
     drop_postgres_database,
 )
 from tests.support.server import Backend, provisioned_database
+from tests.support.waiting import eventually
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 HOST = "127.0.0.1"
@@ -136,18 +136,19 @@ def free_port() -> int:
 
 
 async def wait_until_healthy(server: Server) -> None:
-    deadline = time.monotonic() + STARTUP_TIMEOUT
     async with httpx.AsyncClient(base_url=server.base_url, timeout=2, trust_env=False) as client:
-        while time.monotonic() < deadline:
+
+        async def healthy_or_exited() -> bool:
             if server.process.returncode is not None:
-                return  # exited during start-up; the caller reports its output
+                return True  # exited during start-up; the caller reports its output
             try:
-                if (await client.get("/healthz")).status_code == 200:
-                    return
+                return (await client.get("/healthz")).status_code == 200
             except httpx.TransportError:
-                pass
-            await asyncio.sleep(0.1)
-    pytest.fail(f"taskhub serve did not answer /healthz within {STARTUP_TIMEOUT}s")
+                return False
+
+        await eventually(
+            healthy_or_exited, STARTUP_TIMEOUT, "taskhub serve to answer /healthz", 0.1
+        )
 
 
 async def stop(server: Server) -> Result:

@@ -9,7 +9,6 @@ import re
 import subprocess
 import sys
 import tarfile
-import time
 import tomllib
 import zipfile
 from collections.abc import Iterator
@@ -22,6 +21,7 @@ import pytest
 from taskhub import __version__
 from tests.support.databases import create_postgres_database, drop_postgres_database
 from tests.support.server import HOST, REPO_ROOT, free_port, run_async
+from tests.support.waiting import eventually_sync
 
 # Import names of the server extra's distributions that a worker must never need.
 SERVER_MODULES = ("sqlalchemy", "asyncpg", "aiosqlite", "uvicorn", "taskiq", "alembic", "redis")
@@ -135,16 +135,15 @@ class Serve:
         self.url = f"http://{HOST}:{self.port}"
 
     def wait_ready(self, timeout: float = 120) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+
+        def healthy() -> bool:
             assert self.process.poll() is None, f"serve exited:\n{self.log.read_text()}"
             try:
-                if httpx.get(f"{self.url}/healthz", timeout=2).status_code == 200:
-                    return
+                return httpx.get(f"{self.url}/healthz", timeout=2).status_code == 200
             except httpx.TransportError:
-                pass
-            time.sleep(0.1)
-        raise AssertionError(f"serve did not answer in {timeout}s:\n{self.log.read_text()}")
+                return False
+
+        eventually_sync(healthy, timeout, lambda: f"serve to answer:\n{self.log.read_text()}", 0.1)
 
     def admin_token(self) -> str:
         match = re.search(r"admin token \(shown once\): (\S+)", self.log.read_text())
@@ -180,14 +179,13 @@ def assert_page_served(url: str) -> None:
 def wait_for_job(url: str, token: str, name: str, worker: subprocess.Popen[bytes]) -> None:
     """Until the worker has registered job ``name`` (room ``lab``)."""
     headers = {"Authorization": f"Bearer {token}"}
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
+
+    def registered() -> bool:
         assert worker.poll() is None, "the worker exited"
         jobs = httpx.get(f"{url}/v1/joblib/rooms/lab/jobs", headers=headers, timeout=10)
-        if name in jobs.text:
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"{name} was not registered within 60 s")
+        return name in jobs.text
+
+    eventually_sync(registered, 60, f"{name} registered", 0.1)
 
 
 def test_the_distributions_carry_one_package_with_its_migrations_and_page(built: Built) -> None:

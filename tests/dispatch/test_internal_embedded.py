@@ -15,7 +15,7 @@ from taskhub.store.tables import task_table
 from taskhub.validation import payload_checks
 from tests.dispatch import slow_jobs
 from tests.support.api import assert_problem
-from tests.support.costly_payloads import COSTLY, POINTS_SCHEMA, until
+from tests.support.costly_payloads import COSTLY, POINTS_SCHEMA, until_checks_waiting
 
 SUMMARY = "@internal:analysis:RoomSummary"
 NOT_JSON = "@internal:modifiers:NotJson"
@@ -87,7 +87,7 @@ async def test_validate_payload_checks_a_costly_payload_beside_the_event_loop(al
     task = await alice.submit(
         VALIDATE, payload={"job": "room1:modifiers:Points", "payload": COSTLY}
     )
-    await until(lambda: payload_checks.PROCESS_CHECKS.waiting == 1)
+    await until_checks_waiting(payload_checks.PROCESS_CHECKS, 1)
     assert (await bob.get("/rooms/room1/tasks")).status_code == 200
     assert payload_checks.PROCESS_CHECKS.waiting == 1, "answered while it was validated"
     result = (await wait_done(alice, task["id"]))["result"]

@@ -40,6 +40,7 @@ from tests.support.api import ApiClient, assert_problem
 from tests.support.databases import REDIS_URL
 from tests.support.server import HubServer, RedisServer, TaskiqWorker, running_hub
 from tests.support.sockets import SocketProbe
+from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -147,13 +148,15 @@ async def reaches(
     client: ApiClient, task_id: str, status: str, within: float = 15.0
 ) -> dict[str, Any]:
     """The task as soon as it shows ``status`` (a test-side poll; the hub itself never polls)."""
-    deadline = time.monotonic() + within
-    while True:
-        task = await client.task(task_id)
-        if task["status"] == status:
-            return task
-        assert time.monotonic() < deadline, f"not {status} within {within}s: {task}"
-        await asyncio.sleep(0.05)
+    seen: dict[str, Any] = {}
+
+    async def shows_status() -> dict[str, Any] | None:
+        seen["task"] = task = await client.task(task_id)
+        return task if task["status"] == status else None
+
+    return await eventually(  # type: ignore[no-any-return]
+        shows_status, within, lambda: f"task {status} (last seen: {seen.get('task')})", 0.05
+    )
 
 
 def consumer_group(hub: Deployment) -> dict[str, Any]:
@@ -165,15 +168,15 @@ def consumer_group(hub: Deployment) -> dict[str, Any]:
 
 async def until_drained(hub: Deployment, within: float = 15.0) -> None:
     """Until every message on the hub's stream was delivered to a worker and acknowledged."""
-    deadline = time.monotonic() + within
-    while True:
+    seen: dict[str, Any] = {}
+
+    def drained() -> bool:
         with redis.Redis.from_url(REDIS_URL, decode_responses=True) as client:
             last = client.xinfo_stream(hub.stream)["last-generated-id"]
-        group = consumer_group(hub)
-        if group["last-delivered-id"] == last and group["pending"] == 0:
-            return
-        assert time.monotonic() < deadline, f"stream not drained within {within}s: {group}"
-        await asyncio.sleep(0.05)
+        seen["group"] = group = consumer_group(hub)
+        return bool(group["last-delivered-id"] == last and group["pending"] == 0)
+
+    await eventually(drained, within, lambda: f"the stream drained ({seen.get('group')})", 0.05)
 
 
 @dataclass
@@ -185,10 +188,12 @@ class LockingSession:
 
     async def wait_for_lock_waiter(self, within: float = 20.0) -> None:
         """Until another session of this database waits for a lock (ours)."""
-        deadline = time.monotonic() + within
-        while not await self.observer.fetchval(LOCK_WAITERS.format(what="count(*)")):
-            assert time.monotonic() < deadline, "nobody waited for the task's row lock"
-            await asyncio.sleep(0.05)
+        await eventually(
+            lambda: self.observer.fetchval(LOCK_WAITERS.format(what="count(*)")),
+            within,
+            "a session waiting for the task's row lock",
+            0.05,
+        )
 
     async def terminate_lock_waiters(self) -> None:
         await self.observer.fetch(LOCK_WAITERS.format(what="pg_terminate_backend(pid)"))
@@ -427,14 +432,21 @@ async def test_a_lost_database_connection_does_not_lose_an_internal_tasks_outcom
                 )
             finally:
                 await observer.close()
-            deadline = time.monotonic() + 20
-            while True:  # the hub's own pooled sessions went too: it may answer 500 once
-                response = await alice.get(f"/tasks/{task['id']}")
+            seen: dict[str, httpx.Response] = {}
+
+            async def no_longer_running() -> dict[str, Any] | None:
+                # The hub's own pooled sessions went too: it may answer 500 once.
+                seen["response"] = response = await alice.get(f"/tasks/{task['id']}")
                 if response.status_code == 200 and response.json()["status"] != "running":
-                    break
-                assert time.monotonic() < deadline, (response.text, hub.logs())
-                await asyncio.sleep(0.1)
-    done = response.json()
+                    return response.json()
+                return None
+
+            done = await eventually(
+                no_longer_running,
+                20,
+                lambda: f"the task past running ({seen['response'].text}, {hub.logs()})",
+                0.1,
+            )
     assert (done["status"], done["result"]) == ("completed", {"slept": 2}), hub.logs()
 
 
@@ -509,6 +521,8 @@ async def test_a_message_whose_worker_died_before_running_it_is_redelivered(
             assert (await alice.task(task["id"]))["status"] == "claimed"
             assert consumer_group(hub)["pending"] == 1
 
+            # No event says the message has been idle long enough to be redelivered: only
+            # the clock does.
             await asyncio.sleep(redelivery)
             second = TaskiqWorker(
                 hub.server.database_url, env=hub.env, log_dir=tmp_path, log_name="second.log"

@@ -9,6 +9,7 @@ import logging
 
 from taskhub.duties.outbox import Outbox
 from taskhub.observability import metrics
+from tests.support.waiting import eventually
 
 
 class Gate:
@@ -41,8 +42,8 @@ async def test_a_stalled_sender_does_not_hold_up_the_caller_and_catches_up_later
     outbox = Outbox("test", gate.send)
     for item in range(3):
         outbox.put(item)  # returns at once although nothing can be sent
-    await asyncio.sleep(0.05)
-    assert gate.sent == [] and outbox.waiting >= 2
+    await eventually(lambda: outbox.waiting == 2, 5, "the sender to take 0 and wait on the gate")
+    assert gate.sent == []
     gate.open.set()
     await outbox.drain(within=5)
     assert gate.sent == [0, 1, 2]
@@ -68,7 +69,7 @@ async def test_past_its_limit_the_newest_items_are_dropped_and_counted() -> None
     outbox = Outbox("test-limit", gate.send, limit=3)
     before = metrics.OUTBOX_DROPPED.labels("test-limit")._value.get()
     outbox.put(0)
-    await asyncio.sleep(0.01)  # the sender took 0 and waits on the gate with it
+    await eventually(lambda: outbox.waiting == 0, 5, "the sender to take 0 and wait on the gate")
     for item in range(1, 7):
         outbox.put(item)
     assert metrics.OUTBOX_DROPPED.labels("test-limit")._value.get() - before == 3
@@ -95,7 +96,7 @@ async def test_once_drained_it_is_closed_and_later_items_are_dropped_and_counted
     outbox.put(1)
     await outbox.drain(within=5)
     outbox.put(2)
-    await asyncio.sleep(0.01)
+    # At once, no waiting: with no sender and nothing queued, nothing can be sent later.
     assert not outbox.running and outbox.waiting == 0
     assert gate.sent == [1]
     assert metrics.OUTBOX_DROPPED.labels("test-closed")._value.get() - before == 1
@@ -109,8 +110,8 @@ async def test_past_its_bytes_the_newest_items_are_dropped_and_counted() -> None
     gate.open.clear()
     outbox = Outbox("test-bytes", gate.send, size=lambda item: item, max_bytes=100)
     before = metrics.OUTBOX_DROPPED.labels("test-bytes")._value.get()
-    outbox.put(10)  # taken by the sender, which waits on the gate with it
-    await asyncio.sleep(0.01)
+    outbox.put(10)
+    await eventually(lambda: outbox.waiting == 0, 5, "the sender to take 10 and wait on the gate")
     for item in (60, 30, 20, 1):  # 10 + 60 + 30 fill the 100 bytes
         outbox.put(item)
     assert metrics.OUTBOX_DROPPED.labels("test-bytes")._value.get() - before == 2
@@ -138,9 +139,13 @@ async def test_after_a_failed_send_the_items_of_the_next_moment_are_given_up_unt
     before = metrics.OUTBOX_DROPPED.labels("test-rest")._value.get()
     for item in (1, -1, 2, 3):
         outbox.put(item)
-    await asyncio.sleep(0.05)
+    await eventually(
+        lambda: metrics.OUTBOX_DROPPED.labels("test-rest")._value.get() - before == 2,
+        5,
+        "2 and 3 given up while the sender rests",
+    )
     assert tried == [1, -1] and outbox.waiting == 0
-    assert metrics.OUTBOX_DROPPED.labels("test-rest")._value.get() - before == 2
+    # The rest ends by the clock alone: no event to wait for instead.
     await asyncio.sleep(1.1)
     outbox.put(4)  # the rest is over: tried again
     await outbox.drain(within=5)

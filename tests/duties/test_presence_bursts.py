@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
@@ -24,6 +23,7 @@ import redis.asyncio as redis
 from tests.realtime.hubs import hub_database, hub_settings, new_user, replicas
 from tests.support.server import RedisServer
 from tests.support.sockets import SocketProbe
+from tests.support.waiting import eventually
 
 GRACE = 1.0
 BURST = 120
@@ -38,13 +38,6 @@ async def redis_clients(url: str) -> int:
         return len(await client.client_list()) - 1
     finally:
         await client.aclose()
-
-
-async def eventually(check: Callable[[], Awaitable[bool]], within: float, what: str) -> None:
-    deadline = asyncio.get_running_loop().time() + within
-    while not await check():
-        assert asyncio.get_running_loop().time() < deadline, what
-        await asyncio.sleep(0.1)
 
 
 async def test_a_burst_of_worker_disconnects_uses_a_bounded_number_of_redis_connections(
@@ -82,7 +75,9 @@ async def test_a_burst_of_worker_disconnects_uses_a_bounded_number_of_redis_conn
                     # sweeper is off here: only the grace can remove them). The bound leaves
                     # room for 120 removals on a loaded machine (about 0.7 s idle, 4 s under
                     # load), and is still far short of the heartbeat timeout.
-                    await eventually(all_removed, GRACE + 30.0, "workers not removed")
+                    await eventually(
+                        all_removed, GRACE + 30.0, "every worker removed", interval=0.1
+                    )
                     after = await redis_clients(server.url)
                 finally:
                     await asyncio.gather(*(probe.disconnect() for probe in sockets))

@@ -14,10 +14,8 @@ from taskhub.rules.states import TaskStatus
 from taskhub.services import sweeps
 from taskhub.services.workers import remove_silent_worker
 from taskhub.store.tables import link_table, task_table, worker_table
-from tests.support.api import assert_problem
+from tests.support.api import JOB, assert_problem
 from tests.support.events import statuses
-
-JOB = "room1:modifiers:Rotate"
 
 
 @pytest.fixture

@@ -16,10 +16,11 @@ from taskhub.rules.events import EventBatch, TaskStatusChanged
 from taskhub.rules.states import TaskStatus
 from taskhub.settings import Settings
 from taskhub.validation import payload_checks
-from tests.support.costly_payloads import COSTLY, POINTS_SCHEMA, until
+from tests.support.api import JOB
+from tests.support.costly_payloads import COSTLY, POINTS_SCHEMA, until_checks_waiting
 from tests.support.metrics import Samples
+from tests.support.waiting import eventually
 
-JOB = "room1:modifiers:Rotate"
 TRANSITIONS = "taskhub_task_transitions_total"
 
 
@@ -159,12 +160,12 @@ async def test_long_polls_are_counted_while_waiting_and_timed_by_outcome(alice, 
         for task in (woken, timed_out)
     ]
     expected = before.count("taskhub_long_poll_waiters") + 2
-    for _ in range(75):  # both polls reach their wait within moments (1.5 s at most)
-        waiting = await scrape(http)
-        if waiting.count("taskhub_long_poll_waiters") == expected:
-            break
-        await asyncio.sleep(0.02)
-    assert waiting.count("taskhub_long_poll_waiters") == expected
+
+    async def both_waiting() -> bool:
+        return (await scrape(http)).count("taskhub_long_poll_waiters") == expected
+
+    # Both polls reach their wait within moments (1.5 s at most).
+    await eventually(both_waiting, 1.5, "both long-polls waiting")
 
     await alice.transition(woken["id"], "cancelled")
     responses = await asyncio.gather(*polls)
@@ -289,7 +290,7 @@ async def test_costly_payloads_are_counted_by_outcome_and_gauged_while_they_wait
         asyncio.create_task(alice.post(f"/rooms/room1/tasks/{points}", json={"payload": COSTLY}))
         for _ in range(2)
     ]
-    await until(lambda: payload_checks.PROCESS_CHECKS.waiting == 2)
+    await until_checks_waiting(payload_checks.PROCESS_CHECKS, 2)
     during = await scrape(http)
     busy = await alice.post(f"/rooms/room1/tasks/{points}", json={"payload": COSTLY})
     assert busy.status_code == 503

@@ -5,7 +5,6 @@ console errors are collected)."""
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -18,6 +17,7 @@ from taskhub.sdk import Worker
 from tests.page.browser import CHROMIUM, LAUNCH_ARGS, Pages, missing_prerequisites
 from tests.page.extensions import Brew
 from tests.support.server import HubServer, running_hub
+from tests.support.waiting import eventually_sync
 
 HUB_ENV = {"TASKHUB_SOCKET_DISCONNECT_GRACE_SECONDS": "1", "TASKHUB_LOG_LEVEL": "warning"}
 
@@ -79,10 +79,7 @@ def room() -> str:
 def worker(hub: PageHub, room: str) -> Iterator[Worker]:
     """Alice's worker serving ``Brew`` in the test's room (woken over Socket.IO)."""
     with Worker(hub.url, hub.alice, [Brew], room=room, poll_interval=5.0) as serving:
-        deadline = time.monotonic() + 10
-        while not serving.listening:
-            assert time.monotonic() < deadline, "the worker did not join its job room"
-            time.sleep(0.02)
+        eventually_sync(lambda: serving.listening, 10, "the worker to join its job room")
         yield serving
 
 

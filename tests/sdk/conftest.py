@@ -3,10 +3,8 @@ non-superuser token, a fresh room per test, and helpers to watch tasks over REST
 
 from __future__ import annotations
 
-import asyncio
-import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,6 +12,7 @@ import httpx
 import pytest
 
 from tests.support.server import HubServer, running_hub
+from tests.support.waiting import eventually_sync
 
 # The disconnect grace removes a worker whose socket dropped after 1 s. The worker timeout
 # stays long on ``hub``, so the sweeper cannot explain anything a test sees within seconds.
@@ -109,34 +108,8 @@ def key() -> str:
     return uuid.uuid4().hex
 
 
-def eventually(check: Callable[[], Any], timeout: float, what: str, interval: float = 0.02) -> Any:
-    """Poll ``check`` until it returns something truthy; fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(interval)
-
-
-async def async_eventually(
-    check: Callable[[], Any], within: float, what: str, interval: float = 0.02
-) -> Any:
-    """``eventually`` for async tests (sleeps without blocking the loop)."""
-    deadline = time.monotonic() + within
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {within}s waiting for {what}")
-        await asyncio.sleep(interval)
-
-
 def wait_status(hub: Hub, task_id: str, statuses: set[str], timeout: float) -> dict[str, Any]:
-    return eventually(  # type: ignore[no-any-return]
+    return eventually_sync(  # type: ignore[no-any-return]
         lambda: (task := hub.task(task_id))["status"] in statuses and task,
         timeout,
         f"task {task_id} to reach {sorted(statuses)}",

@@ -9,8 +9,9 @@ import httpx
 import pytest
 
 from taskhub.sdk import AsyncClient, Client, InvalidTransition, TaskCancelled, Worker
-from tests.sdk.conftest import Hub, async_eventually
+from tests.sdk.conftest import Hub
 from tests.sdk.extensions import OBSERVED_CANCEL, STARTED, AsyncSpin, Echo, Gate
+from tests.support.waiting import eventually
 
 # The heartbeat is far too slow to explain a cancel seen within seconds: only the event can.
 SLOW_HEARTBEAT = 15.0
@@ -52,9 +53,9 @@ async def test_cancel_reaches_an_async_run_through_the_heartbeat(
         AsyncClient(hub.url, hub.user_token) as client,
     ):
         handle = await client.submit(AsyncSpin(key=key), room=room)
-        await async_eventually(STARTED[key].is_set, 10, "the run to start")
+        await eventually(STARTED[key].is_set, 10, "the run to start")
         await handle.cancel()
-        await async_eventually(OBSERVED_CANCEL[key].is_set, 5, "the run to see the cancel")
+        await eventually(OBSERVED_CANCEL[key].is_set, 5, "the run to see the cancel")
         with pytest.raises(TaskCancelled):
             await handle.result(timeout=5)
     task = hub.task(handle.id)

@@ -23,9 +23,10 @@ from taskhub.sdk import (
     Worker,
 )
 from taskhub.sdk.extension import JobSpec
-from tests.sdk.conftest import Hub, eventually
+from tests.sdk.conftest import Hub
 from tests.sdk.extensions import Echo
 from tests.support.server import REPO_ROOT
+from tests.support.waiting import eventually_sync
 
 URL = "http://127.0.0.1:9"  # never contacted by these checks
 
@@ -104,7 +105,7 @@ def test_a_stop_signal_ends_a_worker_still_trying_to_reach_its_hub(tmp_path) -> 
                 stderr=subprocess.STDOUT,
             )
         try:
-            eventually(lambda: "retrying" in log_path.read_text() or None, 20, "a retry")
+            eventually_sync(lambda: "retrying" in log_path.read_text() or None, 20, "a retry")
             process.send_signal(signal.SIGTERM)
             # It would otherwise retry for its 30 s start-up timeout, then exit with 1.
             assert process.wait(timeout=15) == 0, log_path.read_text()

@@ -13,17 +13,11 @@ import pytest
 from taskhub.sdk import AsyncClient, Client, Worker
 from taskhub.sdk.client import AsyncTaskHandle
 from taskhub.sdk.engine import SHUTDOWN_ERROR
-from tests.sdk.conftest import (
-    HUB_ENV,
-    SWEEPING_TIMEOUT,
-    Hub,
-    async_eventually,
-    eventually,
-    wait_status,
-)
+from tests.sdk.conftest import HUB_ENV, SWEEPING_TIMEOUT, Hub, wait_status
 from tests.sdk.extensions import GATES, OBSERVED_CANCEL, STARTED, Echo, Gate, Slow
 from tests.support.server import HubServer, provisioned_database
 from tests.support.tcp_proxy import TcpProxy
+from tests.support.waiting import eventually, eventually_sync
 
 
 def test_stop_finishes_in_flight_tasks_and_claims_no_more(hub: Hub, room: str, key: str) -> None:
@@ -98,7 +92,7 @@ def test_a_hard_stop_during_a_network_partition_is_done_within_its_timeout(
         jobs = [Echo, Gate, Slow]  # three rooms to leave, none of them answering
         worker = Worker(proxy.url("http"), hub.user_token, jobs, room=room, poll_interval=0.3)
         worker.start(timeout=10)
-        eventually(lambda: worker.listening, 10, "the worker to join its rooms")
+        eventually_sync(lambda: worker.listening, 10, "the worker to join its rooms")
         proxy.partition()
         time.sleep(1)  # the claim in flight now hangs
         worker.close(timeout=5, drain=False)  # TimeoutError if it is not done by then
@@ -111,9 +105,9 @@ async def a_run_under_way(
     the serving task, the worker's id and the task's handle."""
     worker = Worker(hub.url, hub.user_token, [Gate], room=room)
     serving = asyncio.create_task(worker.serve(handle_signals=False))
-    await async_eventually(lambda: worker.worker_id, 10, "the worker to register")
+    await eventually(lambda: worker.worker_id, 10, "the worker to register")
     handle = await client.submit(Gate(key=key), room=room)
-    await async_eventually(STARTED[key].is_set, 10, "the run to start")
+    await eventually(STARTED[key].is_set, 10, "the run to start")
     return serving, worker.worker_id, handle
 
 

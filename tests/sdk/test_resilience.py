@@ -20,10 +20,11 @@ from taskhub.sdk import AsyncClient, Client, Worker, execution, http
 from taskhub.sdk.api import WorkerApi
 from taskhub.sdk.errors import HubUnavailable
 from taskhub.sdk.http import AsyncHub
-from tests.sdk.conftest import HUB_ENV, Hub, eventually
+from tests.sdk.conftest import HUB_ENV, Hub
 from tests.sdk.extensions import GATES, OBSERVED_CANCEL, STARTED, Echo, Gate, Stubborn
 from tests.support.server import Backend, HubServer, provisioned_database
 from tests.support.tcp_proxy import TcpProxy
+from tests.support.waiting import eventually_sync
 
 FAST_POLL = 0.3
 
@@ -68,10 +69,10 @@ def test_worker_rejoins_its_rooms_after_the_hub_restarts(tmp_path: Path, room: s
         Worker(server.base_url, server.admin_token, [Echo], room=room, poll_interval=60) as worker,
         Client(server.base_url, server.admin_token) as client,
     ):
-        eventually(lambda: worker.listening, 10, "the worker to join its rooms")
+        eventually_sync(lambda: worker.listening, 10, "the worker to join its rooms")
         worker_id = worker.worker_id
         server.restart()
-        eventually(lambda: worker.listening, 20, "the worker to re-join after the restart")
+        eventually_sync(lambda: worker.listening, 20, "the worker to re-join after the restart")
         # with a 60 s backstop poll, only a task_available on the re-joined room is this fast
         started = time.monotonic()
         assert client.submit(Echo(text="again"), room=room).result(timeout=10)["echo"] == "again"
@@ -101,7 +102,7 @@ def test_a_result_is_delivered_once_the_hub_is_back_however_long_it_was_down(
         assert worker.active_tasks == [handle.id], "the unreported run is still held"
         server.come_back()
         assert handle.result(timeout=30) == "passed"
-        eventually(lambda: not worker.active_tasks, 10, "the run to be released")
+        eventually_sync(lambda: not worker.active_tasks, 10, "the run to be released")
 
 
 def test_waiting_without_a_timeout_outlasts_a_hub_outage(
@@ -146,7 +147,7 @@ def test_worker_forgotten_by_the_hub_registers_again(hub: Hub, room: str, key: s
         assert STARTED[key].wait(10)
         # e.g. the sweeper after a network partition: the hub fails the task and forgets us
         assert rest.delete(f"/workers/{first_id}").status_code == 204
-        second_id = eventually(
+        second_id = eventually_sync(
             lambda: worker.worker_id != first_id and worker.worker_id, 10, "a new worker id"
         )
         assert OBSERVED_CANCEL[key].wait(5), "the run of the lost task was told to stop"
@@ -238,7 +239,7 @@ def test_a_404_that_is_not_worker_not_found_is_a_failed_heartbeat_not_a_forgotte
             handle = client.submit(Gate(key=key), room=room)
             assert STARTED[key].wait(10)
             proxy.refusing_heartbeats.set()
-            eventually(lambda: proxy.refused >= 3, 10, "three refused heartbeats")
+            eventually_sync(lambda: proxy.refused >= 3, 10, "three refused heartbeats")
             proxy.refusing_heartbeats.clear()
             GATES[key].set()
             assert handle.result(timeout=10) == "passed"
@@ -281,10 +282,10 @@ def test_a_task_claimed_again_while_its_earlier_run_goes_on_is_tracked_as_its_ow
         assert hub.task(later.id)["status"] == "pending", "the two runs fill both slots"
         GATES[f"{key}-1"].set()  # the first run returns; its outcome is dropped
         assert later.result(timeout=10)["echo"] == "later", "its slot is free again"
-        eventually(lambda: worker.active_tasks == [handle.id], 5, "only the retry to be held")
+        eventually_sync(lambda: worker.active_tasks == [handle.id], 5, "only the retry to be held")
         GATES[f"{key}-2"].set()
         assert handle.result(timeout=10) == {"attempt": 2}
-        eventually(lambda: not worker.active_tasks, 5, "the retry to be released")
+        eventually_sync(lambda: not worker.active_tasks, 5, "the retry to be released")
     assert "InvalidStateError" not in caplog.text
 
 
@@ -363,7 +364,7 @@ def test_a_worker_cut_off_for_half_the_hubs_timeout_keeps_its_registration(
         handle = client.submit(Gate(key=key), room=room)
         assert STARTED[key].wait(10)
         beat = last_heartbeat(server, worker_id)
-        eventually(lambda: last_heartbeat(server, worker_id) != beat, 5, "a heartbeat")
+        eventually_sync(lambda: last_heartbeat(server, worker_id) != beat, 5, "a heartbeat")
         beaten_at = time.monotonic()
         proxy.partition()
         time.sleep(PARTITION_TIMEOUT / 2)

@@ -9,7 +9,7 @@ import pytest
 
 from taskhub.sdk import AsyncClient, Client, ProblemError, TaskFailed, Worker
 from taskhub.sdk.models import MAX_ERROR_CHARS, MAX_PROGRESS_MESSAGE_CHARS
-from tests.sdk.conftest import Hub, async_eventually, eventually
+from tests.sdk.conftest import Hub
 from tests.sdk.extensions import (
     GATES,
     STARTED,
@@ -23,6 +23,7 @@ from tests.sdk.extensions import (
     Odd,
     Results,
 )
+from tests.support.waiting import eventually, eventually_sync
 
 # With a 30 s backstop poll, a task served within seconds proves the Socket.IO wake-up.
 SLOW_POLL = 30.0
@@ -34,7 +35,7 @@ def test_sync_worker_and_client_round_trip(hub: Hub, room: str) -> None:
         Client(hub.url, hub.user_token) as client,
     ):
         assert worker.jobs == [f"{room}:analysis:Echo"]
-        eventually(lambda: worker.listening, 5, "the worker to join its job room")
+        eventually_sync(lambda: worker.listening, 5, "the worker to join its job room")
         started = time.monotonic()
         handle = client.submit(Echo(text="hello"), room=room)
         result = handle.result(timeout=10)
@@ -84,7 +85,7 @@ def test_progress_is_reported_while_running(hub: Hub, room: str, key: str) -> No
     ):
         handle = client.submit(Gate(key=key), room=room)
         assert STARTED[key].wait(10)
-        running = eventually(
+        running = eventually_sync(
             lambda: (task := hub.task(handle.id))["progress"] == 0.5 and task, 5, "progress"
         )
         assert running["status"] == "running"
@@ -115,12 +116,12 @@ def test_an_overlong_progress_message_is_cut_and_progress_goes_on(
     ):
         handle = client.submit(Chatty(key=key), room=room)
         assert STARTED[key].wait(10)
-        first = eventually(
+        first = eventually_sync(
             lambda: (task := hub.task(handle.id))["progress"] == 0.2 and task, 5, "progress"
         )
         assert first["progress_message"] == "m" * (MAX_PROGRESS_MESSAGE_CHARS - 1) + "…"
         GATES[key].set()
-        later = eventually(
+        later = eventually_sync(
             lambda: (task := hub.task(handle.id))["progress"] == 0.9 and task, 5, "more progress"
         )
         assert later["progress_message"] == "short"
@@ -275,7 +276,7 @@ async def test_a_sub_second_wait_ends_by_its_deadline(hub: Hub, room: str, key: 
         AsyncClient(hub.url, hub.user_token) as client,
     ):
         running = await client.submit(Gate(key=key), room=room)
-        await async_eventually(STARTED[key].is_set, 10, "the run to start")
+        await eventually(STARTED[key].is_set, 10, "the run to start")
         for timeout in (0.0, 0.2):
             started = time.monotonic()
             with pytest.raises(TimeoutError):

@@ -16,9 +16,10 @@ from pathlib import Path
 import pytest
 
 from taskhub.sdk import Client
-from tests.sdk.conftest import SWEEPING_TIMEOUT, Hub, eventually, wait_status
+from tests.sdk.conftest import SWEEPING_TIMEOUT, Hub, wait_status
 from tests.sdk.extensions import Slow
 from tests.support.server import REPO_ROOT
+from tests.support.waiting import eventually_sync
 
 JOB = "modifiers:Slow"
 
@@ -41,7 +42,7 @@ def worker_process(
             stderr=subprocess.STDOUT,
         )
     try:
-        eventually(
+        eventually_sync(
             lambda: process.poll() is not None or any(j["workers"] for j in hub.room_jobs(room)),
             20,
             "the worker to register",

@@ -12,19 +12,13 @@ from taskhub.services import task_listing
 from taskhub.services.task_listing import list_job_tasks, list_room_tasks
 from taskhub.settings import Settings
 from taskhub.store.database import Database
+from tests.support.api import JOB
 from tests.support.big_tasks import BIG, completed, points
-
-JOB = "room1:modifiers:Rotate"
 
 
 @pytest.fixture
 def settings(database_url: str) -> Settings:
     return Settings(database_url=database_url, db_pool_size=1)
-
-
-@pytest.fixture
-async def job(alice):
-    return await alice.register()
 
 
 async def every_reader_is_free(db: Database, url: str) -> None:

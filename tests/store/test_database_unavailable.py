@@ -30,12 +30,12 @@ from taskhub.settings import Settings
 from taskhub.store.database import Database
 from taskhub.store.hot_statements import hot
 from taskhub.store.tables import job_table
-from tests.support.api import ApiClient, assert_problem
+from tests.support.api import JOB, ApiClient, assert_problem
 from tests.support.tcp_proxy import TcpProxy
+from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.postgres_only
 
-JOB = "room1:modifiers:Rotate"
 ONE = hot(text("SELECT 1 AS one"))
 # How long an answer may take here: the timeouts below are 1 s; this is generous for a
 # loaded machine, and far below the minute (or for ever) it took without them.
@@ -82,11 +82,11 @@ async def waiting_on_locks(conn: asyncpg.Connection) -> int:
 
 async def until_waiting_on_locks(conn: asyncpg.Connection, count: int) -> None:
     """Until ``count`` sessions of this database wait for a lock."""
-    for _ in range(200):
-        if await waiting_on_locks(conn) == count:
-            return
-        await asyncio.sleep(0.025)
-    raise AssertionError(f"never {count} sessions waiting on a lock")
+
+    async def waiting() -> bool:
+        return await waiting_on_locks(conn) == count
+
+    await eventually(waiting, 5, f"{count} sessions waiting on a lock", 0.025)
 
 
 async def job_id(app: TaskhubApp) -> str:

@@ -20,6 +20,7 @@ from taskhub.store.database import Database, SharedOrExclusive
 from taskhub.store.sqlite_driver import _run_group
 from taskhub.store.tables import user_table
 from tests.support.databases import create_schema_from_models
+from tests.support.waiting import eventually
 
 
 @pytest.fixture
@@ -108,7 +109,9 @@ async def test_a_transaction_has_the_writer_to_itself(sqlite_db: Database) -> No
     transaction = asyncio.create_task(long_transaction())
     await in_transaction.wait()
     autocommit = asyncio.create_task(add_user(sqlite_db, "after-tx"))
-    await asyncio.sleep(0.05)
+    gate = sqlite_db._writer_gate
+    assert gate is not None
+    await eventually(lambda: gate._shared_waiting == 1, 5, "the grouped work to wait at the gate")
     assert not autocommit.done(), "grouped work ran inside someone else's transaction"
     release.set()
     await asyncio.gather(transaction, autocommit)
@@ -181,7 +184,7 @@ async def test_the_gate_lets_sharers_in_together_and_an_exclusive_holder_alone()
     waiting = asyncio.create_task(exclusive())
     await asyncio.sleep(0)
     late = asyncio.create_task(sharer("c"))  # comes after a waiting exclusive holder
-    await asyncio.sleep(0.01)
+    await eventually(lambda: gate._shared_waiting == 1, 5, "c to wait at the gate")
     assert log == ["a in", "b in"]
     let_go.set()
     await asyncio.gather(first, second, waiting, late)
@@ -218,6 +221,8 @@ async def test_a_write_cancelled_mid_statement_leaves_the_writer_usable(
                 await conn.exec_driver_sql(SLOW)
 
     write = asyncio.create_task(cancelled())
+    # No event says the statement is under way (it runs in the driver's thread): give it
+    # the time to start, so that the cancel lands mid-statement.
     await asyncio.sleep(0.05)
     write.cancel()
     await asyncio.gather(write, return_exceptions=True)

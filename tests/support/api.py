@@ -8,6 +8,8 @@ import httpx
 
 PREFIX = "/v1/joblib"
 SCHEMA = {"type": "object", "properties": {"angle": {"type": "number"}}}
+# The job ``ApiClient.register()`` registers when told nothing else (the ``job`` fixture's).
+JOB = "room1:modifiers:Rotate"
 
 
 class ApiClient:

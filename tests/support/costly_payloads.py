@@ -1,8 +1,8 @@
 """A payload whose validation is costly but legitimate (lists of 3-D points), for the tests
 of where payloads are validated (``app/validation/payload_checks.py``)."""
 
-import asyncio
-from collections.abc import Callable
+from taskhub.validation.payload_checks import PayloadChecks
+from tests.support.waiting import eventually
 
 POINT = {"type": "array", "items": {"type": "number"}, "minItems": 3, "maxItems": 3}
 POINTS_SCHEMA = {"type": "object", "properties": {"points": {"type": "array", "items": POINT}}}
@@ -11,9 +11,9 @@ POINTS_SCHEMA = {"type": "object", "properties": {"points": {"type": "array", "i
 COSTLY = {"points": [[1.5, 2.5, 3.5]] * 10_000}
 
 
-async def until(condition: Callable[[], bool], seconds: float = 30.0) -> None:
-    """Wait for ``condition`` to come true (AssertionError after ``seconds``)."""
-    deadline = asyncio.get_running_loop().time() + seconds
-    while not condition():
-        assert asyncio.get_running_loop().time() < deadline, "never came true"
-        await asyncio.sleep(0.005)
+async def until_checks_waiting(checks: PayloadChecks, count: int) -> None:
+    """Until ``count`` costly checks are under way or queued in ``checks`` (polled often:
+    each takes only about 0.3 s, and the test must act while they do)."""
+    await eventually(
+        lambda: checks.waiting == count, 30, f"{count} payload checks waiting", interval=0.005
+    )

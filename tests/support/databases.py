@@ -15,6 +15,7 @@ from sqlalchemy.engine import make_url
 from taskhub.store.database import Database
 from taskhub.store.migrations import head_revision
 from taskhub.store.tables import metadata
+from tests.support.waiting import eventually
 
 POSTGRES_URL = os.environ.get(
     "TASKHUB_TEST_POSTGRES_URL", "postgresql+asyncpg://postgres@127.0.0.1:5432/test"
@@ -65,3 +66,22 @@ async def create_schema_from_models(db: Database) -> None:
 async def truncate_all(db: Database) -> None:
     async with db.engine.begin() as conn:
         await conn.execute(text(f"TRUNCATE {', '.join(TABLES)} CASCADE"))
+
+
+async def until_a_lock_is_waited_for(database_url: str) -> None:
+    """Until a session of the test's database waits for a lock (what the request started
+    beside the lock was meant to reach), however long the machine takes to get it there."""
+    dsn = make_url(database_url).set(drivername="postgresql").render_as_string(False)
+    watcher = await asyncpg.connect(dsn)  # outside a transaction: every reading is fresh
+    try:
+        await eventually(
+            lambda: watcher.fetchval(
+                "SELECT count(*) FROM pg_stat_activity"
+                " WHERE datname = current_database() AND wait_event_type = 'Lock'"
+            ),
+            30,
+            "a session waiting for the lock",
+            0.01,
+        )
+    finally:
+        await watcher.close()

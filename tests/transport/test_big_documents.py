@@ -11,15 +11,8 @@ import pytest
 from taskhub.services import task_listing
 from taskhub.services.task_listing import list_room_tasks
 from taskhub.transport.http.schemas import task_listing_response
-from tests.support.api import ApiClient
+from tests.support.api import JOB, ApiClient
 from tests.support.big_tasks import BIG, completed, points
-
-JOB = "room1:modifiers:Rotate"
-
-
-@pytest.fixture
-async def job(alice):
-    return await alice.register()
 
 
 async def a_room_of_big_and_small_tasks(alice: ApiClient, job: dict[str, Any]) -> list[str]:

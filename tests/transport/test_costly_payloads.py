@@ -11,7 +11,7 @@ from taskhub.main import create_app
 from taskhub.settings import Settings
 from taskhub.validation import payload_checks
 from tests.support.api import ApiClient, assert_problem
-from tests.support.costly_payloads import COSTLY, POINTS_SCHEMA, until
+from tests.support.costly_payloads import COSTLY, POINTS_SCHEMA, until_checks_waiting
 
 JOB = "room1:modifiers:Points"
 
@@ -30,7 +30,7 @@ def submitting(client, payload: dict) -> asyncio.Task:  # type: ignore[no-untype
 async def test_the_hub_reads_and_writes_for_others_while_a_costly_payload_is_validated(alice, bob):
     await alice.register(name="Points", schema=POINTS_SCHEMA)
     costly = submitting(alice, COSTLY)
-    await until(lambda: payload_checks.PROCESS_CHECKS.waiting == 1)
+    await until_checks_waiting(payload_checks.PROCESS_CHECKS, 1)
     listed = await bob.get("/rooms/room1/tasks")
     await bob.register(room="room2", name="Other")
     small = await bob.submit(JOB, payload={"points": [[1, 2, 3]]})
@@ -51,7 +51,7 @@ async def test_past_a_user_s_bound_a_costly_submit_is_refused_with_503_and_chang
     user's still get in."""
     await alice.register(name="Points", schema=POINTS_SCHEMA)
     first, second = submitting(alice, COSTLY), submitting(alice, COSTLY)
-    await until(lambda: payload_checks.PROCESS_CHECKS.waiting == 2)
+    await until_checks_waiting(payload_checks.PROCESS_CHECKS, 2)
     refused = await alice.post(f"/rooms/room1/tasks/{JOB}", json={"payload": COSTLY})
     assert_problem(refused, 503, "validation-busy")
     assert refused.headers["retry-after"] == "1"

@@ -3,8 +3,7 @@
 import pytest
 
 from taskhub.rules.events import Event
-
-JOB = "room1:modifiers:Rotate"
+from tests.support.api import JOB
 
 
 @pytest.fixture

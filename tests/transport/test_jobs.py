@@ -1,7 +1,6 @@
 """Job registration and discovery (PUT/GET /rooms/{room}/jobs…)."""
 
 import asyncio
-import time
 from uuid import UUID
 
 import asyncpg
@@ -12,6 +11,7 @@ from sqlalchemy.engine import make_url
 from taskhub.store.tables import job_table, link_table, worker_table
 from taskhub.validation.payloads import MAX_SCHEMA_BYTES, schema_bytes
 from tests.support.api import SCHEMA, assert_problem
+from tests.support.databases import until_a_lock_is_waited_for
 from tests.support.event_loop import watched_loop
 
 
@@ -233,6 +233,8 @@ async def test_a_schema_referring_elsewhere_is_refused_and_nothing_is_fetched(al
         )
         problem = assert_problem(response, 422, "validation-error")
         assert problem["errors"][0]["loc"] == ["body", "schema", "properties", "x", "$ref"]
+        # A fetch started in the background would have no event of its own to wait for:
+        # give one the time to reach the server here.
         await asyncio.sleep(0.1)
     assert fetched == []
     assert await alice.room_jobs() == []
@@ -298,23 +300,6 @@ async def test_the_hub_keeps_answering_while_a_big_schema_is_checked(alice):
     async with watched_loop() as stalls:
         await alice.register(name="Wide", schema=schema)
     assert stalls.longest < stalls.took / 4, f"the loop stood still {stalls.longest:.2f} s"
-
-
-async def until_a_lock_is_waited_for(database_url: str) -> None:
-    """Until a session of the test's database waits for a lock (what the request started
-    beside the lock was meant to reach), however long the machine takes to get it there."""
-    dsn = make_url(database_url).set(drivername="postgresql").render_as_string(False)
-    watcher = await asyncpg.connect(dsn)  # outside a transaction: every reading is fresh
-    try:
-        deadline = time.monotonic() + 30
-        while not await watcher.fetchval(
-            "SELECT count(*) FROM pg_stat_activity"
-            " WHERE datname = current_database() AND wait_event_type = 'Lock'"
-        ):
-            assert time.monotonic() < deadline, "nobody waited for the lock"
-            await asyncio.sleep(0.01)
-    finally:
-        await watcher.close()
 
 
 @pytest.mark.postgres_only

@@ -6,20 +6,15 @@ import time
 import pytest
 
 from taskhub.settings import Settings
+from tests.support.api import JOB
 from tests.support.metrics import Samples
-
-JOB = "room1:modifiers:Rotate"
+from tests.support.waiting import eventually
 
 
 @pytest.fixture
 def settings(database_url: str) -> Settings:
     # A small pool proves long-polls do not hold connections while they wait.
     return Settings(database_url=database_url, long_poll_max_wait_seconds=3, db_pool_size=2)
-
-
-@pytest.fixture
-async def job(alice):
-    return await alice.register()
 
 
 def wait(seconds: int) -> dict[str, str]:
@@ -32,10 +27,11 @@ async def waiters(http) -> float:
 
 async def until_waiting(http, count: float) -> None:
     """Until ``count`` long-polls wait (a fixed sleep would only hope they got there)."""
-    deadline = time.monotonic() + 10
-    while await waiters(http) != count:
-        assert time.monotonic() < deadline, f"never {count} long-polls waiting"
-        await asyncio.sleep(0.01)
+
+    async def counted() -> bool:
+        return await waiters(http) == count
+
+    await eventually(counted, 10, f"{count} long-polls waiting", 0.01)
 
 
 async def test_terminal_task_answers_at_once(alice, job):
@@ -56,6 +52,7 @@ async def test_wakes_when_the_task_ends(alice, job, http):
     assert not poll.done()
     await alice.claim(job["worker_id"])
     await alice.transition(task["id"], "running")
+    # No event says the wait went on past the change: give a wrong wake-up time to end it.
     await asyncio.sleep(0.1)
     assert not poll.done(), "a non-terminal transition must not end the wait"
     await alice.transition(task["id"], "completed")

@@ -12,14 +12,8 @@ from sqlalchemy import select
 from taskhub.duties import due_announcer
 from taskhub.rules.events import Event, TaskAvailable
 from taskhub.store.tables import task_table
-from tests.support.api import assert_problem
-
-JOB = "room1:modifiers:Rotate"
-
-
-@pytest.fixture
-async def job(alice):
-    return await alice.register()
+from tests.support.api import JOB, assert_problem
+from tests.support.databases import until_a_lock_is_waited_for
 
 
 def announced(events: list[Event]) -> list[str]:
@@ -214,7 +208,7 @@ async def test_a_look_that_fails_is_tried_again_shortly(alice, job, recorder, mo
 
 @pytest.mark.postgres_only
 async def test_a_delayed_task_committed_after_a_look_went_past_its_time_is_announced(
-    alice, job, db, recorder
+    alice, job, db, recorder, database_url
 ):
     """A submit whose commit lands after the announcer has read past the task's ``run_at``
     (here held up by a lock on its job) is queued and announced when it is published."""
@@ -224,7 +218,7 @@ async def test_a_delayed_task_committed_after_a_look_went_past_its_time_is_annou
     await conn.exec_driver_sql("SELECT id FROM job WHERE id = $1 FOR UPDATE", (UUID(job["id"]),))
     body = {"payload": {}, "delay_seconds": 0.2}
     held = asyncio.create_task(alice.post(f"/rooms/room1/tasks/{JOB}", json=body))
-    await asyncio.sleep(0.1)
+    await until_a_lock_is_waited_for(database_url)  # the submit waits for the job's row
     assert not held.done()
     looked = await alice.submit("room1:modifiers:Other", delay_seconds=0.6)
     await recorder.wait_for(lambda events: looked["id"] in announced(events))

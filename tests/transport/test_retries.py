@@ -2,18 +2,17 @@
 pending, due after the backoff, until its attempts run out; each attempt has its own
 claim token."""
 
-import asyncio
 from datetime import datetime, timedelta
 
 import pytest
 
 from taskhub.clock import utcnow
-from taskhub.rules.events import TaskAvailable, TaskStatusChanged
+from taskhub.rules.events import Event, TaskAvailable, TaskStatusChanged
 from taskhub.rules.states import TaskStatus
 from taskhub.settings import Settings
-from tests.support.api import assert_problem
+from tests.support.api import JOB, assert_problem
+from tests.support.waiting import eventually
 
-JOB = "room1:modifiers:Rotate"
 # Long enough that the claim right after a failure comes before the retry is due, even on a
 # loaded machine (0.2 s was not, once in CI).
 BACKOFF = 0.6
@@ -27,11 +26,6 @@ def settings(database_url: str) -> Settings:
         retry_backoff_max_seconds=BACKOFF,
         sweeper_enabled=False,
     )
-
-
-@pytest.fixture
-async def job(alice):
-    return await alice.register()
 
 
 async def run_and_fail(alice, worker_id: str, **extra) -> tuple[dict, dict]:
@@ -48,12 +42,17 @@ async def run_and_fail(alice, worker_id: str, **extra) -> tuple[dict, dict]:
 
 
 async def claim_when_due(alice, worker_id: str) -> dict:
-    async with asyncio.timeout(5):
-        while True:
-            claimed = await alice.claim(worker_id)
-            if claimed is not None:
-                return claimed
-            await asyncio.sleep(0.05)
+    return await eventually(lambda: alice.claim(worker_id), 5, "a task due to claim", 0.05)
+
+
+def announcements(events: list[Event], task_id: str) -> int:
+    return sum(isinstance(e, TaskAvailable) and e.task_id == task_id for e in events)
+
+
+async def until_due(recorder, task_id: str) -> None:
+    """Until the retry of ``task_id`` is announced (``task_available``): it is due now."""
+    before = announcements(recorder.events, task_id)
+    await recorder.wait_for(lambda events: announcements(events, task_id) > before)
 
 
 async def test_by_default_a_task_gets_one_attempt(alice, job):
@@ -63,7 +62,9 @@ async def test_by_default_a_task_gets_one_attempt(alice, job):
     assert (after["status"], after["error"], after["attempt"]) == ("failed", "boom", 1)
 
 
-async def test_a_failed_attempt_with_retry_goes_back_to_pending_until_attempts_run_out(alice, job):
+async def test_a_failed_attempt_with_retry_goes_back_to_pending_until_attempts_run_out(
+    alice, job, recorder
+):
     task = await alice.submit(JOB, max_attempts=3)
     tokens = []
     for attempt in (1, 2):
@@ -77,7 +78,7 @@ async def test_a_failed_attempt_with_retry_goes_back_to_pending_until_attempts_r
         # Not claimable before it is due, and then claimable again.
         assert await alice.claim(job["worker_id"]) is None
         assert after["queue_position"] == 1
-        await asyncio.sleep(BACKOFF * 1.3)
+        await until_due(recorder, task["id"])
     claimed = await alice.claim(job["worker_id"])
     assert claimed["attempt"] == 3 and claimed["error"] is None
     tokens.append(claimed["claim_token"])
@@ -184,7 +185,9 @@ async def test_the_retry_is_due_after_the_jittered_backoff(alice, job):
     assert run_at <= after + timedelta(seconds=BACKOFF * 1.2)
 
 
-async def test_a_claim_key_repeated_after_its_task_was_retried_claims_with_a_new_token(alice, job):
+async def test_a_claim_key_repeated_after_its_task_was_retried_claims_with_a_new_token(
+    alice, job, recorder
+):
     """The key answers its tasks only while they are claimed: once the attempt failed with
     ``retry``, the same key claims the next attempt afresh, with a token of its own, so
     the first attempt's token stays stale (fencing holds)."""
@@ -202,7 +205,7 @@ async def test_a_claim_key_repeated_after_its_task_was_retried_claims_with_a_new
     token = {"claim_token": first["claim_token"]}
     await alice.transition(task["id"], "running", **token)
     await alice.transition(task["id"], "failed", retry=True, **token)
-    await asyncio.sleep(BACKOFF * 1.5)  # (the backoff's jitter is at most ±20 %)
+    await until_due(recorder, task["id"])
     again = await keyed_claim()
     assert again is not None and (again["id"], again["attempt"]) == (task["id"], 2)
     assert again["claim_token"] != first["claim_token"]

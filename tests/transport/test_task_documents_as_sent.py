@@ -4,22 +4,14 @@ PostgreSQL alike (where ``jsonb`` would sort the keys and make ``1e23`` an integ
 
 from typing import Any
 
-import pytest
+from tests.support.api import JOB, ApiClient
 
-from tests.support.api import ApiClient
-
-JOB = "room1:modifiers:Rotate"
 AS_SENT = {"b": 1, "a": 2, "n": 1e23, "z": -0.0}
 
 
 def spelled(document: dict[str, Any]) -> list[tuple[str, str]]:
     """Each key, in order, with its value as Python writes it (``1e+23``, ``-0.0``)."""
     return [(key, repr(value)) for key, value in document.items()]
-
-
-@pytest.fixture
-async def job(alice: ApiClient) -> dict[str, Any]:
-    return await alice.register()
 
 
 async def test_a_payload_reaches_the_submitter_and_the_worker_as_sent(

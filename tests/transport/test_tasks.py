@@ -1,7 +1,6 @@
 """Task submission, claiming, transitions, authorisation and listing."""
 
 import asyncio
-import time
 from datetime import datetime, timedelta
 from uuid import UUID, uuid4
 
@@ -10,14 +9,8 @@ from sqlalchemy import text
 
 from taskhub.clock import utcnow
 from taskhub.store.claims import claim_statement
-from tests.support.api import SCHEMA, assert_problem
-
-JOB = "room1:modifiers:Rotate"
-
-
-@pytest.fixture
-async def job(alice):
-    return await alice.register()
+from tests.support.api import JOB, SCHEMA, assert_problem
+from tests.support.waiting import eventually
 
 
 async def test_submit_returns_202_with_location(alice, job):
@@ -471,18 +464,23 @@ async def test_a_claim_aborted_as_one_side_of_a_deadlock_runs_again(alice, job, 
     count_of = "UPDATE task_queue_bucket SET pending = pending WHERE job_id = $1 AND priority = $2"
     conn = await db.engine.connect()
     other = await conn.begin()
+    # PostgreSQL aborts whichever side checks for the deadlock first: the claim (it waits
+    # first, with the default deadlock_timeout of 1 s), never this side, however slow the
+    # machine, with its check held off.
+    await conn.exec_driver_sql("SET LOCAL deadlock_timeout = '60s'")
     await conn.exec_driver_sql(count_of, (UUID(job["id"]), 0))
     body = {"worker_id": job["worker_id"], "max_tasks": 2}
     claim = asyncio.create_task(alice.post("/tasks/claim", json=body))
     async with db.read() as watcher:  # the claim holds the priority-1 count, waits for this one
-        deadline = time.monotonic() + 30
-        while True:
+
+        async def claim_waits() -> bool:
             await watcher.execute(FRESH_ACTIVITY)  # (the read is a transaction: see there)
             if await watcher.scalar(WAITING_ON_A_LOCK):
-                break
+                return True
             assert not claim.done(), claim.result().text
-            assert time.monotonic() < deadline, "the claim never waited for the count held here"
-            await asyncio.sleep(0.01)
+            return False
+
+        await eventually(claim_waits, 30, "the claim to wait for the count held here", 0.01)
     await conn.exec_driver_sql(count_of, (UUID(job["id"]), 1))  # granted once it is aborted
     await other.commit()
     await conn.close()
@@ -514,11 +512,12 @@ async def test_a_claim_that_skipped_a_task_another_claim_held_but_did_not_take_g
     await conn.execute(claim_statement(db.dialect, check_owner=False, limit=1), params)
     claim_of_b = asyncio.create_task(bob.claim(b))
     async with db.read() as watcher:  # B comes back, or waits on A's lock
-        for _ in range(500):
+
+        async def b_back_or_waiting() -> bool:
             await watcher.execute(FRESH_ACTIVITY)  # (the read is a transaction: see there)
-            if claim_of_b.done() or await watcher.scalar(WAITING_ON_A_LOCK):
-                break
-            await asyncio.sleep(0.01)
+            return claim_of_b.done() or bool(await watcher.scalar(WAITING_ON_A_LOCK))
+
+        await eventually(b_back_or_waiting, 30, "B's claim back or waiting on A's lock", 0.01)
     await claim_of_a.commit()
     await conn.close()
     claimed = await claim_of_b
@@ -771,7 +770,7 @@ async def test_a_replay_matches_the_request_as_sent(alice, job):
     body = {"payload": {"a": 1, "b": [1, 2]}, "delay_seconds": 30, "priority": 2}
     first = await alice.post(f"/rooms/room1/tasks/{JOB}", json=body, headers=key)
     assert first.status_code == 202, first.text
-    await asyncio.sleep(0.01)
+    await asyncio.sleep(0.01)  # the clock moves on: the same delay now gives a later moment
     reordered = {**body, "payload": {"b": [1, 2], "a": 1}}
     again = await alice.post(f"/rooms/room1/tasks/{JOB}", json=reordered, headers=key)
     assert again.status_code == 200, again.text

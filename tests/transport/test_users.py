@@ -3,9 +3,7 @@ a worker (``owned_by``): together they tell a client which tasks its user may ca
 
 from uuid import UUID
 
-from tests.support.api import assert_problem
-
-JOB = "room1:modifiers:Rotate"
+from tests.support.api import JOB, assert_problem
 
 
 async def test_me_is_the_token_s_user(alice, admin):

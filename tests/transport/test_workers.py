@@ -6,9 +6,7 @@ from datetime import datetime
 import pytest
 
 from taskhub.services import jobs as job_service
-from tests.support.api import SCHEMA, assert_problem
-
-JOB = "room1:modifiers:Rotate"
+from tests.support.api import JOB, SCHEMA, assert_problem
 
 
 async def test_create_worker(alice):

@@ -9,7 +9,7 @@ import pytest
 from taskhub.rules.errors import ValidationBusy, ValidationFailed
 from taskhub.validation.payload_checks import PayloadChecks
 from taskhub.validation.payloads import validate_payload
-from tests.support.costly_payloads import COSTLY, POINTS_SCHEMA, until
+from tests.support.costly_payloads import COSTLY, POINTS_SCHEMA, until_checks_waiting
 from tests.support.event_loop import watched_loop
 
 SCHEMA = POINTS_SCHEMA
@@ -57,7 +57,7 @@ async def test_a_payload_past_the_deadline_on_the_thread_is_refused_as_too_costl
 async def test_past_the_bound_a_costly_payload_is_refused_and_cheap_ones_go_on():
     checks = PayloadChecks(most_waiting=1)
     first = asyncio.create_task(refusal(checks, COSTLY))
-    await until(lambda: checks.waiting == 1)
+    await until_checks_waiting(checks, 1)
     with pytest.raises(ValidationBusy) as busy:
         await checks.check(VERSION, SCHEMA, COSTLY)
     assert busy.value.status == 503 and busy.value.retry_after == 1
@@ -74,13 +74,13 @@ async def test_a_payload_counts_against_the_bound_until_the_thread_is_done_with_
     not get past the bound."""
     checks = PayloadChecks(most_waiting=1)
     first = asyncio.create_task(refusal(checks, COSTLY))
-    await until(lambda: checks.waiting == 1)
+    await until_checks_waiting(checks, 1)
     first.cancel()
     with pytest.raises(asyncio.CancelledError):
         await first
     with pytest.raises(ValidationBusy):
         await checks.check(VERSION, SCHEMA, COSTLY)
-    await until(lambda: checks.waiting == 0)
+    await until_checks_waiting(checks, 0)
     assert await refusal(checks, COSTLY) is None
 
 
@@ -88,7 +88,7 @@ async def test_one_user_s_costly_payloads_leave_room_for_everyone_else_s():
     checks = PayloadChecks(most_waiting=8, most_waiting_per_user=1)
     alice, bob = object(), object()
     first = asyncio.create_task(checks.check(VERSION, SCHEMA, COSTLY, alice))
-    await until(lambda: checks.waiting == 1)
+    await until_checks_waiting(checks, 1)
     with pytest.raises(ValidationBusy) as busy:
         await checks.check(VERSION, SCHEMA, COSTLY, alice)
     assert "of your costly payloads" in busy.value.detail
@@ -102,7 +102,7 @@ async def test_a_background_task_s_payload_waits_for_its_turn_instead_of_being_r
     """``ValidatePayload`` runs in the background: its payload is held anyway."""
     checks = PayloadChecks(most_waiting=1)
     first = asyncio.create_task(refusal(checks, COSTLY))
-    await until(lambda: checks.waiting == 1)
+    await until_checks_waiting(checks, 1)
     assert await checks.errors(VERSION, SCHEMA, COSTLY, bounded=False) == []
     assert await first is None
 
