@@ -15,9 +15,10 @@ from __future__ import annotations
 import enum
 from uuid import UUID
 
-from taskhub.rules.errors import Forbidden, WorkerNotFound
+from taskhub.rules.errors import Forbidden
 from taskhub.rules.records import Principal
 from taskhub.rules.states import TaskStatus
+from taskhub.rules.worker_ownership import check_worker, may_act_for
 
 
 class Role(enum.Enum):
@@ -69,13 +70,8 @@ def may_update(
 
 def may_claim(principal: Principal, worker_owner: UUID | None) -> bool:
     """``worker_owner``: the owner of the claiming worker (None: no such worker, for
-    which nobody may claim)."""
-    if worker_owner is None:
-        return False
-    if is_unrestricted(principal):
-        return True
-    facts = {"worker_owner": worker_owner, "submitted_by": None}
-    return any(holds_role(principal, role, **facts) for role in claim_roles())
+    which nobody may claim). Claiming is acting for the worker (``worker_ownership``)."""
+    return worker_owner is not None and may_act_for(principal, worker_owner)
 
 
 def check_update(
@@ -94,8 +90,5 @@ def check_update(
 
 def check_claim(principal: Principal, worker_id: UUID, worker_owner: UUID | None) -> None:
     """404 when the worker does not exist (``worker_owner`` None), 403 unless
-    ``may_claim``."""
-    if worker_owner is None:
-        raise WorkerNotFound(f"Worker {worker_id} not found.")
-    if not may_claim(principal, worker_owner):
-        raise Forbidden("This worker belongs to another user.")
+    ``may_claim``: the rule of acting for a worker."""
+    check_worker(principal, worker_id, worker_owner)
