@@ -73,22 +73,19 @@ async def submit_task(
     job = known_jobs.get(full_name) if known_jobs is not None else None
     while True:
         fresh = job is None
-        # A repeated key answers its original task before the payload is judged: by the
-        # job's schema of today it might no longer pass.
+        # A job read afresh comes with the original task of a repeated key, answered before
+        # the payload is judged (by the job's schema of today it might no longer pass). A
+        # remembered job costs no read: a repeat is found by the insert's conflict, or, if
+        # the payload fails, by the fresh read that failure leads to.
         if job is None:
             async with db.autocommit() as conn:
                 job, replay = await _visible_job(
                     conn, principal, room_id, full_name, idempotency_key
                 )
-            if known_jobs is not None and job is not None:
+            if replay is not None:
+                return _replayed(replay, digest), EventBatch(), False
+            if known_jobs is not None:
                 known_jobs.remember(full_name, job)
-        elif idempotency_key is not None:
-            async with db.autocommit() as conn:
-                replay = await store.submitted_before(conn, principal.id, job.id, idempotency_key)
-        else:
-            replay = None
-        if replay is not None:
-            return _replayed(replay, digest), EventBatch(), False
         try:
             _check_executor(job, internal)
             # No connection is held meanwhile: a costly payload takes up to seconds.
@@ -100,6 +97,7 @@ async def submit_task(
             continue
         now = utcnow()
         record = _new_task(job, room_id, principal, payload, options, now)
+        replay = None
         async with db.autocommit() as conn:
             inserted = await store.insert_task(
                 conn,
