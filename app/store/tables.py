@@ -99,6 +99,8 @@ class Worker(TaskhubModel, table=True):
     )
     last_heartbeat: datetime = Field(default_factory=utcnow, sa_type=UTCDateTime, index=True)
     created_at: datetime = Field(default_factory=utcnow, sa_type=UTCDateTime)
+    # How many tasks it runs at once, as its SDK reported (NULL: not reported).
+    slots: int | None = Field(default=None)
 
 
 class Job(TaskhubModel, table=True):
@@ -171,6 +173,13 @@ class Task(TaskhubModel, table=True):
         ),
         # Leases the sweeper watches; a finished task keeps its last lease, unindexed.
         Index("ix_task_active_lease", "lease_expires_at", **_partial(ACTIVE_ONLY)),
+        # A room's finished tasks by time (the room's aggregates over a window).
+        Index(
+            "ix_task_room_completed",
+            "room_id",
+            "completed_at",
+            **_partial("completed_at IS NOT NULL"),
+        ),
     )
 
     id: UUID = Field(default_factory=new_id, primary_key=True)
@@ -223,6 +232,8 @@ class Task(TaskhubModel, table=True):
     # With ``idempotency_key``: a digest of the submit as sent, which a repeat of the key
     # must match (NULL before migration 0012: any repeat matches). Last, as 0012 adds it.
     request_digest: str | None = Field(default=None, sa_type=String(64))
+    # The task this one re-runs (no foreign key: the original may be purged first).
+    rerun_of: UUID | None = Field(default=None)
 
 
 class TaskQueueBucket(TaskhubModel, table=True):
@@ -242,6 +253,32 @@ class TaskQueueBucket(TaskhubModel, table=True):
     )
 
 
+class TaskLog(TaskhubModel, table=True):
+    """A log line a run of a task sent; deleted with its task. ``dropped``: how many lines
+    of the task were dropped just before this one (over the hub's bounds)."""
+
+    __tablename__ = "task_log"
+    __table_args__ = (Index("ix_task_log_task_id_id", "task_id", "id"),)
+
+    id: int | None = Field(
+        default=None,
+        sa_column=Column(
+            BigInteger().with_variant(Integer(), "sqlite"), primary_key=True, autoincrement=True
+        ),
+    )
+    task_id: UUID = Field(
+        sa_column=Column(ForeignKey("task.id", ondelete="CASCADE"), nullable=False)
+    )
+    attempt: int
+    logged_at: datetime = Field(sa_type=UTCDateTime)
+    level: str = Field(sa_type=String(16))
+    logger: str | None = Field(default=None, sa_type=String(128))
+    message: str = Field(sa_type=Text)
+    dropped: int = Field(
+        default=0, sa_column=Column(Integer, nullable=False, server_default=text("0"))
+    )
+
+
 # Each model's ``__table__`` (SQLModel's classes do not declare it to type checkers): the
 # ``Table`` its class registered in ``metadata`` under its ``__tablename__``.
 user_table = metadata.tables[User.__tablename__]
@@ -251,6 +288,7 @@ job_table = metadata.tables[Job.__tablename__]
 link_table = metadata.tables[WorkerJobLink.__tablename__]
 task_table = metadata.tables[Task.__tablename__]
 queue_bucket_table = metadata.tables[TaskQueueBucket.__tablename__]
+task_log_table = metadata.tables[TaskLog.__tablename__]
 
 
 def answered_task_columns() -> list[Any]:

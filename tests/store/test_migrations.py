@@ -49,6 +49,7 @@ APP_TABLES = {
     "job",
     "worker_job_link",
     "task",
+    "task_log",
     "task_queue_bucket",
 }
 
