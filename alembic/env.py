@@ -42,7 +42,13 @@ def _run_sync(connection: Connection) -> None:
 
 
 async def _run_async(url: str) -> None:
-    engine = create_async_engine(url, poolclass=pool.NullPool)
+    # On PostgreSQL no statement is cached (so named): one run of migrations gains nothing
+    # from it, and it keeps ``taskhub migrate`` safe through a transaction-mode pooler.
+    postgres = url.startswith("postgresql")
+    no_cache = {"statement_cache_size": 0, "prepared_statement_cache_size": 0}
+    engine = create_async_engine(
+        url, poolclass=pool.NullPool, connect_args=no_cache if postgres else {}
+    )
     async with engine.connect() as connection:
         await connection.run_sync(_run_sync)
         await connection.commit()

@@ -15,7 +15,7 @@ from engineio import packet as engineio_packet
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import FileResponse, JSONResponse, Response
-from starlette.routing import Mount, Route
+from starlette.routing import Mount, Route, request_response
 from starlette.staticfiles import StaticFiles
 
 from taskhub import __version__, runtime
@@ -28,10 +28,11 @@ from taskhub.realtime.socket_sink import SocketSink
 from taskhub.runtime import Hub
 from taskhub.settings import Settings
 from taskhub.shutdown import StopSignals
-from taskhub.transport.http import jobs, tasks, users, workers
+from taskhub.transport.http import dashboard, jobs, task_logs, tasks, users, workers
 from taskhub.transport.http.openapi import openapi_endpoint
 from taskhub.transport.http.problems import EXCEPTION_HANDLERS, problem_response
 from taskhub.transport.http.router import ApiRoutes
+from taskhub.transport.page_security import PageSecurity, security_headers
 from taskhub.transport.sockets.handlers import SocketHandlers
 from taskhub.validation import payload_checks
 
@@ -41,8 +42,11 @@ API_PREFIX = "/v1/joblib"
 STATIC_DIR = Path(__file__).resolve().parent / "static"
 VENDOR_DIR = STATIC_DIR / "vendor"
 # Order matters: ".../jobs/{full_name}/tasks" must be tried before ".../jobs/{full_name}".
+# The dashboard's ".../tasks/bulk" before the submit's ".../tasks/{full_name}".
 ENDPOINTS = [
+    *dashboard.api.endpoints,
     *tasks.api.endpoints,
+    *task_logs.api.endpoints,
     *jobs.api.endpoints,
     *workers.api.endpoints,
     *users.api.endpoints,
@@ -213,6 +217,7 @@ def create_web_app(hub: Hub, running: Callable[[], AbstractAsyncContextManager[N
         async with running():
             yield
 
+    page_headers = security_headers(STATIC_DIR / "index.html")
     routes = [
         Route("/healthz", healthz, methods=["GET"]),
         Route("/readyz", readyz, methods=["GET"]),
@@ -222,11 +227,17 @@ def create_web_app(hub: Hub, running: Callable[[], AbstractAsyncContextManager[N
             openapi_endpoint(ENDPOINTS, API_PREFIX, hub.settings.allowed_categories),
             methods=["GET"],
         ),
-        Route("/", room_page, methods=["GET"]),
-        Mount("/static", StaticFiles(directory=STATIC_DIR), name="static"),
+        Route("/", PageSecurity(request_response(room_page), page_headers), methods=["GET"]),
+        Mount(
+            "/static",
+            PageSecurity(StaticFiles(directory=STATIC_DIR), page_headers),
+            name="static",
+        ),
     ]
     if VENDOR_DIR.is_dir():
-        routes.append(Mount("/vendor", StaticFiles(directory=VENDOR_DIR)))
+        routes.append(
+            Mount("/vendor", PageSecurity(StaticFiles(directory=VENDOR_DIR), page_headers))
+        )
     web = Starlette(routes=routes, exception_handlers=EXCEPTION_HANDLERS, lifespan=lifespan)
     web.state.hub = hub
     return web

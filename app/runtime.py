@@ -22,6 +22,7 @@ from taskhub.realtime.waiters import TaskWaiters
 from taskhub.realtime.wake_bus import RedisWakeBus
 from taskhub.services.internal_tasks import ensure_internal_jobs
 from taskhub.services.jobs import KnownJobs
+from taskhub.services.task_logs import LogRates
 from taskhub.services.users import Authenticator, ensure_admin_token
 from taskhub.services.workers import remove_silent_worker
 from taskhub.settings import Settings
@@ -41,6 +42,7 @@ class Hub:
     executor: InternalRuntime  # runs ``@internal`` tasks here on the embedded (in-memory) broker
     wake_bus: RedisWakeBus | None = None
     known_jobs: KnownJobs = field(default_factory=KnownJobs)
+    log_rates: LogRates = field(default_factory=LogRates)  # task logs' bounds and rates
     draining: bool = False  # a graceful shutdown has begun (``/readyz`` answers 503)
     presence: WorkerPresence = field(init=False)
     sweeper: Sweeper = field(init=False)

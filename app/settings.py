@@ -40,6 +40,10 @@ class DatabaseSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="TASKHUB_", extra="ignore")
 
     database_url: str = DEFAULT_SQLITE_URL
+    # ``transaction``: PostgreSQL is reached through a pooler in transaction mode (PgBouncer's
+    # ``pool_mode = transaction``), so the hub keeps no session state across transactions:
+    # no named prepared statements, no startup settings, the sweeper lease as a row.
+    database_pooler: Literal["none", "transaction"] = "none"
 
     @field_validator("database_url")
     @classmethod
@@ -80,6 +84,9 @@ class Settings(DatabaseSettings):
         30 * DAY_SECONDS, allow_zero=True, most=MAX_RETENTION_SECONDS
     )
     retention_batch_size: int = Field(default=1000, gt=0)
+    # The optional worker shortcuts (claim with start, PATCH with claim_next); off, the hub
+    # ignores them as an older hub does.
+    worker_shortcuts: bool = True
 
     max_body_bytes: int = Field(default=1_048_576, gt=0)
     # CPU seconds one payload's validation may take (and 500,000 keyword applications a

@@ -11,7 +11,11 @@ and PostgreSQL), ``longpoll`` (wake latency, one replica and two), ``notify``
 sockets), ``roomfanout`` (``task_status_event`` to 500 room sockets), ``backlog``
 (get/submit/claim with 10k and 50k pending tasks, SQLite and PostgreSQL) and ``documents``
 (requests carrying 0.8 MB payloads and results, pages of them, 250 kB schemas registered at
-once, and a bystander's small submits meanwhile; SQLite and PostgreSQL). Each result is a
+once, and a bystander's small submits meanwhile; SQLite and PostgreSQL) and ``sdk`` (real
+worker processes of the SDK and of zndraw-joblib's ``JobManager``, one round; see
+``benchmarks/sdk.py``) and ``dashboard`` (the room dashboard's aggregates, filtered
+listings and bulk dry run over a room of 50,000 tasks; SQLite and PostgreSQL). Each result
+is a
 JSON line on stdout as soon as it is measured; the markdown tables (one per family) follow on
 stderr at the end. A scenario that fails gives an ``error`` line and the run goes on; the exit
 status is then 1.
@@ -27,11 +31,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks import backlog, documents, realtime, throughput
+from benchmarks import backlog, dashboard, documents, realtime, sdk, throughput
 from benchmarks.report import Results, csv_choices, emit, log, run_main
 from benchmarks.targets import FACTORIES, TargetOptions, add_server_arguments, scratch_options
 
-SCENARIOS = ("throughput", "longpoll", "notify", "fanout", "roomfanout", "backlog", "documents")
+SCENARIOS = (
+    "throughput",
+    "longpoll",
+    "notify",
+    "fanout",
+    "roomfanout",
+    "backlog",
+    "documents",
+    "sdk",
+    "dashboard",
+)
 
 
 @dataclass(frozen=True)
@@ -46,12 +60,14 @@ class Sizes:
     backlogs: list[int]  # backlog: B values
     samples: int  # backlog: requests of each kind
     documents: documents.Sizes
+    dashboard_tasks: int = 50_000  # dashboard: tasks in the room
+    dashboard_samples: int = 50  # dashboard: requests of each kind
 
 
 FULL = Sizes(
     2000, [1, 4, 16], 30, [1, 200], [500], [10_000, 50_000], 200, documents.Sizes(10, 36_000, 6)
 )
-QUICK = Sizes(200, [1, 4, 16], 5, [1, 20], [20], [500], 20, documents.Sizes(2, 2_000, 2))
+QUICK = Sizes(200, [1, 4, 16], 5, [1, 20], [20], [500], 20, documents.Sizes(2, 2_000, 2), 500, 5)
 
 Runner = Callable[[TargetOptions, Sizes, list[str]], Awaitable[Results]]
 
@@ -80,11 +96,38 @@ async def _documents(options: TargetOptions, sizes: Sizes, targets: list[str]) -
     return await documents.bench_documents(options, databases, sizes.documents)
 
 
+async def _sdk(options: TargetOptions, sizes: Sizes, _targets: list[str]) -> Results:
+    """``benchmarks.sdk``, one round of every system (its own sizes, quick or full)."""
+    quick = sizes == QUICK
+    layouts = sdk.QUICK_LAYOUTS if quick else sdk.DEFAULT_LAYOUTS
+    results: Results = []
+    await sdk.bench_sdk(
+        options,
+        list(sdk.SYSTEMS),
+        layouts,
+        sdk.QUICK if quick else sdk.FULL,
+        1,
+        sdk.DEFAULT_JOBLIB_POLL,
+        sdk.REDIS_URL,
+        results,
+    )
+    return results
+
+
+async def _dashboard(options: TargetOptions, sizes: Sizes, targets: list[str]) -> Results:
+    databases = [name for name in targets if name in dashboard.TARGETS]
+    return await dashboard.bench_dashboard(
+        options, databases, sizes.dashboard_tasks, sizes.dashboard_samples
+    )
+
+
 RUNNERS: dict[str, Runner] = {
     "throughput": _throughput,
     **{name: _realtime(name) for name in realtime.SCENARIOS},
     "backlog": _backlog,
     "documents": _documents,
+    "sdk": _sdk,
+    "dashboard": _dashboard,
 }
 
 
@@ -116,6 +159,8 @@ def tables(results: Results) -> str:
         ("Real-time latency", realtime.table, lambda r: r["scenario"] in realtime.SCENARIOS),
         ("Backlog", backlog.table, lambda r: r["scenario"] == "backlog"),
         ("Big documents", documents.table, lambda r: r["scenario"] == "documents"),
+        ("SDK workers", sdk.table, lambda r: r["scenario"] == "sdk"),
+        ("Room dashboard", dashboard.table, lambda r: r["scenario"] == "dashboard"),
     ]
     parts = []
     for title, render, belongs in families:

@@ -7,6 +7,7 @@ import argparse
 import asyncio
 import os
 import secrets
+import shutil
 import socket
 import sys
 import tempfile
@@ -382,6 +383,110 @@ def postgres_floor_target(options: TargetOptions) -> AbstractAsyncContextManager
     return hub_target("postgres", options, floor=True)
 
 
+PGBOUNCER = "/usr/sbin/pgbouncer"
+# Server connections PgBouncer keeps per database: the hub's own pool size (10), so that a
+# difference measured is the hop and the unnamed statements, not fewer connections.
+PGBOUNCER_POOL_SIZE = 10
+
+
+@asynccontextmanager
+async def pgbouncer(admin_url: str) -> AsyncIterator[int]:
+    """Debian's PgBouncer (1.18) in transaction mode on a free port, in front of the
+    server of ``admin_url`` (every database, under its own name); yields its port. Run as
+    root, it runs as ``nobody`` (PgBouncer refuses root) from a directory of its own."""
+    parts = urlsplit(admin_url)
+    user, password = parts.username or "postgres", parts.password or ""
+    # Its own directory in /tmp (the work directory may not be open to ``nobody``).
+    directory = Path(tempfile.mkdtemp(prefix="taskhub-pgbouncer-"))
+    as_user: list[str] = []
+    if os.geteuid() == 0:
+        import pwd
+
+        nobody = pwd.getpwnam("nobody")
+        os.chown(directory, nobody.pw_uid, nobody.pw_gid)
+        as_user = ["-u", "nobody"]
+    port = free_port()
+    target = f"host={parts.hostname} port={parts.port or 5432}"
+    target += f" password={password}" if password else ""
+    (directory / "users.txt").write_text(f'"{user}" "{password}"\n')
+    config = directory / "pgbouncer.ini"
+    config.write_text(
+        f"[databases]\n* = {target}\n[pgbouncer]\nlisten_addr = {LOCALHOST}\n"
+        f"listen_port = {port}\nunix_socket_dir =\nauth_type = trust\n"
+        f"auth_file = {directory / 'users.txt'}\npool_mode = transaction\n"
+        f"default_pool_size = {PGBOUNCER_POOL_SIZE}\nmax_client_conn = 1000\n"
+        f"logfile = {directory / 'pgbouncer.log'}\n"
+    )
+    proc = await asyncio.create_subprocess_exec(
+        PGBOUNCER,
+        *as_user,
+        str(config),
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.DEVNULL,
+    )
+    try:
+        for _ in range(200):
+            try:
+                _reader, writer = await asyncio.open_connection(LOCALHOST, port)
+            except OSError:
+                if proc.returncode is not None:
+                    raise TargetError(f"pgbouncer exited with {proc.returncode}") from None
+                await asyncio.sleep(0.05)
+                continue
+            writer.close()
+            break
+        else:
+            raise TargetError("pgbouncer did not listen within 10 s")
+        yield port
+    finally:
+        await _stop(proc)
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+@asynccontextmanager
+async def postgres_pooled_target(
+    options: TargetOptions, *, through_pgbouncer: bool = True
+) -> AsyncIterator[Target]:
+    """``taskhub serve`` with ``TASKHUB_DATABASE_POOLER=transaction`` (no statement cache,
+    no startup settings): through PgBouncer in transaction mode, or (``through_pgbouncer``
+    false) straight to PostgreSQL, which isolates what the settings cost from the hop."""
+    port, token = free_port(), secrets.token_urlsafe(24)
+    name = "postgres-pgbouncer" if through_pgbouncer else "postgres-nocache"
+    async with AsyncExitStack() as stack:
+        url = await stack.enter_async_context(fresh_database("postgres", options))
+        if through_pgbouncer:
+            bouncer = await stack.enter_async_context(pgbouncer(options.pg_admin_url))
+            parts = urlsplit(url)
+            netloc = parts.netloc.rsplit("@", 1)
+            host = f"{LOCALHOST}:{bouncer}"
+            url = urlunsplit(
+                (
+                    parts.scheme,
+                    f"{netloc[0]}@{host}" if len(netloc) == 2 else host,
+                    parts.path,
+                    "",
+                    "",
+                )
+            )
+        env = _hub_env(url, token, options)
+        env["TASKHUB_DATABASE_POOLER"] = "transaction"
+        log = options.workdir / f"{name}.log"
+        postmaster = await pg_server_pid(options.pg_admin_url)
+        target = await stack.enter_async_context(
+            served(name, _serve_argv(port), env, port, token, log, url, postmaster)
+        )
+        yield target
+
+
+def postgres_pgbouncer_target(options: TargetOptions) -> AbstractAsyncContextManager[Target]:
+    return postgres_pooled_target(options)
+
+
+def postgres_nocache_target(options: TargetOptions) -> AbstractAsyncContextManager[Target]:
+    return postgres_pooled_target(options, through_pgbouncer=False)
+
+
 @asynccontextmanager
 async def external_target(url: str, token: str) -> AsyncIterator[Target]:
     """An already-running hub (only on 127.0.0.1)."""
@@ -397,7 +502,13 @@ FACTORIES: dict[str, TargetFactory] = {
 
 # Measurements, not configurations: the throughput benchmark takes them by name, the
 # default runs (and the backlog scenario, whose queue positions they would falsify) do not.
-ABLATIONS: dict[str, TargetFactory] = {"postgres-floor": postgres_floor_target}
+# (``postgres-pgbouncer`` and ``postgres-nocache``: what ``TASKHUB_DATABASE_POOLER=
+# transaction`` costs, through PgBouncer and without it.)
+ABLATIONS: dict[str, TargetFactory] = {
+    "postgres-floor": postgres_floor_target,
+    "postgres-pgbouncer": postgres_pgbouncer_target,
+    "postgres-nocache": postgres_nocache_target,
+}
 
 
 @asynccontextmanager

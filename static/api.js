@@ -13,6 +13,26 @@ export class ApiError extends Error {
 
 const enc = encodeURIComponent;
 
+/** A task filter as query parameters (status as a comma-separated list); empty ones left out. */
+export function filterQuery(filter = {}) {
+  const query = {};
+  if (filter.status?.length) query.status = filter.status.join(",");
+  for (const key of ["job", "submitted_by", "worker_id", "q"]) {
+    if (filter[key]) query[key] = filter[key];
+  }
+  return query;
+}
+
+/** A task filter as the bulk endpoint's `filter` object (status comma-separated too). */
+function filterBody(filter = {}) {
+  const body = {};
+  if (filter.status?.length) body.status = filter.status.join(",");
+  for (const key of ["job", "submitted_by", "worker_id", "q"]) {
+    if (filter[key]) body[key] = filter[key];
+  }
+  return body;
+}
+
 export class Api {
   constructor(token) {
     this.token = token;
@@ -66,6 +86,39 @@ export class Api {
     const query = new URLSearchParams({ limit, offset });
     if (status) query.set("status", status);
     return this.request("GET", `/rooms/${enc(room)}/tasks?${query}`);
+  }
+
+  /** A page of the room's tasks without payload and result (`view=summary`), filtered
+   * (`{status: [..], job, submitted_by, worker_id, q}`) and sorted (`-created_at`, …). */
+  taskSummaries(room, filter, { sort = "-created_at", limit = 50, offset = 0 } = {}) {
+    const query = new URLSearchParams({ view: "summary", sort, limit, offset });
+    for (const [key, value] of Object.entries(filterQuery(filter))) query.set(key, value);
+    return this.request("GET", `/rooms/${enc(room)}/tasks?${query}`);
+  }
+
+  /** The room's counts and per-bucket figures over `window` (from `since` only, if given). */
+  stats(room, window, since = null) {
+    const query = new URLSearchParams({ window });
+    if (since) query.set("since", since);
+    return this.request("GET", `/rooms/${enc(room)}/stats?${query}`);
+  }
+
+  logs(id, after = null, limit = 500) {
+    const query = new URLSearchParams({ limit });
+    if (after != null) query.set("after", after);
+    return this.request("GET", `/tasks/${enc(id)}/logs?${query}`);
+  }
+
+  rerun(id) {
+    return this.request("POST", `/tasks/${enc(id)}/rerun`);
+  }
+
+  /** Cancel or re-run `ids`, or every task matching `filter`; with dryRun, only count. */
+  bulk(room, action, { ids = null, filter = null, dryRun = false }) {
+    const body = { action, dry_run: dryRun };
+    if (ids) body.ids = ids;
+    else body.filter = filterBody(filter);
+    return this.request("POST", `/rooms/${enc(room)}/tasks/bulk`, body);
   }
 
   task(id) {

@@ -1,24 +1,33 @@
-// Taskhub's room page: sign in, choose a room (kept in the URL: /?room=lab, or #/lab),
-// see its jobs, workers and tasks live, submit from a schema-generated form, cancel.
+// Taskhub's room page, an operator's dashboard of a room: sign in, choose a room (kept in
+// the URL: /?room=lab, or #/lab), see its counts and charts, jobs, workers and tasks live
+// (a filtered, sorted, paged table whose state is in the URL too), a task's details and
+// log, submit from a schema-generated form, cancel and re-run (one task or in bulk).
 
 import { Api, ApiError } from "./api.js";
 import { $, announce, h, setFieldError, toast } from "./dom.js";
+import { Detail } from "./detail.js";
 import { jobLabel, shortId } from "./format.js";
-import { renderJobs, renderWorkers } from "./jobs.js";
+import { renderJobs, renderWorkers, tickWorkers } from "./jobs.js";
 import { Live } from "./live.js";
+import { Overview } from "./overview.js";
 import { SchemaForm } from "./schema-form.js";
-import { TaskList } from "./tasks.js";
+import { STATUSES, TaskTable } from "./tasks.js";
 
 const TOKEN_KEY = "taskhub.token";
 const ROOMS_KEY = "taskhub.rooms";
 const SHARED_ROOMS = ["@global", "@internal"]; // their jobs are listed in every room
 const PAGE = 50;
 const MAX_PAGE = 500; // the hub's largest page
-// The most tasks the list keeps (more only after "Load more" past it): live events of a
-// busy room would otherwise grow it, and the work of every event, without end. The oldest
-// go first; "Load more" brings them back.
-const LIVE_KEEP = MAX_PAGE;
 const QUEUE_REFRESH_MS = 250;
+const SORTS = ["-created_at", "created_at", "started_at", "-started_at", "completed_at",
+  "-completed_at", "status", "-status"];
+const WINDOWS = ["15m", "1h", "24h"];
+// Live events refresh the charts' last bucket(s) at most this often (coalesced).
+const STATS_TAIL_MS = 2000;
+const STATS_IDLE_MS = 15000; // and this often without events (new buckets begin)
+// An event changed what the shown page should hold: read it again at most this often.
+const PAGE_REFRESH_MS = 1000;
+const WORKERS_REFRESH_MS = 500;
 // Tasks of a shared (@global, @internal) job queue up with those of other rooms, whose
 // events this room never hears: their places are read again this often while shown.
 const SHARED_QUEUE_REFRESH_MS = 3000;
@@ -52,9 +61,14 @@ function routeFromUrl() {
   return { room: room || null, job: params.get("job") };
 }
 
+/** A room's address; the open room's carries its table's filters, sort, page and open
+ * task, so that it can be shared and reloaded. */
 function roomUrl(room, job = null) {
   const params = new URLSearchParams({ room });
   if (job) params.set("job", job);
+  if (room === session.room) {
+    for (const [key, value] of tableParams()) params.set(key, value);
+  }
   return `/?${params}`;
 }
 
@@ -94,7 +108,11 @@ function show() {
   $("#room-input").value = room;
   setFieldError($("#room-input"), $("#room-error"), "");
   if (room !== session.room) openRoom(room);
+  else if (readTableState()) loadPage();
   if (job !== roomState.selected) selectJob(job, { push: false });
+  const task = new URLSearchParams(location.search).get("task");
+  if (task && task !== detail.openId) detail.open(task, null);
+  else if (!task && detail.openId) detail.close();
 }
 
 // -- sign in / out ----------------------------------------------------------------------
@@ -120,13 +138,16 @@ async function signIn(event) {
   }
   setFieldError(input, error, "");
   input.value = "";
-  localStorage.setItem(TOKEN_KEY, token);
+  // This tab only, unless the person asks this device to remember it.
+  if ($("#remember-input").checked) localStorage.setItem(TOKEN_KEY, token);
+  else sessionStorage.setItem(TOKEN_KEY, token);
   start(token, me);
   $(routeFromUrl().room ? "#main" : "#room-input").focus();
 }
 
 function signOut(message = "") {
   localStorage.removeItem(TOKEN_KEY);
+  sessionStorage.removeItem(TOKEN_KEY);
   session.live?.close();
   session.live = null;
   session.api = null;
@@ -143,10 +164,14 @@ function start(token, me = null) {
   session.live = new Live(token, {
     state: setConnection,
     taskStatus: onTaskStatus,
-    jobsInvalidate: () => scheduleJobsRefresh(),
+    taskLog: (event) => detail.onLog(event),
+    jobsInvalidate: () => scheduleJobsRefresh(), // a worker came or left: jobs and workers
     synced: () => {
       if (!session.me) learnWhoIAm(); // the hub was out of reach at the start
-      if (session.room) refreshAll({ keepLoaded: true });
+      if (session.room) {
+        refreshAll();
+        detail.reloadLogs();
+      }
     },
     refused: () => signOut("The hub refused this token. Sign in again."),
     joinFailed: (room, error) => toast(`Could not follow room ${room}: ${error.message}`),
@@ -172,7 +197,8 @@ function setMe(me) {
   label.hidden = !me;
   label.textContent = me ? me.name : "";
   label.title = me ? `Signed in as ${me.name}${me.is_superuser ? " (superuser)" : ""}` : "";
-  taskList.refreshCancels();
+  if (me) userNames.set(me.id, me.name);
+  taskTable.refreshActions();
 }
 
 /** Whether the viewer may cancel `task`, as far as the page knows: the hub lets its
@@ -183,8 +209,18 @@ function mayCancel(task) {
   const me = session.me;
   if (!me || me.is_superuser || task.submitted_by === undefined) return true;
   if (task.submitted_by === me.id) return true;
-  return task.worker_id != null
-    && roomState.workers.some((w) => w.id === task.worker_id && w.owned_by === me.id);
+  return task.worker_id != null && roomState.workers.some(
+    (w) => w.id === task.worker_id && (w.owned_by ?? w.user_id) === me.id,
+  );
+}
+
+const userNames = new Map(); // user id -> name, from the summaries (events carry no names)
+
+/** The submitter's name as far as the page knows it. */
+function submitterName(task) {
+  if (task.submitter) return task.submitter;
+  const name = userNames.get(task.submitted_by);
+  return name ?? (task.submitted_by ? shortId(task.submitted_by) : "");
 }
 
 function setConnection(state, detail = "") {
@@ -264,33 +300,167 @@ const roomState = {
   selected: null, // full name of the job whose form is shown
   job: null, // that job (with its schema)
   form: null, // its SchemaForm
-  loaded: 0, // tasks fetched from the server so far (for "Load more"): set by setLoaded
-  total: 0, // the server's count of them when last fetched
-  listRequest: 0, // bumped on every refetch of the list: an older answer is dropped
-  queueRefresh: null, // a timer: queue places to read again (refreshQueueSoon)
 };
 
-const taskList = new TaskList($("#tasks"), $("#tasks-empty"), {
+// The table's state (in the URL): filter, sort, page.
+const table = {
+  filter: { status: [], job: "", submitted_by: "", worker_id: "", q: "" },
+  sort: "-created_at",
+  offset: 0,
+  total: 0,
+  request: 0, // bumped on every read of the page: an older answer is dropped
+  refreshTimer: null,
+  lastRefresh: 0,
+};
+
+// The overview's state: the window, and the coalesced reads of the charts' tail.
+const stats = { window: "1h", request: 0, tailTimer: null, lastTail: 0, loaded: false };
+const lastStatus = new Map(); // task id -> the status last heard (for the counts table)
+const LAST_STATUS_KEEP = 20000;
+
+const taskTable = new TaskTable($("#tasks"), {
+  open: (task, row) => openDetail(task.id, row.root, task),
   cancel: cancelTask,
+  rerun: rerunTask,
   mayCancel,
+  submitterName,
+  selection: onSelection,
   changed: announceTask,
-  dropped: onTasksDropped,
-  ignoredOlder: () => onTasksDropped(0, 1), // the hub has a task older than all shown
+  added: (tasks) => {
+    table.total += tasks.length;
+    updateTaskCount();
+  },
+  outOfPage: () => schedulePageRefresh(),
+});
+taskTable.matches = matchesFilter;
+
+const overview = new Overview($("#charts"), $("#counts tbody"));
+
+const detail = new Detail($("#detail"), $("#detail-body"), $("#detail-close"), {
+  load: (id) => session.api.task(id),
+  logs: (id, after) => session.api.logs(id, after),
+  cancel: (task) => session.api.cancel(task.id),
+  rerun: (task) => session.api.rerun(task.id),
+  mayCancel,
+  submitterName,
+  openTask: (id) => openDetail(id, document.activeElement),
+  closed: () => setTaskInUrl(null),
 });
 
-/** Tasks fetched so far; the list keeps as many (at least LIVE_KEEP). */
-function setLoaded(count) {
-  roomState.loaded = count;
-  taskList.limit = Math.max(LIVE_KEEP, count);
+function openDetail(id, from, known = null) {
+  detail.open(id, from, known);
+  setTaskInUrl(id);
 }
 
-/** The full list let its oldest tasks go (`shown` of them matched the filter): "Load more"
- * continues right after the oldest task shown, and is offered for those past it (at least
- * `atLeast`). */
-function onTasksDropped(shown, atLeast = 0) {
-  const older = Math.max(atLeast, roomState.total - roomState.loaded + shown);
-  setLoaded(taskList.size);
-  roomState.total = roomState.loaded + older;
+function setTaskInUrl(id) {
+  if (!session.room) return;
+  const params = new URLSearchParams(location.search);
+  if (id) params.set("task", id);
+  else params.delete("task");
+  history.replaceState(null, "", `/?${params}`);
+}
+
+/** The table's state as URL parameters (only what differs from the defaults). */
+function tableParams() {
+  const params = [];
+  const { filter } = table;
+  if (filter.status.length) params.push(["status", filter.status.join(",")]);
+  if (filter.job) params.push(["tjob", filter.job]);
+  if (filter.submitted_by) params.push(["by", filter.submitted_by]);
+  if (filter.worker_id) params.push(["worker", filter.worker_id]);
+  if (filter.q) params.push(["q", filter.q]);
+  if (table.sort !== "-created_at") params.push(["sort", table.sort]);
+  if (table.offset) params.push(["offset", String(table.offset)]);
+  if (stats.window !== "1h") params.push(["window", stats.window]);
+  const task = detail?.openId;
+  if (task) params.push(["task", task]);
+  return params;
+}
+
+/** Read the table's state from the URL into `table` and the controls; whether it changed. */
+function readTableState() {
+  const params = new URLSearchParams(location.search);
+  const before = JSON.stringify([table.filter, table.sort, table.offset]);
+  const status = (params.get("status") ?? "").split(",").filter((s) => STATUSES.includes(s));
+  table.filter = {
+    status,
+    job: params.get("tjob") ?? "",
+    submitted_by: params.get("by") ?? "",
+    worker_id: params.get("worker") ?? "",
+    q: params.get("q") ?? "",
+  };
+  const sort = params.get("sort");
+  table.sort = SORTS.includes(sort) ? sort : "-created_at";
+  table.offset = Math.max(0, Number.parseInt(params.get("offset") ?? "0", 10) || 0);
+  const windowParam = params.get("window");
+  const windowChanged = WINDOWS.includes(windowParam ?? "1h") && (windowParam ?? "1h") !== stats.window;
+  if (windowChanged) {
+    stats.window = windowParam ?? "1h";
+    $("#window-select").value = stats.window;
+    if (session.room) loadStats();
+  }
+  showTableState();
+  return before !== JSON.stringify([table.filter, table.sort, table.offset]);
+}
+
+/** The controls show `table`'s state. */
+function showTableState() {
+  const form = $("#task-filters");
+  for (const box of form.querySelectorAll("input[name=status]")) {
+    box.checked = table.filter.status.includes(box.value);
+  }
+  ensureOption($("#filter-job"), table.filter.job);
+  $("#filter-job").value = table.filter.job;
+  ensureOption($("#filter-submitter"), table.filter.submitted_by);
+  $("#filter-submitter").value = table.filter.submitted_by;
+  ensureOption($("#filter-worker"), table.filter.worker_id);
+  $("#filter-worker").value = table.filter.worker_id;
+  if ($("#filter-q") !== document.activeElement) $("#filter-q").value = table.filter.q;
+  for (const th of document.querySelectorAll("#task-table th[data-sort]")) {
+    const key = th.dataset.sort;
+    const state = table.sort === key ? "ascending" : table.sort === `-${key}` ? "descending" : "none";
+    th.setAttribute("aria-sort", state);
+  }
+}
+
+/** A <select> offers `value` even when the lists the page read do not (yet). */
+function ensureOption(select, value) {
+  if (!value || [...select.options].some((option) => option.value === value)) return;
+  select.append(new Option(value.length > 20 ? shortId(value) : value, value));
+}
+
+/** The filter changed in the controls: back to the first page, into the URL, read. */
+function onFilterChange() {
+  const form = $("#task-filters");
+  table.filter = {
+    status: [...form.querySelectorAll("input[name=status]:checked")].map((box) => box.value),
+    job: $("#filter-job").value,
+    submitted_by: $("#filter-submitter").value,
+    worker_id: $("#filter-worker").value,
+    q: $("#filter-q").value.trim(),
+  };
+  table.offset = 0;
+  taskTable.clearSelection();
+  writeUrl();
+  loadPage();
+}
+
+function writeUrl() {
+  if (session.room) history.replaceState(null, "", roomUrl(session.room, roomState.selected));
+}
+
+/** Does a task (from an event) match the filter, as far as the page can tell? A search
+ * (q) needs the hub: then no new task joins the page before it is read again. */
+function matchesFilter(task) {
+  const { filter } = table;
+  if (filter.status.length && !filter.status.includes(task.status)) return false;
+  if (filter.job && task.job_name !== filter.job) return false;
+  if (filter.submitted_by) {
+    const wanted = filter.submitted_by === "me" ? session.me?.id : filter.submitted_by;
+    if (task.submitted_by !== wanted) return false;
+  }
+  if (filter.worker_id && task.worker_id !== filter.worker_id) return false;
+  return !filter.q;
 }
 
 function openRoom(room) {
@@ -299,15 +469,20 @@ function openRoom(room) {
   roomState.jobs = null;
   roomState.selected = null;
   roomState.job = null;
-  setLoaded(0);
-  roomState.total = 0;
+  table.total = 0;
+  stats.loaded = false;
+  lastStatus.clear();
   rememberRoom(room);
   document.title = `${room} · Taskhub`;
   $("#room-name").textContent = room;
   $("#jobs").replaceChildren();
   $("#jobs").setAttribute("aria-busy", "true");
   $("#submit-panel").hidden = true;
-  taskList.reset([]);
+  $("#bulk-result").textContent = "";
+  detail.close();
+  taskTable.clearSelection();
+  taskTable.setPage([]);
+  readTableState();
   session.live.setRooms([room, ...SHARED_ROOMS]);
   refreshAll();
 }
@@ -317,13 +492,15 @@ function closeRoom() {
   session.room = null;
   roomState.generation += 1;
   roomState.selected = null;
+  detail.close();
   session.live?.setRooms([]);
 }
 
-/** Everything the room shows; after a reconnect (`keepLoaded`), as many tasks as shown. */
-function refreshAll({ keepLoaded = false } = {}) {
+/** Everything the room shows (on open, and after a reconnect). */
+function refreshAll() {
   refreshJobs();
-  refreshTasks({ keepLoaded });
+  loadPage();
+  loadStats();
 }
 
 let jobsTimer;
@@ -331,6 +508,26 @@ let jobsTimer;
 function scheduleJobsRefresh() {
   clearTimeout(jobsTimer);
   jobsTimer = setTimeout(() => session.room && refreshJobs(), 120);
+}
+
+let workersTimer = null;
+
+/** Read the workers again soon (a worker came or left, a task was taken or ended). */
+function scheduleWorkersRefresh() {
+  if (workersTimer) return;
+  workersTimer = setTimeout(async () => {
+    workersTimer = null;
+    if (!session.room) return;
+    const { generation } = roomState;
+    try {
+      const workers = await session.api.workers(session.room);
+      if (generation !== roomState.generation) return;
+      roomState.workers = workers.items;
+      drawWorkers();
+    } catch (error) {
+      signedOutBy(error);
+    }
+  }, WORKERS_REFRESH_MS);
 }
 
 /** Jobs, workers, and the selected job's schema (it may have changed). */
@@ -343,12 +540,25 @@ async function refreshJobs() {
     roomState.jobs = jobs.items;
     roomState.workers = workers.items;
     drawJobs();
-    renderWorkers($("#workers"), roomState.workers);
-    taskList.refreshCancels(); // a task its viewer's worker took may be cancelled by them
+    drawWorkers();
+    taskTable.refreshActions(); // a task its viewer's worker took may be cancelled by them
     if (roomState.selected) await loadJob(roomState.selected, { keepForm: true });
   } catch (error) {
     failed(error, "Could not load the jobs");
   }
+}
+
+function drawWorkers() {
+  renderWorkers($("#workers"), roomState.workers, {
+    openTask: (id) => openDetail(id, document.activeElement),
+  });
+  const select = $("#filter-worker");
+  const current = select.value;
+  select.replaceChildren(new Option("Any worker", ""), ...roomState.workers.map(
+    (worker) => new Option(`${shortId(worker.id)}${worker.owner ? ` (${worker.owner})` : ""}`, worker.id),
+  ));
+  ensureOption(select, current);
+  select.value = current;
 }
 
 function drawJobs() {
@@ -358,119 +568,291 @@ function drawJobs() {
     selected: roomState.selected,
     onSelect: (fullName) => selectJob(fullName === roomState.selected ? null : fullName),
   });
+  const select = $("#filter-job");
+  const current = select.value;
+  select.replaceChildren(new Option("Any job", ""), ...roomState.jobs
+    .map((job) => job.full_name).sort()
+    .map((name) => new Option(`${jobLabel(name).name} (${jobLabel(name).scope})`, name)));
+  ensureOption(select, current);
+  select.value = current;
   updateJobNote();
 }
 
-/** Read the list again for the current room and filter: the first page, or with
- * `keepLoaded` as many tasks as were loaded (a reconnect must not undo "Load more").
- * Only the answer to the latest request is used (filter changes may overtake). */
-async function refreshTasks({ keepLoaded = false } = {}) {
+// -- the table ----------------------------------------------------------------------------------
+
+/** Read the shown page again (filter, sort and page from `table`); only the answer to the
+ * latest request is used. */
+async function loadPage() {
+  if (!session.room) return;
   const { generation } = roomState;
-  roomState.listRequest += 1;
-  const request = roomState.listRequest;
-  const since = taskList.mark(); // events from now on may be newer than the answer
-  const wanted = keepLoaded ? Math.max(PAGE, roomState.loaded) : PAGE;
+  table.request += 1;
+  const request = table.request;
+  table.lastRefresh = Date.now();
+  taskTable.newOnTop = table.offset === 0 && table.sort === "-created_at";
+  const since = taskTable.mark(); // events from now on may be newer than the answer
+  $("#task-table").setAttribute("aria-busy", "true");
   try {
-    const { items, total } = await fetchTasks(taskList.filter, wanted);
-    if (generation !== roomState.generation || request !== roomState.listRequest) return;
-    if (keepLoaded && roomState.loaded > wanted) {
-      // "Load more" brought more while this was read: read as many again (this answer
-      // would take them back).
-      refreshTasks({ keepLoaded: true });
-      return;
-    }
-    setLoaded(items.length);
-    roomState.total = total;
-    taskList.reset(items, since); // tasks events brought meanwhile may make it drop some
-    updateTaskCount();
-  } catch (error) {
-    failed(error, "Could not load the tasks");
-  }
-}
-
-/** The newest `wanted` tasks with `status` (in pages of at most MAX_PAGE). */
-async function fetchTasks(status, wanted) {
-  const items = [];
-  let total = 0;
-  while (items.length < wanted) {
-    const limit = Math.min(MAX_PAGE, wanted - items.length);
-    const page = await session.api.tasks(session.room, { status, limit, offset: items.length });
-    items.push(...page.items);
-    total = page.total;
-    if (page.items.length < limit) break;
-  }
-  return { items, total };
-}
-
-async function loadMoreTasks() {
-  const { generation, listRequest } = roomState;
-  try {
-    const page = await session.api.tasks(session.room, {
-      status: taskList.filter,
-      limit: PAGE,
-      offset: roomState.loaded,
+    const page = await session.api.taskSummaries(session.room, table.filter, {
+      sort: table.sort, limit: PAGE, offset: table.offset,
     });
-    // A refetch since (filter change, reconnect) has replaced what this page continues.
-    if (generation !== roomState.generation || listRequest !== roomState.listRequest) return;
-    setLoaded(roomState.loaded + page.items.length); // the list keeps them
-    roomState.total = page.total;
-    taskList.addSnapshots(page.items, { quiet: true });
+    if (generation !== roomState.generation || request !== table.request) return;
+    for (const task of page.items) {
+      if (task.submitter && task.submitted_by) userNames.set(task.submitted_by, task.submitter);
+      rememberStatus(task.id, task.status);
+    }
+    drawSubmitters();
+    taskTable.limit = PAGE;
+    table.total = page.total + taskTable.setPage(page.items, since);
     updateTaskCount();
   } catch (error) {
-    failed(error, "Could not load more tasks");
+    if (request === table.request) failed(error, "Could not load the tasks");
+  } finally {
+    if (request === table.request) $("#task-table").setAttribute("aria-busy", "false");
   }
 }
 
-/** "N tasks", and "Load more" while the server's page said there are more. */
-function updateTaskCount(total = roomState.total) {
-  roomState.total = total;
-  const shown = taskList.size;
-  $("#tasks-count").textContent = shown === 1 ? "1 task" : `${shown} tasks`;
-  $("#tasks-more").hidden = roomState.loaded >= total;
+/** The submitter filter offers everyone whose tasks the page has seen. */
+function drawSubmitters() {
+  const select = $("#filter-submitter");
+  const current = select.value;
+  const others = [...userNames].filter(([id]) => id !== session.me?.id)
+    .sort((a, b) => a[1].localeCompare(b[1]));
+  const wanted = ["", "me", ...others.map(([id]) => id)];
+  const have = [...select.options].map((option) => option.value);
+  if (wanted.length === have.length && wanted.every((value, i) => value === have[i])) return;
+  select.replaceChildren(new Option("Anyone", ""), new Option("Mine", "me"),
+    ...others.map(([id, name]) => new Option(name, id)));
+  ensureOption(select, current);
+  select.value = current;
+}
+
+/** Events changed what the page should hold: read it again, at most once per
+ * PAGE_REFRESH_MS however many come. */
+function schedulePageRefresh() {
+  if (table.refreshTimer) return;
+  const wait = Math.max(0, table.lastRefresh + PAGE_REFRESH_MS - Date.now());
+  table.refreshTimer = setTimeout(() => {
+    table.refreshTimer = null;
+    loadPage();
+  }, wait);
+}
+
+function updateTaskCount() {
+  const shown = taskTable.size;
+  const { total, offset } = table;
+  $("#tasks-count").textContent = total === 1 ? "1 task" : `${total} tasks`;
+  $("#tasks-count").dataset.total = String(total);
+  $("#page-info").textContent = shown ? `${offset + 1}–${offset + shown} of ${total}` : "";
+  $("#page-prev").disabled = offset === 0;
+  $("#page-next").disabled = offset + shown >= total;
+  $("#tasks-empty").hidden = shown > 0;
+}
+
+function goToPage(delta) {
+  table.offset = Math.max(0, table.offset + delta * PAGE);
+  taskTable.clearSelection();
+  writeUrl();
+  loadPage();
+}
+
+function onSort(key) {
+  // Newest first on the first click of a time column; then the other way round.
+  const descending = `-${key}`;
+  table.sort = table.sort === descending ? key : descending;
+  table.offset = 0;
+  showTableState();
+  writeUrl();
+  loadPage();
+}
+
+function rememberStatus(id, status) {
+  if (lastStatus.size > LAST_STATUS_KEEP) lastStatus.delete(lastStatus.keys().next().value);
+  lastStatus.set(id, status);
 }
 
 function onTaskStatus(event) {
   if (event.room_id !== session.room) return;
-  const known = taskList.statusOf(event.id);
-  const isNew = taskList.applyEvent(event); // false too for an old task a full list ignores
-  updateTaskCount();
-  if (isNew) fillPayload(event.id, roomState.generation); // events carry no payload
-  // A task the list did not know (older than the loaded pages, or dropped from the list)
-  // may have left the queue too: the places of those behind it moved all the same.
-  const leftQueue = known === "pending" || (!known && event.status !== "pending");
-  if (event.status === "pending" || (leftQueue && taskList.hasPending((n) => n === event.name))) {
-    refreshQueueSoon();
+  taskTable.push(event);
+  detail.onStatus(event);
+  // The counts table: a change of status moves one task from a column to another.
+  const previous = lastStatus.get(event.id);
+  if (previous !== event.status) {
+    if (previous || event.status === "pending") overview.applyDelta(event.name, previous ?? null, event.status);
+    rememberStatus(event.id, event.status);
+    if (event.status !== "pending") scheduleWorkersRefresh(); // taken, or its slot freed
+    // Queue places of the pending tasks shown move when one joins or leaves the queue.
+    // (A task the page never saw may have left it too: it was older than the page.)
+    const queueMoved = previous === "pending" || event.status === "pending" || !previous;
+    if (queueMoved && showsPending()) refreshQueueSoon();
+  }
+  scheduleStatsTail();
+}
+
+// -- the overview ---------------------------------------------------------------------------------
+
+/** The whole window (a room opened, the window changed, a reconnect). */
+async function loadStats() {
+  if (!session.room) return;
+  const { generation } = roomState;
+  stats.request += 1;
+  const request = stats.request;
+  try {
+    const answer = await session.api.stats(session.room, stats.window);
+    if (generation !== roomState.generation || request !== stats.request) return;
+    stats.loaded = true;
+    stats.lastTail = Date.now();
+    overview.setStats(answer);
+    $("#stats-note").textContent = "";
+  } catch (error) {
+    if (request !== stats.request || signedOutBy(error)) return;
+    $("#stats-note").textContent = `The hub gave no figures: ${error.message}`;
   }
 }
 
-async function fillPayload(id, generation) {
+/** Live events: read the charts' tail (from the last bucket on) at most every
+ * STATS_TAIL_MS, never the whole window again. */
+function scheduleStatsTail() {
+  if (stats.tailTimer || !stats.loaded) return;
+  const wait = Math.max(0, stats.lastTail + STATS_TAIL_MS - Date.now());
+  stats.tailTimer = setTimeout(readStatsTail, wait);
+}
+
+async function readStatsTail() {
+  stats.tailTimer = null;
+  if (!session.room || !stats.loaded) return;
+  const { generation } = roomState;
+  const request = stats.request;
+  stats.lastTail = Date.now();
   try {
-    const task = await session.api.task(id);
-    // Not for a task the list has dropped since (it would come back).
-    if (generation === roomState.generation && taskList.has(id)) {
-      taskList.addSnapshots([task], { quiet: true });
-    }
+    const answer = await session.api.stats(session.room, stats.window, overview.tailSince);
+    if (generation !== roomState.generation || request !== stats.request) return;
+    overview.mergeTail(answer);
   } catch (error) {
-    // The payload is only shown in the task's details (the live state is already there),
-    // but a token the hub no longer accepts signs the page out.
     signedOutBy(error);
   }
 }
 
+// -- selection and bulk actions ---------------------------------------------------------------
+
+function onSelection(ids, shown) {
+  const count = ids.length;
+  $("#selection-count").textContent = count === 0 ? "No task selected."
+    : count === 1 ? "1 task selected." : `${count} tasks selected.`;
+  for (const button of document.querySelectorAll("#bulk-bar [data-scope=ids]")) {
+    button.disabled = count === 0;
+  }
+  const all = $("#select-page");
+  all.checked = count > 0 && count >= shown;
+  all.indeterminate = count > 0 && count < shown;
+}
+
+const BULK_VERBS = { cancel: ["Cancel", "cancelled"], rerun: ["Re-run", "re-run"] };
+
+/** Count what a bulk action would act on (dry run), ask in a dialog, then do it. */
+async function bulkAction(action, scope, opener) {
+  const ids = scope === "ids" ? [...taskTable.selected] : null;
+  const target = ids ? { ids } : { filter: table.filter };
+  const [verb, done] = BULK_VERBS[action];
+  let dry;
+  try {
+    dry = await session.api.bulk(session.room, action, { ...target, dryRun: true });
+  } catch (error) {
+    failed(error, `Could not count the tasks to ${verb.toLowerCase()}`);
+    return;
+  }
+  const dialog = $("#bulk-dialog");
+  const what = ids ? "selected" : "matching the filter";
+  $("#bulk-dialog-title").textContent = `${verb} tasks`;
+  const refusedText = dry.refused ? ` ${dry.refused} of them would be refused.` : "";
+  $("#bulk-dialog-text").textContent = `${verb} ${dry.matched} ${dry.matched === 1 ? "task" : "tasks"} ${what}?${refusedText}`;
+  $("#bulk-dialog-text").dataset.matched = String(dry.matched);
+  $("#bulk-confirm").textContent = `${verb} ${dry.matched}`;
+  $("#bulk-confirm").disabled = dry.matched === 0;
+  dialog.returnValue = "";
+  dialog.showModal();
+  $(dry.matched ? "#bulk-confirm" : "#bulk-dismiss").focus();
+  const answer = await new Promise((resolve) => {
+    dialog.addEventListener("close", () => resolve(dialog.returnValue), { once: true });
+  });
+  opener?.focus();
+  if (answer !== "confirm") return;
+  try {
+    const result = await session.api.bulk(session.room, action, target);
+    const message = `${result.succeeded} of ${result.matched} ${done}; ${result.refused} refused.`;
+    const out = $("#bulk-result");
+    out.textContent = message;
+    out.dataset.succeeded = String(result.succeeded);
+    out.dataset.refused = String(result.refused);
+    announce(message);
+    taskTable.clearSelection();
+    loadPage();
+  } catch (error) {
+    failed(error, `Could not ${verb.toLowerCase()} the tasks`);
+  }
+}
+
+// -- one task -----------------------------------------------------------------------------------
+
+const pendingAnnouncements = [];
+let announceTimer = null;
+
+/** Tell screen readers of a shown task's new status; a burst becomes one message. */
+function announceTask(task, previous) {
+  if (!previous || previous.status === task.status) return;
+  const { name } = jobLabel(task.job_name);
+  pendingAnnouncements.push(`Task ${name} ${shortId(task.id)} is ${task.status}.`);
+  if (announceTimer) return;
+  announceTimer = setTimeout(() => {
+    announceTimer = null;
+    const messages = pendingAnnouncements.splice(0);
+    announce(messages.length === 1 ? messages[0] : `${messages.length} tasks changed status.`);
+  }, 500);
+}
+
+async function cancelTask(task, row) {
+  row.showMessage("");
+  try {
+    const updated = await session.api.cancel(task.id);
+    taskTable.push({ ...updated, name: updated.job_name });
+  } catch (error) {
+    if (error instanceof ApiError && error.status === 403) row.forbidCancel(error.message);
+    else if (!signedOutBy(error)) row.showMessage(`Could not cancel: ${error.message}`);
+  }
+}
+
+async function rerunTask(task, row) {
+  row.showMessage("");
+  try {
+    const created = await session.api.rerun(task.id);
+    row.showMessage(`Re-run as ${shortId(created.id)}.`);
+    schedulePageRefresh();
+  } catch (error) {
+    if (!signedOutBy(error)) row.showMessage(`Could not re-run: ${error.message}`);
+  }
+}
+
+function showsPending(test = () => true) {
+  return [...taskTable.rows.values()].some(
+    (row) => row.task.status === "pending" && test(row.task.job_name),
+  );
+}
+
+let queueTimer = null;
+
 /** A task joined or left a queue: the places of the others may have moved in ways an event
- * does not say (a higher priority goes ahead of them), so read them again from the hub,
- * at most once per QUEUE_REFRESH_MS however many events come. */
+ * does not say (a higher priority goes ahead of them), so read them again from the hub, at
+ * most once per QUEUE_REFRESH_MS however many events come. Only the rows shown change. */
 function refreshQueueSoon() {
-  if (roomState.queueRefresh) return;
+  if (queueTimer) return;
   const { generation } = roomState;
-  roomState.queueRefresh = setTimeout(async () => {
-    roomState.queueRefresh = null;
+  queueTimer = setTimeout(async () => {
+    queueTimer = null;
+    if (!session.room) return;
     try {
-      const page = await session.api.tasks(session.room, { status: "pending", limit: MAX_PAGE });
-      if (generation !== roomState.generation) return;
-      // New places for the tasks shown; the list does not grow by the others.
-      const shown = page.items.filter((task) => taskList.has(task.id));
-      taskList.addSnapshots(shown, { quiet: true });
+      const page = await session.api.taskSummaries(session.room, { status: ["pending"] }, {
+        sort: "created_at", limit: MAX_PAGE,
+      });
+      if (generation === roomState.generation) taskTable.updateShown(page.items);
     } catch (error) {
       signedOutBy(error);
     }
@@ -478,27 +860,11 @@ function refreshQueueSoon() {
 }
 
 /** Pending tasks of shared jobs wait behind tasks of other rooms, which this room hears
- * nothing of: read their places again now and then, while the page is seen. */
+ * nothing of: read their places again now and then while one is shown and the page is seen. */
 function refreshSharedQueues() {
+  if (!session.room || document.hidden) return;
   const shared = (name) => SHARED_ROOMS.some((room) => name.startsWith(`${room}:`));
-  if (session.room && !document.hidden && taskList.hasPending(shared)) refreshQueueSoon();
-}
-
-function announceTask(task, previous) {
-  const { name } = jobLabel(task.job_name);
-  const subject = `${name} ${shortId(task.id)}`;
-  if (!previous) announce(`New task ${subject}: ${task.status}.`);
-  else if (previous.status !== task.status) announce(`Task ${subject} is ${task.status}.`);
-}
-
-async function cancelTask(task, view) {
-  view.showMessage("");
-  try {
-    taskList.addSnapshots([await session.api.cancel(task.id)]);
-  } catch (error) {
-    if (error instanceof ApiError && error.status === 403) view.forbidCancel(error.message);
-    else if (!signedOutBy(error)) view.showMessage(`Could not cancel: ${error.message}`);
-  }
+  if (showsPending(shared)) refreshQueueSoon();
 }
 
 // -- the submit form ------------------------------------------------------------------------
@@ -597,8 +963,7 @@ async function onSubmit(event) {
   status.textContent = "Submitting…";
   try {
     const task = await session.api.submit(session.room, job.full_name, value);
-    taskList.addSnapshots([task]);
-    updateTaskCount();
+    taskTable.push({ ...task, name: task.job_name });
     status.textContent = `Submitted task ${shortId(task.id)}.`;
   } catch (error) {
     if (error instanceof ApiError && error.status === 422 && error.problem.errors) {
@@ -629,16 +994,41 @@ function init() {
   $("#room-form").addEventListener("submit", onRoomForm);
   $("#submit-form").addEventListener("submit", onSubmit);
   $("#reset-form").addEventListener("click", resetForm);
-  $("#tasks-more").addEventListener("click", loadMoreTasks);
-  $("#status-filter").addEventListener("change", (event) => {
-    taskList.setFilter(event.target.value);
-    refreshTasks();
+  $("#task-filters").addEventListener("change", (event) => {
+    if (event.target.id !== "filter-q") onFilterChange();
+  });
+  $("#task-filters").addEventListener("submit", (event) => {
+    event.preventDefault();
+    onFilterChange();
+  });
+  let searchTimer;
+  $("#filter-q").addEventListener("input", () => {
+    clearTimeout(searchTimer);
+    searchTimer = setTimeout(onFilterChange, 300); // debounced: one read per pause
+  });
+  for (const th of document.querySelectorAll("#task-table th[data-sort]")) {
+    th.querySelector("button").addEventListener("click", () => onSort(th.dataset.sort));
+  }
+  $("#select-page").addEventListener("change", (event) => taskTable.selectPage(event.target.checked));
+  for (const button of document.querySelectorAll("#bulk-bar [data-bulk]")) {
+    button.addEventListener("click", () => bulkAction(button.dataset.bulk, button.dataset.scope, button));
+  }
+  $("#page-prev").addEventListener("click", () => goToPage(-1));
+  $("#page-next").addEventListener("click", () => goToPage(1));
+  $("#window-select").addEventListener("change", (event) => {
+    stats.window = event.target.value;
+    writeUrl();
+    loadStats();
   });
   window.addEventListener("popstate", show);
-  // Relative "seen … ago" times of the workers.
-  setInterval(() => session.room && renderWorkers($("#workers"), roomState.workers), 5000);
+  const topbar = $(".topbar");
+  new ResizeObserver(() => {
+    document.documentElement.style.setProperty("--topbar-height", `${topbar.offsetHeight}px`);
+  }).observe(topbar);
+  setInterval(() => tickWorkers($("#workers")), 1000); // "seen … ago", ticking
+  setInterval(() => session.room && stats.loaded && scheduleStatsTail(), STATS_IDLE_MS);
   setInterval(refreshSharedQueues, SHARED_QUEUE_REFRESH_MS);
-  const token = localStorage.getItem(TOKEN_KEY);
+  const token = sessionStorage.getItem(TOKEN_KEY) ?? localStorage.getItem(TOKEN_KEY);
   if (token) start(token);
   else show();
 }

@@ -18,7 +18,7 @@ function groupOf(job, room) {
 function workerCount(job) {
   if (job.full_name.startsWith("@internal:")) return { text: "server-side", idle: false };
   const n = job.workers.length;
-  return { text: n === 1 ? "1 worker" : `${n} workers`, idle: n === 0 };
+  return { text: n === 1 ? "1 worker" : n ? `${n} workers` : "no worker", idle: n === 0 };
 }
 
 /** Render the jobs into `container` as toggle buttons; `onSelect(full_name)` on click. */
@@ -36,7 +36,7 @@ export function renderJobs(container, jobs, { room, selected, onSelect }) {
         "button",
         {
           type: "button",
-          class: "job-button",
+          class: count.idle ? "job-button no-worker" : "job-button",
           "aria-pressed": String(job.full_name === selected),
           dataset: { job: job.full_name },
           onclick: () => onSelect(job.full_name),
@@ -58,19 +58,54 @@ export function renderJobs(container, jobs, { room, selected, onSelect }) {
   if (focused) container.querySelector(`[data-job="${CSS.escape(focused)}"]`)?.focus();
 }
 
-/** Render the workers serving jobs visible from the room. */
-export function renderWorkers(container, workers) {
+/** Render the workers serving jobs visible from the room: owner, jobs, last heartbeat
+ * (relative: `tickWorkers` keeps it current), slots used and free, the tasks each runs
+ * now (buttons opening their details). */
+export function renderWorkers(container, workers, { openTask } = {}) {
   if (!workers.length) {
     container.replaceChildren(h("li", { class: "empty" }, "No worker is connected."));
     return;
   }
-  container.replaceChildren(
-    ...workers.map((worker) =>
-      h("li", { class: "worker", dataset: { workerId: worker.id } },
+  container.replaceChildren(...workers.map((worker) => {
+    const running = worker.running ?? [];
+    const used = worker.used ?? running.length;
+    const slots = worker.slots;
+    const bar = h("span", { class: "bar-fill" });
+    if (slots) bar.style.width = `${Math.round(Math.min(1, used / slots) * 100)}%`;
+    const jobs = (worker.jobs ?? []).map((job) => (typeof job === "string" ? job : job.full_name ?? job.name));
+    const jobNames = jobs.map((job) => job.split(":").slice(2).join(":") || job);
+    const slotText = slots ? `${used} of ${slots} slots used, ${Math.max(0, slots - used)} free`
+      : `${used} running`;
+    return h("li", { class: "worker", dataset: { workerId: worker.id } },
+      h("div", { class: "worker-head" },
         h("span", { class: "dot ok", "aria-hidden": "true" }),
         h("code", { title: worker.id }, shortId(worker.id)),
-        h("span", {}, worker.job_count === 1 ? "1 job" : `${worker.job_count} jobs`),
-        h("span", { class: "seen" }, `seen ${ago(worker.last_heartbeat)}`)),
-    ),
-  );
+        h("span", { class: "owner" }, worker.owner ?? ""),
+        h("span", { class: "seen", dataset: { at: worker.last_heartbeat ?? "" } },
+          worker.last_heartbeat ? `seen ${ago(worker.last_heartbeat)}` : "")),
+      h("div", { class: "worker-jobs", title: jobs.join(", ") },
+        jobNames.length ? jobNames.join(", ")
+          : (worker.job_count === 1 ? "1 job" : `${worker.job_count ?? 0} jobs`)),
+      h("div", { class: "slots" },
+        slots ? h("span", {
+          class: "bar", role: "meter", "aria-valuemin": "0", "aria-valuemax": String(slots),
+          "aria-valuenow": String(used), "aria-label": "Slots used",
+        }, bar) : null,
+        h("span", { class: "slot-text" }, slotText)),
+      running.length ? h("ul", { class: "running", "aria-label": "Running now" },
+        ...running.map((id) => h("li", {}, h("button", {
+          type: "button", class: "link", dataset: { taskId: id },
+          onclick: () => openTask?.(id),
+        }, shortId(id))))) : null);
+  }));
+}
+
+/** Bring every "seen … ago" up to date (once a second). */
+export function tickWorkers(container) {
+  const now = Date.now();
+  for (const el of container.querySelectorAll(".seen[data-at]")) {
+    if (!el.dataset.at) continue;
+    const text = `seen ${ago(el.dataset.at, now)}`;
+    if (el.textContent !== text) el.textContent = text;
+  }
 }

@@ -7,6 +7,7 @@ import { io } from "socket.io-client";
 export class Live {
   /**
    * handlers: { state(state, detail), taskStatus(event), jobsInvalidate(event),
+   *             taskLog(event),
    *             synced() — rooms (re)joined after a connect: refetch what may be missed,
    *             refused(message) — the hub refused the token }
    */
@@ -20,6 +21,7 @@ export class Live {
     this.socket.on("connect_error", (error) => this.#failed(error));
     this.socket.on("task_status_event", (event) => handlers.taskStatus?.(event));
     this.socket.on("jobs_invalidate", (event) => handlers.jobsInvalidate?.(event));
+    this.socket.on("task_log", (event) => handlers.taskLog?.(event));
     this.onOnline = () => this.#setState(this.socket.connected ? "connected" : "reconnecting");
     this.onOffline = () => this.#setState("offline", "This device is offline.");
     window.addEventListener("online", this.onOnline);

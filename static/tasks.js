@@ -1,13 +1,16 @@
-// The room's task list: a store of tasks by id, kept up to date from REST snapshots and
-// live task_status_event payloads, and its view (newest first, filtered by status). It
-// keeps at most `limit` tasks: past that, the oldest go (see `#trim`).
+// The room's task table: one line per task, a page the hub chose (server-side filters,
+// sort and pagination: view=summary), kept live by task_status_event. Events are queued
+// and applied once per animation frame, and only the rows that changed are touched, so a
+// burst of thousands of events a minute leaves the page responsive.
 
 import { h } from "./dom.js";
-import { clock, duration, jobLabel, json, shortId } from "./format.js";
+import { clock, duration, jobLabel, shortId } from "./format.js";
 
 export const ACTIVE = new Set(["pending", "claimed", "running"]);
+export const RERUNNABLE = new Set(["failed", "cancelled"]);
+export const STATUSES = ["pending", "claimed", "running", "completed", "failed", "cancelled"];
 const RANK = { pending: 0, claimed: 1, running: 2, completed: 3, failed: 3, cancelled: 3 };
-const LABELS = {
+export const LABELS = {
   pending: "Pending",
   claimed: "Claimed",
   running: "Running",
@@ -23,365 +26,310 @@ export function taskFromEvent(event) {
 }
 
 /** Is a state of a task (a REST snapshot or an event) at least as recent as what we know?
- * A response may come after the events of later changes (e.g. the submit's 202), and events
- * of one task may come from several processes (replicas, the taskiq worker) out of order.
- * The hub counts each task's writes in `version`; without it (an older hub), attempts and
- * the order of statuses decide. */
-function notOlder(state, known) {
+ * Events of one task may come from several processes out of order: the hub counts each
+ * task's writes in `version`; without it (an older hub), attempts and the order of statuses
+ * decide. */
+export function notOlder(state, known) {
   if (!known) return true;
   if (state.version != null && known.version != null) return state.version >= known.version;
   const attempts = (state.attempt ?? 0) - (known.attempt ?? 0);
   return attempts !== 0 ? attempts > 0 : RANK[state.status] >= RANK[known.status];
 }
 
-/** The hub's order of its pages (what "Load more" continues), to the microsecond. */
-function newestFirst(a, b) {
-  return Date.parse(b.created_at) - Date.parse(a.created_at)
-    || microseconds(b.created_at) - microseconds(a.created_at)
-    || (a.id < b.id ? 1 : -1);
+/** "1.2 s" from one timestamp to another, or "" when either is missing. */
+function span(from, to) {
+  return from && to ? duration(from, to) : "";
 }
 
-/** The microseconds of a timestamp past its milliseconds (Date.parse stops there). */
-function microseconds(timestamp) {
-  const fraction = /\.(\d+)/.exec(timestamp)?.[1] ?? "";
-  return Number(fraction.slice(3, 6).padEnd(3, "0"));
-}
-
-export class TaskList {
-  /** handlers: { cancel(task), mayCancel(task), changed(task, previous), dropped(shown),
-   * ignoredOlder() } */
-  constructor(listEl, emptyEl, handlers) {
-    this.listEl = listEl;
-    this.emptyEl = emptyEl;
+export class TaskTable {
+  /** handlers: { open(task, row), cancel(task, row), rerun(task, row), mayCancel(task),
+   *   submitterName(task), selection(ids, shown), changed(task, previous) — a row shown
+   *   changed, added(tasks) — new tasks went on top, outOfPage() — an event changed what
+   *   the page should hold: read it again } */
+  constructor(tbody, handlers) {
+    this.tbody = tbody;
     this.handlers = handlers;
-    this.filter = "";
-    this.tasks = new Map();
-    this.views = new Map();
-    this.events = 0; // events applied so far: `mark()` before a fetch, `reset(…, since)`
-    this.lastEvent = new Map(); // task id -> the count of events when its last one came
-    this.limit = null; // how many tasks the store keeps at most (null: all)
-    this.dropped = 0; // tasks let go so far to stay within `limit`
-  }
-
-  /** A point in the stream of events; give it to `reset` to keep what comes after it. */
-  mark() {
-    return this.events;
-  }
-
-  /** Replace the list with a fetched page, keeping newer states we already know, and the
-   * tasks an event brought or changed after `since` (a `mark()` taken before the request:
-   * the page may not know them yet) while they match the filter. Items are updated in
-   * place: open details, messages and the keyboard focus stay. */
-  reset(items, since = Infinity) {
-    const old = this.tasks;
-    this.tasks = new Map();
-    for (const task of items) {
-      const known = old.get(task.id);
-      this.tasks.set(task.id, notOlder(task, known) ? { ...known, ...task } : known);
-    }
-    for (const [id, task] of old) {
-      if (!this.tasks.has(id) && this.lastEvent.get(id) > since && this.#visible(task)) {
-        this.tasks.set(id, task);
-      }
-    }
-    for (const [id, view] of this.views) {
-      if (this.tasks.has(id)) continue;
-      view.root.remove();
-      this.views.delete(id);
-    }
-    for (const id of this.lastEvent.keys()) {
-      if (!this.tasks.has(id)) this.lastEvent.delete(id);
-    }
-    const shown = this.#trim();
-    this.render();
-    if (shown != null) this.handlers.dropped?.(shown);
-  }
-
-  /** Merge fetched tasks (a submit or cancel reply; with `quiet`, a further page). */
-  addSnapshots(items, { quiet = false } = {}) {
-    const changes = [];
-    for (const task of items) {
-      const known = this.tasks.get(task.id);
-      if (notOlder(task, known)) changes.push(this.#store({ ...known, ...task }, known));
-      else if (task.payload && !known.payload) {
-        this.tasks.set(task.id, { ...known, payload: task.payload }); // an event's task
-      }
-    }
-    const shown = this.#trim();
-    this.render();
-    if (!quiet) this.#announce(changes);
-    if (shown != null) this.handlers.dropped?.(shown);
-  }
-
-  /** Apply a live event; returns true when the task was new to the list (and stays). */
-  applyEvent(event) {
-    const task = taskFromEvent(event);
-    const known = this.tasks.get(task.id);
-    if (known?.version != null && task.version != null && task.version < known.version) {
-      return false; // a late event: the list already shows a later state
-    }
-    if (!known && this.#full() && this.#olderThanAll(task)) {
-      // It would be the first to go; the hub has it, past the oldest task shown.
-      if (this.#visible(task)) this.handlers.ignoredOlder?.();
-      return false;
-    }
-    this.events += 1;
-    this.lastEvent.set(task.id, this.events);
-    const change = this.#store({ ...known, ...task }, known);
-    const shown = this.#trim();
-    this.render();
-    this.#announce([change]);
-    if (shown != null) this.handlers.dropped?.(shown);
-    return !known && this.tasks.has(task.id);
-  }
-
-  has(id) {
-    return this.tasks.has(id);
-  }
-
-  statusOf(id) {
-    return this.tasks.get(id)?.status;
-  }
-
-  setFilter(status) {
-    this.filter = status;
-    this.render();
-  }
-
-  /** Is a pending task of a job whose full name passes `test` in the list? */
-  hasPending(test) {
-    return [...this.tasks.values()].some((t) => t.status === "pending" && test(t.job_name));
+    this.rows = new Map(); // task id -> Row, in page order in the DOM
+    this.selected = new Set();
+    this.queue = new Map(); // task id -> its latest queued event
+    this.frame = 0;
+    this.matches = () => true; // does a task match the filter (as far as the page can tell)?
+    this.newOnTop = true; // the first page, newest first: new tasks go on top
+    this.limit = 50;
+    this.applied = 0; // events applied so far (see `mark`)
+    this.addedAt = new Map(); // task id -> `applied` when an event put it on top
   }
 
   get size() {
-    return [...this.tasks.values()].filter((task) => this.#visible(task)).length;
+    return this.rows.size;
   }
 
-  /** Store a task's new state; returns the change to announce once the list is trimmed. */
-  #store(task, previous) {
-    this.tasks.set(task.id, task);
-    if (previous?.status === "pending" && task.status !== "pending") this.#moveQueue(previous);
-    return [task, previous];
+  has(id) {
+    return this.rows.has(id);
   }
 
-  /** Tell the handlers of the changes to tasks still in the list (not of dropped ones). */
-  #announce(changes) {
-    for (const [task, previous] of changes) {
-      if (this.tasks.has(task.id)) this.handlers.changed?.(task, previous);
+  task(id) {
+    return this.rows.get(id)?.task;
+  }
+
+  /** A point in the stream of events; give it to `setPage` to keep what comes after it. */
+  mark() {
+    return this.applied;
+  }
+
+  /** Show a fetched page, in its order; rows of tasks already shown are updated in place
+   * (keeping a newer state an event brought), others built, the rest removed. New tasks
+   * events put on top after `since` (a `mark()` taken before the request: the answer may
+   * not know them yet) stay there while they match. Returns how many were kept so. */
+  setPage(items, since = Infinity) {
+    const listed = new Set(items.map((task) => task.id));
+    const late = this.newOnTop
+      ? [...this.rows.values()].filter((row) => !listed.has(row.task.id)
+        && (this.addedAt.get(row.task.id) ?? -1) > since && this.matches(row.task))
+      : [];
+    items = [...late.map((row) => row.task), ...items].slice(0, this.limit);
+    const keep = new Set(items.map((task) => task.id));
+    for (const [id, row] of this.rows) {
+      if (keep.has(id)) continue;
+      row.root.remove();
+      this.rows.delete(id);
     }
-  }
-
-  #full() {
-    return this.limit != null && this.tasks.size >= this.limit;
-  }
-
-  #olderThanAll(task) {
-    for (const other of this.tasks.values()) {
-      if (newestFirst(task, other) <= 0) return false;
+    let cursor = this.tbody.firstElementChild;
+    const rows = new Map();
+    for (const item of items) {
+      let row = this.rows.get(item.id);
+      if (!row) row = new Row(item, this.handlers, this);
+      else if (notOlder(item, row.task)) row.update({ ...row.task, ...item });
+      else if (item.submitter && !row.task.submitter) row.update({ ...row.task, submitter: item.submitter });
+      rows.set(item.id, row);
+      if (row.root === cursor) cursor = cursor.nextElementSibling;
+      else this.tbody.insertBefore(row.root, cursor);
     }
-    return true;
+    this.rows = rows;
+    for (const id of [...this.selected]) if (!rows.has(id)) this.selected.delete(id);
+    for (const id of [...this.addedAt.keys()]) if (!rows.has(id)) this.addedAt.delete(id);
+    this.#selectionChanged();
+    return late.length;
   }
 
-  /** Keep at most `limit` tasks: drop those hidden by the filter first, then the oldest
-   * shown, never a pinned one (open details, the keyboard focus). Returns how many of the
-   * dropped were shown, or null when none went. */
-  #trim() {
-    if (this.limit == null || this.tasks.size <= this.limit) return null;
-    const oldestFirst = [...this.tasks.values()].sort(newestFirst).reverse();
-    const hidden = oldestFirst.filter((task) => !this.#visible(task));
-    const visible = oldestFirst.filter((task) => this.#visible(task));
-    let shown = 0;
-    let dropped = 0;
-    for (const task of [...hidden, ...visible]) {
-      if (this.tasks.size <= this.limit) break;
-      const view = this.views.get(task.id);
-      if (view?.pinned) continue;
-      view?.root.remove();
-      this.views.delete(task.id);
-      this.tasks.delete(task.id);
-      this.lastEvent.delete(task.id);
-      dropped += 1;
-      if (this.#visible(task)) shown += 1;
+  /** Queue a live event; applied with the others on the next animation frame. */
+  push(event) {
+    const known = this.queue.get(event.id);
+    if (known && known.version != null && event.version != null && event.version < known.version) {
+      return;
     }
-    this.dropped += dropped;
-    return dropped ? shown : null;
+    this.queue.set(event.id, event);
+    if (!this.frame) this.frame = requestAnimationFrame(() => this.flush());
   }
 
-  /** A task left the queue: those behind it in its job's queue move up one place. */
-  #moveQueue(left) {
-    if (left.queue_position == null) return;
-    for (const [id, other] of this.tasks) {
-      if (
-        other.status === "pending"
-        && other.job_name === left.job_name
-        && other.queue_position > left.queue_position
-      ) {
-        this.tasks.set(id, { ...other, queue_position: other.queue_position - 1 });
+  /** Apply the queued events: rows shown are updated, new tasks the page accepts go on
+   * top (the last rows go past the page's size). */
+  flush() {
+    this.frame = 0;
+    const events = [...this.queue.values()];
+    this.queue.clear();
+    let outOfPage = false;
+    const added = [];
+    for (const event of events) {
+      const task = taskFromEvent(event);
+      const row = this.rows.get(task.id);
+      this.applied += 1;
+      if (row) {
+        if (!notOlder(task, row.task)) continue;
+        const previous = row.task;
+        row.update({ ...previous, ...task });
+        if (!this.matches(row.task)) outOfPage = true; // it leaves the page on the next read
+        this.handlers.changed?.(row.task, previous);
+      } else if (this.matches(task)) {
+        if (this.newOnTop) added.push(task);
+        else outOfPage = true; // it may belong somewhere on this page
       }
     }
-  }
-
-  #visible(task) {
-    return !this.filter || task.status === this.filter;
-  }
-
-  /** Show or hide every Cancel again: what the viewer may cancel became known. */
-  refreshCancels() {
-    for (const view of this.views.values()) view.refreshCancel();
-  }
-
-  /** Bring the DOM in line with the store, moving only items that are out of place
-   * (moving an element would take the keyboard focus away from it). */
-  render() {
-    const visible = [...this.tasks.values()].filter((t) => this.#visible(t)).sort(newestFirst);
-    const keep = new Set(visible.map((task) => task.id));
-    for (const [id, view] of this.views) {
-      if (!keep.has(id)) view.root.remove();
-    }
-    let cursor = this.listEl.firstElementChild;
-    for (const task of visible) {
-      let view = this.views.get(task.id);
-      if (!view) {
-        view = new TaskView(task, this.handlers);
-        this.views.set(task.id, view);
+    if (added.length) {
+      // Newest first, on top; the page keeps its size.
+      added.sort((a, b) => (a.created_at < b.created_at ? 1 : a.created_at > b.created_at ? -1 : 0));
+      const first = this.tbody.firstElementChild;
+      const fresh = new Map();
+      for (const task of added) {
+        const row = new Row(task, this.handlers, this);
+        fresh.set(task.id, row);
+        this.addedAt.set(task.id, this.applied);
+        this.tbody.insertBefore(row.root, first);
       }
-      if (view.task !== task) view.update(task); // stored tasks are replaced, never mutated
-      if (view.root === cursor) cursor = cursor.nextElementSibling;
-      else this.listEl.insertBefore(view.root, cursor);
+      this.rows = new Map([...fresh, ...this.rows]);
+      while (this.rows.size > this.limit) {
+        const [lastId, last] = [...this.rows].at(-1);
+        last.root.remove();
+        this.rows.delete(lastId);
+        this.selected.delete(lastId);
+      }
+      this.handlers.added?.(added);
     }
-    this.emptyEl.hidden = visible.length > 0;
+    if (outOfPage) this.handlers.outOfPage?.();
+  }
+
+  /** Newer snapshots of tasks (e.g. their queue places): only rows shown change. */
+  updateShown(items) {
+    for (const task of items) {
+      const row = this.rows.get(task.id);
+      if (row && notOlder(task, row.task)) row.update({ ...row.task, ...task });
+    }
+  }
+
+  refreshActions() {
+    for (const row of this.rows.values()) row.refreshActions();
+  }
+
+  select(id, on) {
+    if (on) this.selected.add(id);
+    else this.selected.delete(id);
+    this.rows.get(id)?.setSelected(on);
+    this.#selectionChanged();
+  }
+
+  selectPage(on) {
+    for (const [id, row] of this.rows) {
+      if (on) this.selected.add(id);
+      else this.selected.delete(id);
+      row.setSelected(on);
+    }
+    this.#selectionChanged();
+  }
+
+  clearSelection() {
+    this.selectPage(false);
+    this.selected.clear();
+    this.#selectionChanged();
+  }
+
+  #selectionChanged() {
+    this.handlers.selection?.([...this.selected], this.rows.size);
   }
 }
 
-/** One task's list item; built once, then updated in place. */
-class TaskView {
-  constructor(task, handlers) {
-    const id = `task-${task.id}`;
-    this.title = h("h3", { id: `${id}-title`, class: "task-title", tabindex: "-1" });
+/** One task's table row; built once, then updated in place (only what changed). */
+class Row {
+  constructor(task, handlers, table) {
+    this.handlers = handlers;
+    this.table = table;
+    this.check = h("input", { type: "checkbox", class: "row-select" });
+    this.check.addEventListener("change", () => table.select(this.task.id, this.check.checked));
+    this.job = h("span", { class: "job" });
+    this.scope = h("span", { class: "scope" });
     this.badge = h("span", { class: "badge" });
-    this.queue = h("span", { class: "queue" });
+    this.queuePlace = h("span", { class: "queue" });
     this.bar = h("span", { class: "bar-fill" });
-    this.meter = h("div", {
-      class: "bar",
-      role: "progressbar",
-      "aria-valuemin": "0",
-      "aria-valuemax": "100",
-      "aria-labelledby": `${id}-title`,
+    this.meter = h("span", {
+      class: "bar", role: "progressbar", "aria-valuemin": "0", "aria-valuemax": "100",
     }, this.bar);
     this.progressText = h("span", { class: "progress-text" });
-    this.progress = h("div", { class: "progress" }, this.meter, this.progressText);
-    this.times = h("dl", { class: "meta" });
-    this.outcome = h("div", { class: "outcome" });
-    this.payload = h("pre", { class: "json" });
+    this.progress = h("span", { class: "progress" }, this.meter, this.progressText);
+    this.cells = {
+      submitter: h("td", { class: "col-submitter" }),
+      worker: h("td", { class: "col-worker" }),
+      created: h("td", { class: "col-created" }),
+      waited: h("td", { class: "col-waited" }),
+      ran: h("td", { class: "col-ran" }),
+      attempt: h("td", { class: "col-attempt" }),
+    };
     this.cancelButton = h("button", { type: "button", class: "danger small" }, "Cancel");
+    this.rerunButton = h("button", { type: "button", class: "small" }, "Re-run");
     this.cancelButton.addEventListener("click", () => handlers.cancel(this.task, this));
-    this.mayCancel = handlers.mayCancel ?? (() => true);
-    this.message = h("p", { class: "task-message", role: "alert" });
-    this.details = h("details", { class: "payload" }, h("summary", {}, "Payload"), this.payload);
-    this.root = h(
-      "li",
-      { class: "task", id, "aria-labelledby": `${id}-title`, dataset: { taskId: task.id } },
-      h("div", { class: "task-head" }, this.title, this.badge, this.queue),
-      this.progress,
-      this.times,
-      this.outcome,
-      h("div", { class: "task-foot" }, this.details, this.cancelButton),
-      this.message,
+    this.rerunButton.addEventListener("click", () => handlers.rerun(this.task, this));
+    this.message = h("span", { class: "task-message", role: "alert" });
+    this.root = h("tr", { class: "task", tabindex: "0", dataset: { taskId: task.id } },
+      h("td", { class: "col-select" }, this.check),
+      h("th", { scope: "row", class: "col-job" }, this.job, this.scope),
+      h("td", { class: "col-status" }, this.badge, this.queuePlace, this.progress),
+      ...Object.values(this.cells),
+      h("td", { class: "col-actions" }, this.cancelButton, this.rerunButton, this.message),
     );
+    this.root.addEventListener("click", (event) => {
+      if (event.target.closest("button, input, a")) return;
+      handlers.open(this.task, this);
+    });
+    this.root.addEventListener("keydown", (event) => {
+      if (event.target !== this.root) return;
+      if (event.key === "Enter" || event.key === " ") {
+        event.preventDefault();
+        handlers.open(this.task, this);
+      }
+    });
+    this.update(task);
+    this.setSelected(table.selected.has(task.id));
   }
 
   update(task) {
+    const previous = this.task;
     this.task = task;
-    const { name, scope } = jobLabel(task.job_name);
-    this.root.dataset.status = task.status;
-    this.title.replaceChildren(h("span", { class: "job" }, name), " ",
-      h("span", { class: "scope" }, `${scope} · ${shortId(task.id)}`));
-    this.badge.textContent = LABELS[task.status] ?? task.status;
+    const set = (el, text) => {
+      if (el.textContent !== text) el.textContent = text;
+    };
+    if (previous?.job_name !== task.job_name) {
+      const { name, scope } = jobLabel(task.job_name);
+      this.job.textContent = name;
+      this.scope.textContent = ` ${scope} · ${shortId(task.id)}`;
+      this.check.setAttribute("aria-label", `Select ${name} ${shortId(task.id)}`);
+      this.root.setAttribute("aria-label", `${name} ${shortId(task.id)}`);
+      this.cancelButton.setAttribute("aria-label", `Cancel ${name} ${shortId(task.id)}`);
+      this.rerunButton.setAttribute("aria-label", `Re-run ${name} ${shortId(task.id)}`);
+    }
+    if (this.root.dataset.status !== task.status) this.root.dataset.status = task.status;
+    set(this.badge, LABELS[task.status] ?? task.status);
     this.badge.dataset.status = task.status;
-    this.queue.textContent = task.status === "pending" && task.queue_position != null
-      ? `#${task.queue_position} in queue` : "";
+    set(this.queuePlace, task.status === "pending" && task.queue_position != null
+      ? `#${task.queue_position} in queue` : "");
     this.#updateProgress(task);
-    this.#updateTimes(task);
-    this.#updateOutcome(task);
-    if (task.payload) this.payload.textContent = json(task.payload);
-    this.details.hidden = !task.payload;
-    this.cancelButton.setAttribute("aria-label", `Cancel ${name} ${shortId(task.id)}`);
-    this.refreshCancel();
-  }
-
-  /** Offer Cancel while the task is active and the viewer may cancel it. */
-  refreshCancel() {
-    this.#setCancellable(ACTIVE.has(this.task.status) && this.mayCancel(this.task));
-  }
-
-  /** Kept however old: the person is reading (open details) or using (focus) it. */
-  get pinned() {
-    return this.details.open || this.root.contains(document.activeElement);
-  }
-
-  showMessage(text) {
-    this.message.textContent = text;
-  }
-
-  /** The hub refused to cancel this task for this person: no more Cancel. (The page offers
-   * Cancel only where the viewer may, as far as it knows: see `mayCancel` in app.js.) */
-  forbidCancel(reason) {
-    this.cancelForbidden = true;
-    this.#setCancellable(false);
-    this.showMessage(`You may not cancel this task: ${reason}`);
+    set(this.cells.submitter, this.handlers.submitterName?.(task) ?? task.submitter ?? "");
+    set(this.cells.worker, task.worker_id ? shortId(task.worker_id) : "");
+    this.cells.worker.title = task.worker_id ?? "";
+    set(this.cells.created, clock(task.created_at));
+    this.cells.created.title = task.created_at ?? "";
+    set(this.cells.waited, span(task.created_at, task.started_at));
+    set(this.cells.ran, span(task.started_at, task.completed_at));
+    const max = task.max_attempts ? ` / ${task.max_attempts}` : "";
+    set(this.cells.attempt, task.attempt ? `${task.attempt}${max}` : "");
+    this.refreshActions();
   }
 
   #updateProgress(task) {
-    const shown = task.status === "running" || (task.progress != null && task.status !== "pending");
+    // In the table: while it runs, and where a failed or cancelled one stopped.
+    const shown = task.status === "running"
+      || (task.progress != null && (task.status === "failed" || task.status === "cancelled"));
     this.progress.hidden = !shown;
     if (!shown) return;
     const done = task.status === "completed" ? 1 : (task.progress ?? 0);
     const percent = Math.round(Math.min(1, Math.max(0, done)) * 100);
     this.bar.style.width = `${percent}%`;
     this.meter.setAttribute("aria-valuenow", String(percent));
-    // A completed task's last message ("1 s left") no longer holds; a failed one's says
-    // where it stopped.
     const message = task.status === "completed" ? null : task.progress_message;
     this.meter.setAttribute("aria-valuetext", message ? `${percent}%, ${message}` : `${percent}%`);
-    this.progressText.textContent = message ? `${percent}% · ${message}` : `${percent}%`;
+    const text = message ? `${percent}% · ${message}` : `${percent}%`;
+    if (this.progressText.textContent !== text) this.progressText.textContent = text;
   }
 
-  #updateTimes(task) {
-    const rows = [["Created", clock(task.created_at)]];
-    if (task.started_at) {
-      const waited = duration(task.created_at, task.started_at);
-      rows.push(["Started", `${clock(task.started_at)} (waited ${waited})`]);
-    }
-    if (task.completed_at) {
-      const from = task.started_at ?? task.created_at;
-      const verb = task.started_at ? "ran" : "after";
-      const took = duration(from, task.completed_at);
-      rows.push(["Finished", `${clock(task.completed_at)} (${verb} ${took})`]);
-    }
-    if (task.worker_id) rows.push(["Worker", shortId(task.worker_id)]);
-    if ((task.attempt ?? 0) > 1) rows.push(["Attempt", String(task.attempt)]);
-    this.times.replaceChildren(
-      ...rows.map(([term, value]) => h("div", {}, h("dt", {}, term), h("dd", {}, value))),
-    );
+  /** Cancel while active and the viewer may; Re-run on failed and cancelled tasks. */
+  refreshActions() {
+    const cancellable = ACTIVE.has(this.task.status) && !this.cancelForbidden
+      && (this.handlers.mayCancel?.(this.task) ?? true);
+    if (!cancellable && document.activeElement === this.cancelButton) this.root.focus();
+    this.cancelButton.hidden = !cancellable;
+    this.rerunButton.hidden = !RERUNNABLE.has(this.task.status);
   }
 
-  #updateOutcome(task) {
-    let content = null;
-    if (task.error) {
-      content = h("div", { class: "error-box" },
-        h("strong", {}, "Error"), h("pre", {}, task.error));
-    } else if (task.status === "completed" && task.result !== undefined) {
-      content = h("div", { class: "result-box" },
-        h("strong", {}, "Result"), h("pre", { class: "json" }, json(task.result)));
-    }
-    const key = content ? content.textContent : "";
-    if (this.outcome.dataset.key === key) return;
-    this.outcome.dataset.key = key;
-    this.outcome.replaceChildren(...(content ? [content] : []));
+  setSelected(on) {
+    this.check.checked = on;
+    this.root.classList.toggle("selected", on);
   }
 
-  #setCancellable(cancellable) {
-    if (!cancellable && document.activeElement === this.cancelButton) this.title.focus();
-    this.cancelButton.hidden = !cancellable || this.cancelForbidden;
+  showMessage(text) {
+    this.message.textContent = text;
+  }
+
+  /** The hub refused to cancel this task for this person: no more Cancel. */
+  forbidCancel(reason) {
+    this.cancelForbidden = true;
+    this.refreshActions();
+    this.showMessage(`You may not cancel this task: ${reason}`);
   }
 }

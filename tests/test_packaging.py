@@ -173,6 +173,12 @@ def assert_page_served(url: str) -> None:
     assert script.status_code == 200
     assert "javascript" in script.headers["content-type"]
     assert len(script.content) > 10_000
+    charts = re.search(r'"uplot": "([^"]+)"', page.text)
+    assert charts, "the page's import map names uPlot"
+    chart_script = httpx.get(f"{url}{charts.group(1)}", timeout=10)
+    assert chart_script.status_code == 200
+    assert "javascript" in chart_script.headers["content-type"]
+    assert httpx.get(f"{url}/vendor/uplot/uPlot.min.css", timeout=10).status_code == 200
     assert httpx.get(f"{url}/static/app.js", timeout=10).status_code == 200
 
 
@@ -198,6 +204,8 @@ def test_the_distributions_carry_one_package_with_its_migrations_and_page(built:
         "taskhub/migrations/versions/0001_initial_schema.py",
         "taskhub/static/index.html",
         "taskhub/static/vendor/socket.io/socket.io.esm.min.js",
+        "taskhub/static/vendor/uplot/uPlot.esm.js",
+        "taskhub/static/vendor/uplot/uPlot.min.css",
         "taskhub/internal_jobs/broker.py",
         "taskhub/py.typed",
     ):

@@ -1,11 +1,12 @@
 """The sweeper: a periodic clean-up that runs once per cluster, however many replicas run.
 
 One replica at a time sweeps: the one holding the sweeper lease (a PostgreSQL session
-advisory lock kept on a connection of its own; SQLite deploys are one process). The others
-try to take it every interval, so one of them sweeps once its holder stops or dies. A
-one-off ``run_once`` takes the same lease for its cycle. The sweeps themselves are guarded
-writes, so even overlapping cycles would do each piece of work once. Errors in a cycle
-are logged and the next cycle runs.
+advisory lock kept on a connection of its own; behind a transaction-mode pooler a
+``cluster_lease`` row renewed each cycle, taken over once it has run out; SQLite deploys
+are one process). The others try to take it every interval, so one of them sweeps once its
+holder stops or dies. A one-off ``run_once`` takes the same lease for its cycle. The sweeps
+themselves are guarded writes, so even overlapping cycles would do each piece of work
+once. Errors in a cycle are logged and the next cycle runs.
 """
 
 from __future__ import annotations
@@ -31,6 +32,10 @@ SWEEPER_LOCK = "taskhub.duties.sweeper"
 # A pending ``@internal`` task due this long ago was missed by its submit (or by the
 # due-task announcer) and is dispatched by the sweeper; a younger one may still be in hand.
 UNDISPATCHED_GRACE = timedelta(seconds=10)
+# A row lease (transaction-mode pooler) lasts this many intervals, plus the margin, past
+# each cycle's renewal: a slow cycle keeps it; a dead holder's is taken over after that.
+LEASE_ROW_INTERVALS = 3
+LEASE_ROW_MARGIN_SECONDS = 2.0
 
 
 @dataclass
@@ -73,11 +78,16 @@ class Sweeper(Duty):
         self.publisher = publisher
         self._dispatch = dispatch
         self._trim = trim
-        self._lease = ClusterLease(db, SWEEPER_LOCK)
+        self._lease = self._new_lease()
+
+    def _new_lease(self) -> ClusterLease:
+        interval = self.settings.sweeper_interval_seconds
+        row_seconds = LEASE_ROW_INTERVALS * interval + LEASE_ROW_MARGIN_SECONDS
+        return ClusterLease(self.db, SWEEPER_LOCK, row_seconds=row_seconds)
 
     async def run_once(self) -> SweepReport:
         """One cycle on its own (``ran=False`` when another replica holds the lease)."""
-        lease = ClusterLease(self.db, SWEEPER_LOCK)
+        lease = self._new_lease()
         try:
             if not await lease.hold():
                 return SweepReport(ran=False)

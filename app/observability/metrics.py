@@ -35,6 +35,12 @@ CLAIM_SECONDS = Histogram(
     ["outcome"],
     buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0),
 )
+WORKER_SHORTCUTS = Counter(
+    "taskhub_worker_shortcuts",
+    "Tasks handed out by the optional worker shortcuts (docs/protocol.md): claim_start (a "
+    "claim that also started them) or claim_next (claimed by a terminal PATCH).",
+    ["kind"],
+)
 LONG_POLL_SECONDS = Histogram(
     "taskhub_long_poll_seconds",
     "How long long-polls (GET /tasks/{id} with Prefer: wait) waited; outcome woken (the "
@@ -82,6 +88,12 @@ SWEEPER_CLEANED = Counter(
     "What sweeper cycles cleaned, by kind (a count field of the sweep report).",
     ["kind"],
 )
+TASK_LOG_LINES = Counter(
+    "taskhub_task_log_lines",
+    "Task log lines workers sent, by outcome: accepted (stored) or dropped (over a task's "
+    "rate; lines trimmed later to a task's bound are not counted here).",
+    ["outcome"],
+)
 
 # Every series that can exist starts at zero, so rate() and alerts see it before it moves.
 for _source, _targets in [*TRANSITIONS.items(), *RETRY_TRANSITIONS.items()]:
@@ -91,10 +103,14 @@ TASK_TRANSITIONS.labels(NO_STATUS, TaskStatus.PENDING.value)
 _CLAIM_SECONDS_BY_OUTCOME = {
     outcome: CLAIM_SECONDS.labels(outcome) for outcome in ("claimed", "empty")
 }
+for _kind in ("claim_start", "claim_next"):
+    WORKER_SHORTCUTS.labels(_kind)
 for _outcome in LONG_POLL_OUTCOMES:
     LONG_POLL_SECONDS.labels(_outcome)
 for _outbox in OUTBOXES:
     OUTBOX_DROPPED.labels(_outbox)
+_LOG_LINES_ACCEPTED = TASK_LOG_LINES.labels("accepted")
+_LOG_LINES_DROPPED = TASK_LOG_LINES.labels("dropped")
 _COSTLY_VALIDATED = COSTLY_PAYLOADS.labels("validated")
 _COSTLY_BUSY = COSTLY_PAYLOADS.labels("busy")
 
@@ -112,14 +128,24 @@ def process_exiting() -> None:
 
 def record_transitions(events: Iterable[Event]) -> None:
     """Count the status changes among committed events; a progress report (same status
-    before and after) is not a transition."""
+    before and after) is not a transition. A claim-and-start (pending straight to running)
+    counts as the claim and the start it stands for."""
     for event in events:
         if not isinstance(event, TaskStatusChanged):
             continue
         previous, current = event.previous, event.task.status
         if previous == current:
             continue
+        if previous == TaskStatus.PENDING and current == TaskStatus.RUNNING:
+            _transition_counter(previous, TaskStatus.CLAIMED).inc()
+            previous = TaskStatus.CLAIMED
         _transition_counter(previous, current).inc()
+
+
+def worker_shortcut(kind: str, tasks: int) -> None:
+    """Count ``tasks`` handed out by a worker shortcut (``claim_start``, ``claim_next``)."""
+    if tasks:
+        WORKER_SHORTCUTS.labels(kind).inc(tasks)
 
 
 @functools.cache
@@ -194,6 +220,14 @@ def socket_disconnected() -> None:
 
 def outbox_dropped(name: str) -> None:
     OUTBOX_DROPPED.labels(name).inc()
+
+
+def task_log_lines(accepted: int, dropped: int) -> None:
+    """Count one log POST's lines: stored, and dropped over the task's rate."""
+    if accepted:
+        _LOG_LINES_ACCEPTED.inc(accepted)
+    if dropped:
+        _LOG_LINES_DROPPED.inc(dropped)
 
 
 class PayloadThreadMetrics:

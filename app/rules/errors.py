@@ -64,6 +64,12 @@ class InvalidTaskTransition(DomainError):
     slug, title, status = "invalid-task-transition", "Invalid task transition", 409
 
 
+class TaskNotRerunnable(DomainError):
+    """A re-run asked of a task that is not ``failed`` or ``cancelled``."""
+
+    slug, title, status = "task-not-rerunnable", "Task not rerunnable", 409
+
+
 class StaleClaim(DomainError):
     slug, title, status = "stale-claim", "Stale claim", 409
 
@@ -78,6 +84,12 @@ class UnsupportedMediaType(DomainError):
 
 class ValidationFailed(DomainError):
     slug, title, status = "validation-error", "Validation error", 422
+
+
+class TooManyTasks(DomainError):
+    """A bulk action over more tasks than one call may change: nothing was changed."""
+
+    slug, title, status = "too-many-tasks", "Too many tasks", 422
 
 
 class IdempotencyKeyReused(DomainError):

@@ -75,6 +75,7 @@ class TaskStatusChanged:
             "run_at": task.run_at.isoformat() if task.run_at else None,
             "submitted_by": str(task.submitted_by) if task.submitted_by else None,
             "version": task.version,
+            "rerun_of": str(task.rerun_of) if task.rerun_of else None,
         }
 
 
@@ -118,7 +119,30 @@ class TaskCancelled:
         return {"task_id": self.task_id, "job_name": self.job_name, "worker_id": self.worker_id}
 
 
-Event = TaskAvailable | TaskStatusChanged | JobsInvalidate | TaskCancelled
+@dataclass(frozen=True, slots=True)
+class TaskLogged:
+    """Log lines a run of a task sent (one POST's, stored); sent to the task's room."""
+
+    name: ClassVar[str] = "task_log"
+    task_id: str
+    room_id: str
+    lines: tuple[dict[str, Any], ...]
+
+    @property
+    def room(self) -> str:
+        return f"room:{self.room_id}"
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        first = self.lines[0]["id"] if self.lines else ""
+        return (self.name, self.room, f"{self.task_id}:{first}")
+
+    def payload(self) -> dict[str, Any]:
+        lines = [{**line, "at": line["at"].isoformat()} for line in self.lines]
+        return {"task_id": self.task_id, "room_id": self.room_id, "lines": lines}
+
+
+Event = TaskAvailable | TaskStatusChanged | JobsInvalidate | TaskCancelled | TaskLogged
 
 
 class EventBatch:

@@ -56,6 +56,8 @@ class TaskRecord:
     max_attempts: int = 1
     run_at: datetime | None = None
     version: int = 1
+    # The task this one re-runs (``POST /tasks/{id}/rerun``), if it is a re-run.
+    rerun_of: UUID | None = None
 
 
 @dataclass(slots=True)
@@ -65,6 +67,27 @@ class WorkerRecord:
     last_heartbeat: datetime
     job_count: int = 0
     cancelled_tasks: list[UUID] = field(default_factory=list)
+    # How many tasks it runs at once, as its SDK reported (None: never reported).
+    slots: int | None = None
+
+
+@dataclass(slots=True)
+class RoomWorker:
+    """A worker as a room's dashboard lists it."""
+
+    id: UUID
+    user_id: UUID
+    owner: str
+    last_heartbeat: datetime
+    created_at: datetime
+    slots: int | None
+    job_count: int
+    jobs: list[str]
+    """Full names of the live jobs it serves that the room can see."""
+    running: list[UUID]
+    """Its claimed/running tasks (any room), at most ``RUNNING_LISTED``."""
+    used: int
+    """How many claimed/running tasks it holds (all of them)."""
 
 
 @dataclass(slots=True)

@@ -51,6 +51,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=str.lower,
         choices=["debug", "info", "warning", "error", "critical"],
     )
+    parser.add_argument(
+        "--capture-log-level",
+        default=None,
+        type=str.lower,
+        choices=["debug", "info", "warning", "error", "critical"],
+        help="least level of a run's logging records sent to its task's log "
+        "(env TASKHUB_LOG_CAPTURE_LEVEL, default info)",
+    )
 
 
 def load_extension(target: str) -> type[Extension]:
@@ -75,6 +83,10 @@ def run_worker(args: argparse.Namespace) -> int:
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if level != "DEBUG":  # one line per request is noise at INFO
         logging.getLogger("httpx").setLevel(logging.WARNING)
+    if args.capture_log_level is not None:
+        from taskhub.sdk.logs import set_capture_level
+
+        set_capture_level(args.capture_log_level)
     if not args.token:
         print("taskhub worker: a token is required (--token or TASKHUB_TOKEN)", file=sys.stderr)
         return 2

@@ -9,8 +9,10 @@ from collections.abc import Callable
 from typing import Any
 
 from taskhub.sdk.errors import TaskCancelled
+from taskhub.sdk.logs import level_of
 
 ProgressSink = Callable[[float, "str | None"], None]
+LogSink = Callable[[str, str, "str | None"], None]  # (level, message, logger)
 
 
 class TaskContext:
@@ -30,6 +32,7 @@ class TaskContext:
         payload: dict[str, Any],
         progress_sink: ProgressSink,
         loop: asyncio.AbstractEventLoop,
+        log_sink: LogSink | None = None,
     ) -> None:
         self.task_id = task_id
         self.job_name = job_name
@@ -38,6 +41,7 @@ class TaskContext:
         self.payload = payload
         self._sink = progress_sink
         self._loop = loop
+        self._log_sink = log_sink
         self._cancel_event = threading.Event()
         self._async_cancel = asyncio.Event()
 
@@ -47,6 +51,20 @@ class TaskContext:
             raise ValueError(f"progress must be within 0..1, got {fraction!r}")
         with contextlib.suppress(RuntimeError):  # the worker's loop is gone: nobody listens
             self._loop.call_soon_threadsafe(self._sink, float(fraction), message)
+
+    def log(self, message: object, level: str | int = "info") -> None:
+        """Send a line to the task's log, shown live on the room page (``debug``,
+        ``info``, ``warning``, ``error``, ``critical``; an unknown level is ``info``).
+        Sync, cheap and safe from any thread: lines are buffered and shipped in the
+        background, the oldest dropped (counted) beyond the worker's bounds. Never raises,
+        never fails the run. The run's ``logging`` records at INFO and above are captured
+        too (``taskhub.sdk.logs``)."""
+        if self._log_sink is None:
+            return
+        try:
+            self._log_sink(level_of(level), str(message), None)
+        except Exception:  # a line is never worth failing the run for
+            return
 
     @property
     def cancelled(self) -> bool:

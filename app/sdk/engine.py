@@ -10,6 +10,14 @@ partition; not any 404, a proxy's say) registers again under a fresh id; the run
 earlier id are signalled, and tracked until they return (each run on its own: the hub may
 hand the same task to the new id meanwhile).
 
+Round trips: a claim asks the hub to start its tasks too (``"start": true``), and a run's
+end report asks it to claim the worker's next task(s) (``claim_next``), as many as slots
+will be free (docs/protocol.md, "Worker shortcuts"); at saturation a task then costs its
+worker one request. A hub that ignores them (an older one) answers tasks ``claimed`` and
+no ``next``: the run then starts with ``PATCH running`` and the claimer claims as before.
+Slots asked for by a claim or an end report in flight are reserved, so the two never
+claim more than the concurrency between them.
+
 A stop ends claiming. A claim in flight and the running tasks may finish until the drain
 is over: ``drain_timeout`` after the stop, at once for a hard stop (``drain=False``), or in
 time to be done within a stop's timeout. Then what still runs is reported failed, and the
@@ -75,6 +83,10 @@ class WorkerEngine:
         self.ready = asyncio.Event()
         self.fatal: BaseException | None = None
         self._runs: dict[TaskRun, asyncio.Task[None]] = {}  # every live run, and its task
+        self._reserved = 0  # slots asked for by claims (or end reports) in flight
+        # The shortcuts, used until the hub shows it does not know them.
+        self._claims_start = True
+        self._claims_next = True
         self._kick = asyncio.Event()
         self._beat_now = asyncio.Event()
         self._stopping = asyncio.Event()
@@ -85,7 +97,7 @@ class WorkerEngine:
         self._reincarnation = asyncio.Lock()
         self._background: set[asyncio.Task[Any]] = set()
         self._hub = AsyncHub(config.url, config.token, timeout=config.http_timeout)
-        self.api = WorkerApi(self._hub)
+        self.api = WorkerApi(self._hub, slots=config.concurrency)  # slots: reported to the hub
         self.link: SocketLink | None = None
         if config.sockets:
             self.link = SocketLink(
@@ -339,15 +351,23 @@ class WorkerEngine:
         for task_id in reply.cancelled_tasks:
             self.cancel_task(task_id, worker_id)
 
+    @property
+    def _free_slots(self) -> int:
+        return self.config.concurrency - len(self._runs) - self._reserved
+
     async def _claim_loop(self) -> None:
         while not self._stopping.is_set():
-            free = self.config.concurrency - len(self._runs)
+            free = self._free_slots
             self._kick.clear()
             if free > 0:
                 worker_id = self.worker_id
                 assert worker_id is not None
                 try:
-                    claimed = await self.api.claim(worker_id, free)
+                    self._reserved += free
+                    try:
+                        claimed = await self._claim(worker_id, free)
+                    finally:
+                        self._reserved -= free
                 except WorkerNotFound:
                     await self._reincarnate(worker_id)
                     continue
@@ -364,13 +384,58 @@ class WorkerEngine:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._kick.wait(), self.config.poll_interval)
 
+    async def _claim(self, worker_id: str, free: int) -> list[ClaimedTask]:
+        """A claim of ``free`` tasks, started by the hub if it can (a hub that refuses the
+        unknown field, 422, is asked again without it, and no more)."""
+        if self._claims_start:
+            try:
+                return await self.api.claim(worker_id, free, start=True)
+            except ProblemError as exc:
+                if not _refuses_field(exc, "start"):
+                    raise
+                log.info("The hub refused a claim with start (%s); claiming without", exc)
+                self._claims_start = False
+        return await self.api.claim(worker_id, free)
+
+    async def _end_and_claim_next(
+        self, run: TaskRun, body: dict[str, Any], retry_for: float
+    ) -> None:
+        """``run``'s end report, asking the hub to claim as many tasks as slots will be free
+        once it ends (none while stopping), which are launched at once."""
+        worker_id = self.worker_id
+        want = self._free_slots + 1  # the ending run's slot too
+        if not self._claims_next or self._stopping.is_set() or worker_id is None or want < 1:
+            await self.api.update_task(run.task, body, retry_for=retry_for)
+            return
+        ask = {"worker_id": worker_id, "max_tasks": want, "start": self._claims_start}
+        self._reserved += want
+        try:
+            try:
+                claimed = await self.api.end_task(run.task, body, ask, retry_for=retry_for)
+            except ProblemError as exc:
+                if not _refuses_field(exc, "claim_next"):
+                    raise  # (a refused result, say: ``TaskRun`` handles it as ever)
+                # A hub that refuses the unknown field: report again without it.
+                self._claims_next = False
+                await self.api.update_task(run.task, body, retry_for=retry_for)
+                return
+        finally:
+            self._reserved -= want
+        if claimed is None:
+            log.info("The hub does not claim with end reports; the claimer claims alone")
+            self._claims_next = False
+            return
+        for task in claimed:
+            self._launch(task, worker_id)
+
     def _launch(self, task: ClaimedTask, worker_id: str) -> None:
         spec = self.specs.get(task.job_name)
         if spec is None:  # cannot happen with a correct hub; fail the task rather than hold it
             error = f"Worker {worker_id} does not serve {task.job_name}"
             self._spawn(self._reject(task, error))
             return
-        run = TaskRun(task, spec, self.api, worker_id=worker_id, on_auth_lost=self._give_up)
+        run = _EngineRun(task, spec, self.api, worker_id=worker_id, on_auth_lost=self._give_up)
+        run.engine = self
         job = asyncio.create_task(run.execute(), name=f"taskhub-task-{task.id}")
         self._runs[run] = job
         job.add_done_callback(functools.partial(self._finished, run))
@@ -461,3 +526,17 @@ class WorkerEngine:
                 timeout = max(remaining, 0.0) + self._close_margin / 2
             await self.link.close(within=timeout)
         await self._hub.aclose()
+
+
+def _refuses_field(exc: ProblemError, field: str) -> bool:
+    """Whether a 422 names ``field``: a hub strict about fields it does not know."""
+    return exc.status == 422 and field in f"{exc.errors} {exc.detail}"
+
+
+class _EngineRun(TaskRun):
+    """A run of the engine: its end report also claims the worker's next task(s)."""
+
+    engine: WorkerEngine
+
+    async def _send_end(self, body: dict[str, Any], retry_for: float) -> None:
+        await self.engine._end_and_claim_next(self, body, retry_for)

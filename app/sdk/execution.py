@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import json
 import logging
 import threading
@@ -34,6 +35,7 @@ from taskhub.sdk.errors import (
     RetryLater,
 )
 from taskhub.sdk.extension import JobSpec
+from taskhub.sdk.logs import Send, TaskLog, hub_sender
 from taskhub.sdk.models import MAX_ERROR_CHARS, MAX_PROGRESS_MESSAGE_CHARS, ClaimedTask
 
 log = logging.getLogger("taskhub.sdk")
@@ -156,6 +158,16 @@ def json_ready(value: Any) -> Any:
     return plain
 
 
+def _log_sender(api: WorkerApi, task: ClaimedTask) -> Send | None:
+    """How a run's log lines reach the hub; None for a hub without claim tokens (one
+    without task logs either)."""
+    claim_token = getattr(task, "claim_token", None)  # (test doubles may have none)
+    hub = getattr(api, "hub", None)
+    if claim_token is None or hub is None:
+        return None
+    return hub_sender(hub, task.id, claim_token, min(hub.timeout, 5.0))
+
+
 def _payload_errors(exc: ValidationError) -> str:
     parts = [
         f"{'.'.join(str(p) for p in error['loc']) or 'payload'}: {error['msg']}"
@@ -183,6 +195,8 @@ class TaskRun:
         self._on_auth_lost = on_auth_lost
         self._reporter: ProgressReporter | None = None
         self._refusal: ProblemError | None = None  # why the hub refused the result
+        # Task logs (``ctx.log`` and the run's ``logging`` records), shipped in batches.
+        self.task_log = TaskLog(_log_sender(api, task), asyncio.get_running_loop())
         self.ctx = TaskContext(
             task_id=task.id,
             job_name=task.job_name,
@@ -191,6 +205,7 @@ class TaskRun:
             payload=task.payload,
             progress_sink=self._on_progress,
             loop=asyncio.get_running_loop(),
+            log_sink=self.task_log.add,
         )
 
     @property
@@ -214,8 +229,10 @@ class TaskRun:
             outcome = await self._run()
         except asyncio.CancelledError:
             self._reporter.abort()
+            self.task_log.abort()
             raise
-        await self._reporter.close()
+        # The last log lines are stored before the task ends.
+        await asyncio.gather(self._reporter.close(), self.task_log.close())
         await self._finish(outcome)
 
     async def fail(self, error: str, *, within: float = 5.0) -> None:
@@ -227,6 +244,9 @@ class TaskRun:
             await self._report_end(body, retry_for=within)
 
     async def _start(self) -> bool:
+        if self.task.status == "running":  # the claim started it (a hub with claim-and-start)
+            log.info("Task %s (%s) running", self.id, self.task.job_name)
+            return True
         try:
             await self.api.update_task(
                 self.task, {"status": "running"}, retry_for=UPDATE_RETRY_SECONDS
@@ -255,12 +275,15 @@ class TaskRun:
         except ValidationError as exc:
             return Outcome(error=_payload_errors(exc))
         try:
-            if self.spec.is_async:
-                result = await extension.run(self.ctx)
-            else:
-                result = await run_in_thread(
-                    lambda: extension.run(self.ctx), name=f"taskhub-task-{self.id}"
-                )
+            with self.task_log.capturing():  # the run's ``logging`` records are its lines
+                if self.spec.is_async:
+                    result = await extension.run(self.ctx)
+                else:
+                    context = contextvars.copy_context()  # (the thread's records too)
+                    result = await run_in_thread(
+                        lambda: context.run(extension.run, self.ctx),
+                        name=f"taskhub-task-{self.id}",
+                    )
         except asyncio.CancelledError as exc:
             if _being_cancelled():  # the worker stops the run (shutdown)
                 raise
@@ -317,11 +340,11 @@ class TaskRun:
 
     async def _update_until_answered(self, body: dict[str, Any], retry_for: float | None) -> None:
         if retry_for is not None:
-            await self.api.update_task(self.task, body, retry_for=retry_for)
+            await self._send_end(body, retry_for)
             return
         while True:
             try:
-                await self.api.update_task(self.task, body, retry_for=UPDATE_RETRY_SECONDS)
+                await self._send_end(body, UPDATE_RETRY_SECONDS)
                 return
             except HubUnavailable as exc:
                 if exc.status == 500:  # the hub answers, with an error of its own: not again
@@ -332,6 +355,11 @@ class TaskRun:
                     body["status"],
                     exc,
                 )
+
+    async def _send_end(self, body: dict[str, Any], retry_for: float) -> None:
+        """One end report (retried for ``retry_for``); the worker engine's runs override
+        it to claim their worker's next task(s) with it (``claim_next``)."""
+        await self.api.update_task(self.task, body, retry_for=retry_for)
 
     def _refused(self, exc: ProblemError | HubUnavailable, action: str) -> None:
         if isinstance(exc, Conflict | NotFound):

@@ -9,6 +9,7 @@ from uuid import UUID, uuid4
 
 from taskhub.clock import utcnow
 from taskhub.rules.authorisation import check_claim
+from taskhub.rules.errors import DomainError
 from taskhub.rules.events import EventBatch, TaskStatusChanged
 from taskhub.rules.records import Principal, TaskRecord
 from taskhub.rules.states import TaskStatus
@@ -32,6 +33,7 @@ async def claim_tasks(
     *,
     lease_seconds: float,
     request_key: str | None = None,
+    start: bool = False,
 ) -> tuple[list[TaskRecord], EventBatch]:
     """Hand the worker up to ``max_tasks`` of the oldest pending tasks of its jobs, each
     with a fresh claim token, in one atomic statement (which also checks ownership).
@@ -43,6 +45,10 @@ async def claim_tasks(
     their lease to run out. Keyed claims of one worker take its row lock first, so one
     repeated while the first is still running waits for it and then answers its tasks.
 
+    With ``start`` the same statement also starts the tasks (a claim-and-start: they come
+    back ``running``, saving the worker its ``PATCH running``); each task's event then goes
+    from pending straight to running.
+
     A claim that PostgreSQL aborts as one side of a deadlock changed nothing and runs again
     (two batch claims can take the queue-count rows of two jobs in opposite orders: their
     tasks interleave in time)."""
@@ -50,10 +56,12 @@ async def claim_tasks(
         try:
             if request_key is not None:
                 return await _keyed_claim(
-                    db, principal, worker_id, max_tasks, lease_seconds, request_key
+                    db, principal, worker_id, max_tasks, lease_seconds, request_key, start
                 )
             async with db.autocommit() as conn:
-                return await _claim(conn, principal, worker_id, max_tasks, lease_seconds, None)
+                return await _claim(
+                    conn, principal, worker_id, max_tasks, lease_seconds, None, start
+                )
         except Exception as exc:
             if attempt == CLAIM_ATTEMPTS or not is_deadlock(exc):
                 raise
@@ -70,6 +78,7 @@ async def _claim(
     max_tasks: int,
     lease_seconds: float,
     request_key: str | None,
+    start: bool = False,
 ) -> tuple[list[TaskRecord], EventBatch]:
     now = utcnow()
     claimed = await store.claim(
@@ -81,6 +90,7 @@ async def _claim(
         lease_until=now + timedelta(seconds=lease_seconds),
         now=now,
         request_key=request_key,
+        start=start,
     )
     rows = claimed.rows
     if not rows:  # nothing claimed: is the worker unknown, or not the caller's?
@@ -100,17 +110,42 @@ async def _keyed_claim(
     max_tasks: int,
     lease_seconds: float,
     request_key: str,
+    start: bool = False,
 ) -> tuple[list[TaskRecord], EventBatch]:
     """One transaction: the worker's row locked (SQLite: the one writer), then the tasks it
     holds under the key — or, if none, a fresh claim that leaves the key on its tasks."""
     async with db.write() as conn:
         await owned_worker(conn, principal, worker_id, lock="exclusive")
-        held = await store.held_under_key(conn, worker_id, request_key)
+        held = await store.held_under_key(conn, worker_id, request_key, started=start)
         if not held:
-            return await _claim(conn, principal, worker_id, max_tasks, lease_seconds, request_key)
+            return await _claim(
+                conn, principal, worker_id, max_tasks, lease_seconds, request_key, start
+            )
         names = await JobNames.resolve(conn, {row.job_id for row in held})
     records = _in_queue_order(task_record(row, names[row.job_id]) for row in held)
     return records[:max_tasks], EventBatch()
+
+
+async def claim_next(
+    db: Database,
+    principal: Principal,
+    worker_id: UUID,
+    max_tasks: int,
+    *,
+    lease_seconds: float,
+    start: bool = False,
+) -> tuple[list[TaskRecord], EventBatch, DomainError | None]:
+    """The claim a terminal PATCH asks for (``claim_next``), run after its write committed
+    (a refused write raised before, so it claims nothing): ``claim_tasks`` with its own
+    guards. A refusal (the worker unknown, or not the caller's) cannot undo that write, so
+    it is returned (third item) rather than raised."""
+    try:
+        records, events = await claim_tasks(
+            db, principal, worker_id, max_tasks, lease_seconds=lease_seconds, start=start
+        )
+    except DomainError as exc:
+        return [], EventBatch(), exc
+    return records, events, None
 
 
 def _in_queue_order(records: Iterable[TaskRecord]) -> list[TaskRecord]:

@@ -6,6 +6,7 @@ import hashlib
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
+from uuid import UUID
 
 import orjson
 
@@ -56,6 +57,7 @@ async def submit_task(
     idempotency_key: str | None = None,
     options: SubmitOptions | None = None,
     known_jobs: KnownJobs | None = None,
+    rerun_of: UUID | None = None,
 ) -> tuple[TaskRecord, EventBatch, bool]:
     """Queue a task of a job visible from ``room_id``; returns ``(task, events, created)``.
     ``task_available`` goes out only if the task is claimable at once (a delayed one is
@@ -65,7 +67,8 @@ async def submit_task(
     (``created`` False, no events) — also when the duplicates race: the unique index
     decides, and the loser reads the winner — whatever the job's schema is now; repeated
     with another request, ``IdempotencyKeyReused``. With ``known_jobs``, the job as last read
-    stands in for a lookup (the insert checks it is still current)."""
+    stands in for a lookup (the insert checks it is still current). ``rerun_of``: the task
+    this one re-runs (``services.rerun``), recorded with it."""
     validate_room_id(room_id)
     visible_job_name(room_id, full_name)
     options = options or SubmitOptions()
@@ -97,6 +100,7 @@ async def submit_task(
             continue
         now = utcnow()
         record = _new_task(job, room_id, principal, payload, options, now)
+        record.rerun_of = rerun_of
         replay = None
         async with db.autocommit() as conn:
             inserted = await store.insert_task(

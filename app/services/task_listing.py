@@ -24,8 +24,10 @@ from uuid import UUID
 from taskhub.rules.naming import validate_room_id
 from taskhub.rules.records import Page, TaskRecord, beyond
 from taskhub.rules.states import TaskStatus
+from taskhub.rules.task_filter import DEFAULT_SORT, TaskFilter
 from taskhub.services.jobs import find_visible_job
 from taskhub.store import task_listing as store
+from taskhub.store import task_search as search
 from taskhub.store.connections import Connection
 from taskhub.store.database import Database
 
@@ -45,6 +47,9 @@ class TaskListing:
     """The tasks in page order; a deferred one has no payload or result yet."""
     deferred: frozenset[UUID]
     db: Database
+    submitters: dict[UUID, str | None] | None = None
+    """A summary page (``view=summary``: no payload or result): each task's submitter's
+    user name. None for a full page."""
 
     @property
     def complete(self) -> bool:
@@ -97,6 +102,37 @@ async def list_room_tasks(
     validate_room_id(room_id)
     async with db.read() as conn:
         return await _listing(db, conn, room_id, None, status, limit, offset)
+
+
+async def search_room_tasks(
+    db: Database,
+    room_id: str,
+    found: TaskFilter,
+    *,
+    sort: str = DEFAULT_SORT,
+    summary: bool = False,
+    limit: int,
+    offset: int,
+) -> TaskListing:
+    """The room's tasks ``found`` matches, in ``sort`` order; ``summary``: without their
+    documents (never read), with their submitters' names."""
+    validate_room_id(room_id)
+    async with db.read() as conn:
+        total = await search.count_matching(conn, room_id, found)
+        items: list[TaskRecord] = []
+        deferred: frozenset[UUID] = frozenset()
+        submitters: dict[UUID, str | None] | None = {} if summary else None
+        if not beyond(total, limit, offset):
+            if summary:
+                items, submitters = await search.read_summary_page(
+                    conn, room_id, found, sort=sort, limit=limit, offset=offset
+                )
+            else:
+                items, deferred = await store.read_filtered_page(
+                    conn, room_id, found, sort=sort, limit=limit, offset=offset
+                )
+    page = Page(items=items, total=total, limit=limit, offset=offset)
+    return TaskListing(page=page, deferred=deferred, db=db, submitters=submitters)
 
 
 async def list_job_tasks(

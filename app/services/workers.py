@@ -11,11 +11,12 @@ from taskhub.clock import new_id, utcnow
 from taskhub.rules.errors import Forbidden, WorkerNotFound
 from taskhub.rules.events import EventBatch, JobsInvalidate
 from taskhub.rules.naming import JobName, validate_room_id, visible_job_rooms
-from taskhub.rules.records import Page, Principal, WorkerRecord, beyond
+from taskhub.rules.records import Page, Principal, RoomWorker, WorkerRecord, beyond
 from taskhub.rules.retries import DEFAULT_RETRY_POLICY, RetryPolicy
 from taskhub.services.attempts import end_abandoned_attempts, ended_attempt_events
 from taskhub.services.jobs import soft_delete_orphans_after_commit
 from taskhub.services.ownership import owned_worker
+from taskhub.store import room_workers as room_store
 from taskhub.store import workers as store
 from taskhub.store.attempts import held_by
 from taskhub.store.connections import AsyncConnection
@@ -24,10 +25,13 @@ from taskhub.store.database import Database
 WORKER_DISCONNECTED = "Worker disconnected"
 
 
-async def create_worker(db: Database, principal: Principal) -> WorkerRecord:
-    record = WorkerRecord(id=new_id(), user_id=principal.id, last_heartbeat=utcnow())
+async def create_worker(
+    db: Database, principal: Principal, slots: int | None = None
+) -> WorkerRecord:
+    """A new worker of the caller's; ``slots``: how many tasks it runs at once, if known."""
+    record = WorkerRecord(id=new_id(), user_id=principal.id, last_heartbeat=utcnow(), slots=slots)
     async with db.write() as conn:
-        await store.insert_worker(conn, record.id, record.user_id, record.last_heartbeat)
+        await store.insert_worker(conn, record.id, record.user_id, record.last_heartbeat, slots)
     return record
 
 
@@ -39,21 +43,25 @@ async def heartbeat(
     cancelled_within: float | None = None,
     lease_seconds: float | None = None,
     running: list[UUID] | None = None,
+    slots: int | None = None,
 ) -> WorkerRecord:
     """Record that the worker is alive (one guarded statement on the common path). With
     ``cancelled_within``, also report the worker's tasks cancelled in that many seconds,
     so a worker that missed the ``task_cancelled`` event still stops those runs. With
     ``lease_seconds``, extend the leases of the worker's claimed/running tasks — only of
     those in ``running`` when the worker says which it runs, so a task it never heard of
-    (a lost claim reply) runs out of lease and is recovered."""
+    (a lost claim reply) runs out of lease and is recovered. ``slots``: how many tasks it
+    runs at once now (kept; None leaves what it reported before)."""
     now = utcnow()
     async with db.autocommit() as conn:
         owner_id = None if principal.is_superuser else principal.id
-        row = await store.heartbeat(conn, worker_id, now, owner_id=owner_id)
+        row = await store.heartbeat(conn, worker_id, now, owner_id=owner_id, slots=slots)
         if row is None:
             await owned_worker(conn, principal, worker_id)  # raises 404 or 403
             raise WorkerNotFound(f"Worker {worker_id} not found.")  # pragma: no cover
-        record = WorkerRecord(id=row.id, user_id=row.user_id, last_heartbeat=row.last_heartbeat)
+        record = WorkerRecord(
+            id=row.id, user_id=row.user_id, last_heartbeat=row.last_heartbeat, slots=row.slots
+        )
         if lease_seconds is not None:
             until = now + timedelta(seconds=lease_seconds)
             await store.extend_leases(conn, worker_id, until, running)
@@ -162,7 +170,40 @@ async def list_workers(db: Database, limit: int, offset: int) -> Page[WorkerReco
 
 async def list_room_workers(
     db: Database, room_id: str, limit: int, offset: int
-) -> Page[WorkerRecord]:
-    """Workers serving at least one live job visible from ``room_id``."""
+) -> Page[RoomWorker]:
+    """Workers serving at least one live job visible from ``room_id``, newest first, each
+    with its owner's name, those jobs, its slots and its claimed/running tasks."""
     validate_room_id(room_id)
-    return await _page(db, limit, offset, visible_job_rooms(room_id))
+    rooms = visible_job_rooms(room_id)
+    async with db.read() as conn:
+        total = await store.count_workers(conn, rooms)
+        page = (
+            []
+            if beyond(total, limit, offset)
+            else await store.worker_page(conn, limit, offset, rooms)
+        )
+        ids = [record.id for record in page]
+        rows = await room_store.worker_rows(conn, ids) if ids else {}
+        jobs = await room_store.visible_jobs(conn, ids, rooms) if ids else {}
+        active = await room_store.active_tasks(conn, ids) if ids else {}
+    items = []
+    for record in page:
+        row = rows.get(record.id)
+        if row is None:  # removed between the two reads
+            continue
+        running, used = active.get(record.id, ([], 0))
+        items.append(
+            RoomWorker(
+                id=record.id,
+                user_id=record.user_id,
+                owner=row.owner,
+                last_heartbeat=record.last_heartbeat,
+                created_at=row.created_at,
+                slots=row.slots,
+                job_count=record.job_count,
+                jobs=jobs.get(record.id, []),
+                running=running,
+                used=used,
+            )
+        )
+    return Page(items=items, total=total, limit=limit, offset=offset)

@@ -102,13 +102,15 @@ def claim_statement(
     limit: int,
     wait_for_locked: bool = False,
     source: ClaimFrom = ClaimFrom.QUEUE,
+    start: bool = False,
 ) -> Executable:
     """Claim up to ``limit`` of the first claimable tasks of ``source`` (due at ``:now``;
     highest priority, then oldest) of ``:worker_id``'s jobs, atomically, as a new attempt
     with ``:claim_token`` (and ``:claim_key``, the claim's Idempotency-Key or NULL); with
     ``check_owner`` only if ``:owner_id`` holds one of ``rules.authorisation.claim_roles``.
     Built once per shape (``limit`` is part of the shape: a bound LIMIT would be
-    re-rendered on every execution).
+    re-rendered on every execution). With ``start`` the claimed tasks are also started
+    (``running``, ``started_at = :now``) in the same statement: a claim-and-start.
 
     A claim reads the claim queue; the due waiting tasks only when the queue had fewer
     than it asked for (``DUE_WAITING``, a second statement): reading them in every claim
@@ -193,14 +195,14 @@ def claim_statement(
         update(task)
         .where(chosen, is_pending())
         .values(
-            status=TaskStatus.CLAIMED.value,
+            status=(TaskStatus.RUNNING if start else TaskStatus.CLAIMED).value,
             worker_id=bindparam("worker_id"),
             claim_token=bindparam("claim_token"),
             claim_key=bindparam("claim_key", type_=task.c.claim_key.type),
             attempt=task.c.attempt + 1,
             lease_expires_at=bindparam("lease_until"),
             # A fresh attempt: nothing of the previous one (a retry) carries over.
-            started_at=None,
+            started_at=bindparam("now", type_=task.c.started_at.type) if start else None,
             error=None,
             result=None,
             progress=None,
@@ -280,6 +282,7 @@ async def claim(
     lease_until: datetime,
     now: datetime,
     request_key: str | None = None,
+    start: bool = False,
 ) -> Claimed:
     """Claim up to ``limit`` tasks for the worker (``claim_statement``): the claim queue
     first, then, if that was short, the due waiting tasks. PostgreSQL reads the worker's
@@ -287,7 +290,8 @@ async def claim(
     (``rules.authorisation.may_claim``); after an empty claim although a task was
     claimable, it waits for the locked ones. SQLite reads the owner only when nothing was
     claimed. Tasks claimed by the first statement (committed on their own outside a
-    transaction) are answered even if the second fails."""
+    transaction) are answered even if the second fails. With ``start`` every statement
+    also starts the tasks it claims (``claim_statement``)."""
     params = {
         "worker_id": worker_id,
         "claim_token": claim_token,
@@ -298,7 +302,7 @@ async def claim(
     }
     dialect = conn.dialect.name
     postgres = dialect == "postgresql"
-    shape = {"check_owner": not is_unrestricted(principal)}
+    shape = {"check_owner": not is_unrestricted(principal), "start": start}
     statement = claim_statement(dialect, **shape, limit=limit)
     # ``all()`` is typed as a ``Sequence`` but gives a list (SQLAlchemy's and ``HotResult``'s
     # alike), which the claims of due tasks extend.
@@ -354,14 +358,24 @@ async def _claim_waiting_for_locked(
     return []
 
 
-_HELD_UNDER_KEY = select(task_table).where(
-    task_table.c.worker_id == bindparam("worker_id", type_=task_table.c.worker_id.type),
-    task_table.c.status == literal_column(f"'{TaskStatus.CLAIMED.value}'"),
-    task_table.c.claim_key == bindparam("claim_key", type_=task_table.c.claim_key.type),
-)
+def _held_under_key(status: TaskStatus) -> Any:
+    return select(task_table).where(
+        task_table.c.worker_id == bindparam("worker_id", type_=task_table.c.worker_id.type),
+        task_table.c.status == literal_column(f"'{status.value}'"),
+        task_table.c.claim_key == bindparam("claim_key", type_=task_table.c.claim_key.type),
+    )
 
 
-async def held_under_key(conn: Connection, worker_id: UUID, request_key: str) -> list[Any]:
-    """The task rows the worker still holds as claimed under the claim's ``request_key``."""
+_HELD_UNDER_KEY = {
+    False: _held_under_key(TaskStatus.CLAIMED),
+    True: _held_under_key(TaskStatus.RUNNING),
+}
+
+
+async def held_under_key(
+    conn: Connection, worker_id: UUID, request_key: str, *, started: bool = False
+) -> list[Any]:
+    """The task rows the worker still holds under the claim's ``request_key``: claimed, or
+    (``started``: the claim also started them) running."""
     params = {"worker_id": worker_id, "claim_key": request_key}
-    return list((await conn.execute(_HELD_UNDER_KEY, params)).all())
+    return list((await conn.execute(_HELD_UNDER_KEY[started], params)).all())

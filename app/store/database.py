@@ -109,6 +109,9 @@ _SERVER_GONE = (
     asyncpg.exceptions.AdminShutdownError,
     asyncpg.exceptions.CrashShutdownError,
     asyncpg.exceptions.CannotConnectNowError,
+    # "sorry, too many clients already": every connection slot taken (by other clients);
+    # the next connection may get one.
+    asyncpg.exceptions.TooManyConnectionsError,
 )
 
 
@@ -177,11 +180,7 @@ def _postgres_engine(url: str, settings: Settings, pre_ping: bool) -> AsyncEngin
         # which takes hundreds of ms; the hub's statements are short, and one that reads a
         # deep queue (a page's positions among 100,000 delayed tasks) would pay it on every
         # run.
-        connect_args={
-            "command_timeout": settings.db_statement_timeout_seconds,
-            "timeout": settings.db_statement_timeout_seconds,
-            "server_settings": {"jit": "off"},
-        },
+        connect_args=postgres_connect_args(settings),
         json_serializer=dump_json,
         json_deserializer=load_json,
     )
@@ -191,6 +190,28 @@ def _postgres_engine(url: str, settings: Settings, pre_ping: bool) -> AsyncEngin
         set_keepalive(dbapi_connection.driver_connection)
 
     return engine
+
+
+def postgres_connect_args(settings: Settings) -> dict[str, Any]:
+    """asyncpg's connection arguments (through SQLAlchemy's adapter) for the hub's pools.
+
+    Behind a transaction-mode pooler (``TASKHUB_DATABASE_POOLER=transaction``) each
+    transaction may run on another server connection, so nothing may outlive one: both
+    statement caches are off, which makes asyncpg prepare every statement unnamed, with no
+    Sync between its preparation and its execution (so PgBouncer keeps both on one server
+    connection; a named one would be missing, or already exist, on the next); and no
+    startup setting is sent (PgBouncer refuses unknown ones): set ``jit = off`` on the
+    database instead (docs/operations.md)."""
+    args: dict[str, Any] = {
+        "command_timeout": settings.db_statement_timeout_seconds,
+        "timeout": settings.db_statement_timeout_seconds,
+    }
+    if settings.database_pooler == "transaction":
+        args["statement_cache_size"] = 0  # asyncpg's own cache (the hot statements')
+        args["prepared_statement_cache_size"] = 0  # SQLAlchemy's adapter's
+    else:
+        args["server_settings"] = {"jit": "off"}
+    return args
 
 
 # TCP keepalive on PostgreSQL connections: an idle pooled connection whose peer is gone

@@ -215,6 +215,8 @@ def task_record(row: Any, job_name: str, queue_position: int | None = None) -> T
         max_attempts=row.max_attempts,
         run_at=row.run_at,
         version=row.version,
+        # (rows of statements that return only some columns have none)
+        rerun_of=getattr(row, "rerun_of", None),
     )
 
 

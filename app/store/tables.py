@@ -279,6 +279,18 @@ class TaskLog(TaskhubModel, table=True):
     )
 
 
+class ClusterLeaseRow(TaskhubModel, table=True):
+    """A cluster-wide lease held as a row (``app/store/cluster_lease.py``): ``holder`` has
+    it until ``expires_at``, by the database's clock. Used only behind a transaction-mode
+    pooler, where a session advisory lock cannot be kept."""
+
+    __tablename__ = "cluster_lease"
+
+    name: str = Field(sa_type=String(128), primary_key=True)
+    holder: str = Field(sa_type=String(64))
+    expires_at: datetime = Field(sa_type=UTCDateTime)
+
+
 # Each model's ``__table__`` (SQLModel's classes do not declare it to type checkers): the
 # ``Table`` its class registered in ``metadata`` under its ``__tablename__``.
 user_table = metadata.tables[User.__tablename__]
@@ -289,6 +301,7 @@ link_table = metadata.tables[WorkerJobLink.__tablename__]
 task_table = metadata.tables[Task.__tablename__]
 queue_bucket_table = metadata.tables[TaskQueueBucket.__tablename__]
 task_log_table = metadata.tables[TaskLog.__tablename__]
+cluster_lease_table = metadata.tables[ClusterLeaseRow.__tablename__]
 
 
 def answered_task_columns() -> list[Any]:

@@ -13,6 +13,8 @@ from sqlalchemy import ColumnElement, Text, and_, case, cast, func, select
 
 from taskhub.rules.records import TaskRecord
 from taskhub.rules.states import TaskStatus
+from taskhub.rules.task_filter import TaskFilter
+from taskhub.store import task_search
 from taskhub.store.columns import stored_document, stored_text
 from taskhub.store.connections import Connection
 from taskhub.store.page_positions import with_positions
@@ -63,6 +65,18 @@ async def read_page(
         .limit(limit)
         .offset(offset)
     )
+    rows = (await conn.execute(statement)).all()
+    deferred = frozenset(row.id for row in rows if not row.small)
+    return await with_positions(conn, rows), deferred
+
+
+async def read_filtered_page(
+    conn: Connection, room_id: str, found: TaskFilter, *, sort: str, limit: int, offset: int
+) -> tuple[list[TaskRecord], frozenset[UUID]]:
+    """``read_page`` of the room's tasks ``found`` matches, in ``sort`` order
+    (``task_search``)."""
+    base = _with_small_documents(conn.dialect.name)
+    statement = task_search.page_statement(base, room_id, found, sort).limit(limit).offset(offset)
     rows = (await conn.execute(statement)).all()
     deferred = frozenset(row.id for row in rows if not row.small)
     return await with_positions(conn, rows), deferred

@@ -72,6 +72,7 @@ async def insert_task(
         "b_max_attempts": max_attempts,
         "b_run_at": record.run_at,
         "b_waiting": record.run_at is not None,  # only a run_at ahead is kept
+        "b_rerun_of": record.rerun_of,
     }
     dialect = conn.dialect.name
     postgres = dialect == "postgresql"

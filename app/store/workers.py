@@ -21,9 +21,13 @@ worker = worker_table
 Lock = Literal["keep", "exclusive"]
 
 
-async def insert_worker(conn: Connection, worker_id: UUID, user_id: UUID, now: datetime) -> None:
+async def insert_worker(
+    conn: Connection, worker_id: UUID, user_id: UUID, now: datetime, slots: int | None = None
+) -> None:
     await conn.execute(
-        insert(worker).values(id=worker_id, user_id=user_id, last_heartbeat=now, created_at=now)
+        insert(worker).values(
+            id=worker_id, user_id=user_id, last_heartbeat=now, created_at=now, slots=slots
+        )
     )
 
 
@@ -48,8 +52,12 @@ async def find_worker(conn: Connection, worker_id: UUID, *, lock: Lock | None = 
 _BEAT_ANY = (
     update(worker)
     .where(worker.c.id == bindparam("b_worker_id"))
-    .values(last_heartbeat=bindparam("b_now"))
-    .returning(worker.c.id, worker.c.user_id, worker.c.last_heartbeat)
+    .values(
+        last_heartbeat=bindparam("b_now"),
+        # A beat that reports its slots sets them; one that does not leaves them.
+        slots=func.coalesce(bindparam("b_slots", type_=worker.c.slots.type), worker.c.slots),
+    )
+    .returning(worker.c.id, worker.c.user_id, worker.c.last_heartbeat, worker.c.slots)
 )
 _BEAT_OWN = _BEAT_ANY.where(worker.c.user_id == bindparam("b_user_id"))
 EXTEND_ALL_LEASES = (
@@ -66,11 +74,17 @@ _EXTEND_LISTED_LEASES = EXTEND_ALL_LEASES.where(
 
 
 async def heartbeat(
-    conn: Connection, worker_id: UUID, now: datetime, *, owner_id: UUID | None
+    conn: Connection,
+    worker_id: UUID,
+    now: datetime,
+    *,
+    owner_id: UUID | None,
+    slots: int | None = None,
 ) -> Any:
-    """Set the worker's ``last_heartbeat`` to ``now`` — only if it belongs to ``owner_id``
-    (None: whoever it belongs to); its (id, user_id, last_heartbeat), None if not beaten."""
-    params = {"b_worker_id": worker_id, "b_user_id": owner_id, "b_now": now}
+    """Set the worker's ``last_heartbeat`` to ``now`` (and its ``slots``, when given) — only
+    if it belongs to ``owner_id`` (None: whoever it belongs to); its (id, user_id,
+    last_heartbeat, slots), None if not beaten."""
+    params = {"b_worker_id": worker_id, "b_user_id": owner_id, "b_now": now, "b_slots": slots}
     beat = _BEAT_ANY if owner_id is None else _BEAT_OWN
     return (await conn.execute(beat, params)).first()
 
@@ -155,7 +169,9 @@ def _summary_query(where: ColumnElement[bool]) -> Select[Any]:
         .scalar_subquery()
         .label("job_count")
     )
-    return select(worker.c.id, worker.c.user_id, worker.c.last_heartbeat, job_count).where(where)
+    return select(
+        worker.c.id, worker.c.user_id, worker.c.last_heartbeat, worker.c.slots, job_count
+    ).where(where)
 
 
 async def _page(
@@ -173,6 +189,7 @@ async def _page(
             user_id=row.user_id,
             last_heartbeat=row.last_heartbeat,
             job_count=row.job_count,
+            slots=row.slots,
         )
         for row in rows
     ]

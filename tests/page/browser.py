@@ -109,7 +109,7 @@ def reconnect(page: Page) -> None:
 
 
 def task_item(page: Page, task_id: str) -> Locator:
-    return page.locator(f'li.task[data-task-id="{task_id}"]')
+    return page.locator(f'tr.task[data-task-id="{task_id}"]')
 
 
 def job_button(page: Page, name: str) -> Locator:
@@ -135,9 +135,9 @@ _WATCH = """() => {
   };
   new MutationObserver((mutations) => {
     for (const mutation of mutations) {
-      const item = mutation.target.closest?.("li.task");
+      const item = mutation.target.closest?.("tr.task");
       if (item) record(item);
-      for (const node of mutation.addedNodes) if (node.matches?.("li.task")) record(node);
+      for (const node of mutation.addedNodes) if (node.matches?.("tr.task")) record(node);
     }
   }).observe(list, {
     subtree: true, childList: true, attributes: true,

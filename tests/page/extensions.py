@@ -53,3 +53,19 @@ class Ping(Extension):
 
     def run(self, ctx: TaskContext) -> str:
         return "pong"
+
+
+class Narrate(Extension):
+    """Log ``lines`` (``ctx.log``), one a step, then wait until cancelled (at most 20 s)."""
+
+    category = "analysis"
+
+    lines: list[str]
+
+    def run(self, ctx: TaskContext) -> int:
+        for line in self.lines:
+            ctx.log(line, level="warning")
+            if ctx.wait_cancelled(STEP_SECONDS):
+                break
+        ctx.wait_cancelled(20)
+        return len(self.lines)

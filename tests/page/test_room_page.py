@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from playwright.sync_api import Page, Request, expect
+from playwright.sync_api import Locator, Page, Request, expect
 
 from taskhub.sdk import Worker
 from tests.page.browser import (
@@ -99,10 +99,15 @@ def test_a_task_goes_live_from_the_form_to_its_result_for_everyone_in_the_room(
     for page in (alice, bob):
         item = task_item(page, task["id"])
         expect(item).to_have_attribute("data-status", "completed")
-        expect(item.locator(".result-box")).to_contain_text('"FIRST BATCH"')
-        expect(item.locator(".meta")).to_contain_text("Finished")
         expect(item.get_by_role("button", name="Cancel")).to_be_hidden()
-        expect(item.locator(".progress-text")).to_have_text("100%")  # no stale "step 3 of 4"
+        expect(item.locator(".progress")).to_be_hidden()  # no stale "step 3 of 4"
+        expect(item.locator(".col-ran")).not_to_be_empty()
+        # The row's details: the result, and how it went.
+        item.click()
+        detail = page.locator("#detail")
+        expect(detail.locator(".detail-result")).to_contain_text('"FIRST BATCH"')
+        expect(detail.locator(".timeline")).to_contain_text("Completed")
+        expect(detail.locator(".detail-progress")).to_have_text("Progress 100%")
 
     for page in (alice, bob):
         log = task_log(page, task["id"])
@@ -110,9 +115,8 @@ def test_a_task_goes_live_from_the_form_to_its_result_for_everyone_in_the_room(
         progress_while_running = {p for status, p in log if status == "running"}
         assert len(progress_while_running) >= 3, f"progress did not move live: {log}"
     assert statuses(task_log(alice, task["id"]))[0] == "pending"
-    # Bob's list got the task from the events (and its payload afterwards).
-    bob_item = task_item(bob, task["id"])
-    expect(bob_item.locator(".payload pre")).to_contain_text('"first batch"')
+    # Bob's list got the task from the events; its details read the payload.
+    expect(bob.locator("#detail .detail-payload")).to_contain_text('"first batch"')
     expect(alice.locator("#tasks-count")).to_have_text("1 task")
 
     alice.screenshot(path=ARTIFACTS / "room-page.png", full_page=True)
@@ -195,16 +199,20 @@ def test_pending_and_running_tasks_can_be_cancelled(
     assert {hub.task(t["id"])["status"] for t in (running, queued)} == {"cancelled"}
 
     # The status filter asks the hub and keeps following live changes.
-    page.get_by_label("Status", exact=True).select_option("cancelled")
-    expect(page.locator("li.task")).to_have_count(2)
-    page.get_by_label("Status", exact=True).select_option("running")
-    expect(page.locator("li.task")).to_have_count(0)
+    def status(name: str) -> Locator:
+        return page.locator("#task-filters").get_by_role("checkbox", name=name, exact=True)
+
+    status("Cancelled").check()
+    expect(page.locator("tr.task")).to_have_count(2)
+    status("Cancelled").uncheck()
+    status("Running").check()
+    expect(page.locator("tr.task")).to_have_count(0)
     expect(page.locator("#tasks-empty")).to_be_visible()
     page.get_by_label("Steps").fill("3")
     third = submit(page)
     expect(task_item(page, third["id"])).to_be_visible()  # while it runs
-    expect(page.locator("li.task")).to_have_count(0)  # and gone once completed
-    page.get_by_label("Status", exact=True).select_option("")
+    expect(page.locator("tr.task")).to_have_count(0)  # and gone once completed
+    status("Running").uncheck()
     expect(task_item(page, third["id"])).to_have_attribute("data-status", "completed")
     pages.assert_no_console_errors()
 
@@ -327,12 +335,14 @@ def test_the_page_shows_its_connection_and_rejoins_the_room_after_a_reconnect(
     item = task_item(page, task["id"])
     expect(item).to_have_attribute("data-status", "completed")
     assert "running" in statuses(task_log(page, task["id"]))
-    expect(item.locator(".result-box")).to_contain_text(json.dumps("FROM A SCRIPT"))
+    item.click()
+    expect(page.locator("#detail .detail-result")).to_contain_text(json.dumps("FROM A SCRIPT"))
 
     # Signing out forgets the token.
     page.get_by_role("button", name="Sign out").click()
     expect(page.get_by_role("heading", name="Sign in")).to_be_visible()
     assert page.evaluate("localStorage.getItem('taskhub.token')") is None
+    assert page.evaluate("sessionStorage.getItem('taskhub.token')") is None
     pages.assert_no_console_errors(allowed=[DISCONNECTED])
 
 
@@ -361,11 +371,11 @@ def test_jobs_and_workers_come_and_go_live(
     pages.assert_no_console_errors()
 
 
-# The page's task store, run in the browser: events of one task may arrive out of order
+# The page's task table, run in the browser: events of one task may arrive out of order
 # (they come from several processes: replicas, the taskiq worker); `version` orders them.
 LATE_EVENTS = """async () => {
-  const { TaskList } = await import("/static/tasks.js");
-  const list = new TaskList(document.createElement("ul"), document.createElement("p"), {});
+  const { TaskTable } = await import("/static/tasks.js");
+  const table = new TaskTable(document.createElement("tbody"), {});
   const event = (status, version) => ({
     id: "0192e8a0-0000-7000-8000-000000000001", name: "lab:analysis:Brew", room_id: "lab",
     status, version, created_at: "2026-11-22T08:00:00+00:00", started_at: null,
@@ -376,12 +386,13 @@ LATE_EVENTS = """async () => {
   const seen = [];
   for (const [status, version] of [["pending", 1], ["running", 3], ["completed", 4],
                                    ["claimed", 2], ["pending", 1]]) {
-    list.applyEvent(event(status, version));
-    seen.push(list.statusOf(event().id));
+    table.push(event(status, version));
+    table.flush();
+    seen.push(table.task(event().id)?.status);
   }
   const { name, ...snapshot } = event("running", 3);
-  list.addSnapshots([{ ...snapshot, job_name: name, payload: {} }]);
-  seen.push(list.statusOf(event().id));
+  table.setPage([{ ...snapshot, job_name: name }]);
+  seen.push(table.task(event().id)?.status);
   return seen;
 }"""
 

@@ -1,12 +1,13 @@
-"""The room page's task list against a real hub, without a worker (tasks stay pending
+"""The room page's task table against a real hub, without a worker (tasks stay pending
 unless a test moves them): refetches that race with live events and with each other, a
-reconnect after "Load more", queue places behind tasks the page does not show, Cancel only
+reconnect on the second page, queue places behind tasks the page does not show, Cancel only
 on tasks the viewer may cancel (and withdrawn when the hub refuses it), and the bound on a
-list that live events grow (the oldest tasks go, except one the viewer has open; "Load
-more" brings them back; events of tasks gone do not)."""
+page that live events grow (the newest stay on top, the page keeps its size, the next page
+holds the others)."""
 
 from __future__ import annotations
 
+import re
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -18,7 +19,7 @@ from tests.page.conftest import PageHub
 DISCONNECTED = r"net::ERR_INTERNET_DISCONNECTED"
 FORBIDDEN = r"status of 403"
 EMPTY = {"type": "object", "properties": {}}
-LIVE_KEEP = 500  # app.js: the most tasks the list keeps from live events
+PAGE = 50  # app.js: the rows of a page
 
 # Hold back the answers of the page's fetches whose URL contains `pattern`: each request
 # reaches the hub (its snapshot is taken) and then waits for `window.__held.shift()()`.
@@ -97,29 +98,20 @@ def open_room(hub: PageHub, pages: Pages, room: str, token: str = "") -> Page:
 
 
 def shown_ids(page: Page) -> list[str]:
-    return page.locator("li.task").evaluate_all("(items) => items.map((i) => i.dataset.taskId)")
+    return page.locator("tr.task").evaluate_all("(items) => items.map((i) => i.dataset.taskId)")
 
 
 def wait_shown(page: Page, tasks: list[dict[str, Any]]) -> None:
     """Wait until every one of ``tasks`` is in the list (their events have come)."""
     ids = [task["id"] for task in tasks]
     page.wait_for_function(
-        """(ids) => ids.every((id) => document.querySelector(`li.task[data-task-id="${id}"]`))""",
+        """(ids) => ids.every((id) => document.querySelector(`tr.task[data-task-id="${id}"]`))""",
         arg=ids,
     )
 
 
-def live_overflow(hub: PageHub, pages: Pages, room: str, older: int) -> tuple[Page, list, list]:
-    """A page open on ``room`` whose list live events overfill: ``older`` tasks submitted
-    (and shown) first, then LIVE_KEEP newer ones; returns the page and both batches."""
-    job, _ = job_with_tasks(hub, room, 0)
-    page = open_room(hub, pages, room)
-    expect(page.locator("#tasks-count")).to_have_text("0 tasks")  # the list is read
-    first = submit(hub, room, job, older)
-    wait_shown(page, first)
-    newer = submit(hub, room, job, LIVE_KEEP)
-    wait_shown(page, newer)
-    return page, first, newer
+def status_box(page: Page, name: str) -> Any:
+    return page.locator("#task-filters").get_by_role("checkbox", name=name, exact=True)
 
 
 def test_a_task_that_arrives_while_the_list_is_read_again_stays_in_it(
@@ -128,62 +120,45 @@ def test_a_task_that_arrives_while_the_list_is_read_again_stays_in_it(
     job, tasks = job_with_tasks(hub, room, 3)
     cancel(hub, tasks[:2])
     page = open_room(hub, pages, room)
-    expect(page.locator("li.task")).to_have_count(3)
+    expect(page.locator("tr.task")).to_have_count(3)
 
     hold_answers(page, "status=pending")
-    page.get_by_label("Status", exact=True).select_option("pending")
+    status_box(page, "Pending").check()
     page.wait_for_function("() => window.__held.length === 1")  # its snapshot is taken
     with hub.rest(hub.bob) as rest:
         late = rest.post(f"/rooms/{room}/tasks/{job}", json={"payload": {}}).json()
     expect(task_item(page, late["id"])).to_be_visible()  # from its event
 
     release_answer(page, 1)  # the snapshot without it
-    expect(page.locator("li.task")).to_have_count(2)
+    expect(page.locator("tr.task")).to_have_count(2)
     expect(task_item(page, late["id"])).to_be_visible()
     expect(page.locator("#tasks-count")).to_have_text("2 tasks")
     pages.assert_no_console_errors()
 
 
-def test_a_reconnect_keeps_the_loaded_tasks_and_their_open_details(
+def test_a_reconnect_keeps_the_page_its_open_details_and_the_focus(
     hub: PageHub, room: str, pages: Pages
 ) -> None:
     _, tasks = job_with_tasks(hub, room, 60)
     page = open_room(hub, pages, room)
-    expect(page.locator("li.task")).to_have_count(50)
-    page.get_by_role("button", name="Load more").click()
-    expect(page.locator("li.task")).to_have_count(60)
+    expect(page.locator("tr.task")).to_have_count(PAGE)
+    page.get_by_role("button", name="Next").click()
+    expect(page.locator("tr.task")).to_have_count(10)
+    expect(page).to_have_url(re.compile(r"offset=50"))
     oldest = task_item(page, tasks[0]["id"])
-    oldest.locator(".payload summary").click()
-    newest_cancel = task_item(page, tasks[-1]["id"]).get_by_role("button", name="Cancel")
+    oldest.click()
+    expect(page.locator("#detail")).to_have_attribute("data-task-id", tasks[0]["id"])
+    newest_cancel = task_item(page, tasks[9]["id"]).get_by_role("button", name="Cancel")
     newest_cancel.focus()
 
-    hold_answers(page, "/tasks?limit=")
+    hold_answers(page, "/tasks?view=summary")
     reconnect(page)
-    release_answer(page, 1)  # the list read again after the reconnect
+    release_answer(page, 1)  # the page read again after the reconnect
 
-    expect(page.locator("li.task")).to_have_count(60)
-    expect(page.get_by_role("button", name="Load more")).to_be_hidden()
-    expect(oldest.locator(".payload")).to_have_attribute("open", "")
+    expect(page.locator("tr.task")).to_have_count(10)
+    expect(page.locator("#page-info")).to_have_text("51\u201360 of 60")
+    expect(page.locator("#detail")).to_have_attribute("data-task-id", tasks[0]["id"])
     expect(newest_cancel).to_be_focused()
-    pages.assert_no_console_errors(allowed=[DISCONNECTED])
-
-
-def test_load_more_while_the_list_is_read_again_keeps_what_it_brought(
-    hub: PageHub, room: str, pages: Pages
-) -> None:
-    """A re-read of the list (every connect has one) that started before "Load more"
-    answered does not take back the older tasks "Load more" brought."""
-    _, tasks = job_with_tasks(hub, room, 60)
-    page = open_room(hub, pages, room)
-    expect(page.locator("li.task")).to_have_count(50)
-    hold_answers(page, "tasks?limit=50&offset=0")
-    reconnect(page)
-    page.wait_for_function("() => window.__held.length > 0")  # the re-read is under way
-    page.get_by_role("button", name="Load more").click()
-    expect(page.locator("li.task")).to_have_count(60)
-    release_answer(page, 1)  # the re-read's answer: the newest 50
-    expect(page.locator("li.task")).to_have_count(60)
-    expect(task_item(page, tasks[0]["id"])).to_be_visible()
     pages.assert_no_console_errors(allowed=[DISCONNECTED])
 
 
@@ -193,19 +168,19 @@ def test_only_the_answer_for_the_chosen_status_fills_the_list(
     _, tasks = job_with_tasks(hub, room, 5)
     cancel(hub, tasks[:2])
     page = open_room(hub, pages, room)
-    expect(page.locator("li.task")).to_have_count(5)
+    expect(page.locator("tr.task")).to_have_count(5)
 
     hold_answers(page, "status=cancelled")
-    status = page.get_by_label("Status", exact=True)
-    status.select_option("cancelled")
+    status_box(page, "Cancelled").check()
     page.wait_for_function("() => window.__held.length === 1")
-    status.select_option("pending")  # answered at once
+    status_box(page, "Cancelled").uncheck()
+    status_box(page, "Pending").check()  # answered at once
     expect(page.locator("#tasks-count")).to_have_text("3 tasks")
 
     release_answer(page, 1)  # the late answer for "cancelled"
     expect(page.locator("#tasks-count")).to_have_text("3 tasks")
-    expect(page.locator("li.task[data-status=pending]")).to_have_count(3)
-    expect(page.locator("li.task")).to_have_count(3)
+    expect(page.locator("tr.task[data-status=pending]")).to_have_count(3)
+    expect(page.locator("tr.task")).to_have_count(3)
     pages.assert_no_console_errors()
 
 
@@ -214,7 +189,7 @@ def test_queue_places_move_when_tasks_older_than_the_first_page_leave_the_queue(
 ) -> None:
     _, tasks = job_with_tasks(hub, room, 55)
     page = open_room(hub, pages, room)
-    expect(page.locator("li.task")).to_have_count(50)
+    expect(page.locator("tr.task")).to_have_count(PAGE)
     newest = task_item(page, tasks[-1]["id"]).locator(".queue")
     expect(newest).to_have_text("#55 in queue")
 
@@ -232,7 +207,8 @@ def test_queue_places_of_a_global_job_move_when_another_room_s_task_leaves(
     job = f"@global:analysis:{name}"
     with hub.rest(admin) as rest:
         body = {"category": "analysis", "name": name, "schema": EMPTY}
-        assert rest.put("/rooms/@global/jobs", json=body).status_code == 201
+        registered = rest.put("/rooms/@global/jobs", json=body)
+        assert registered.status_code == 201
         elsewhere = rest.post(f"/rooms/{room}-other/tasks/{job}", json={"payload": {}}).json()
         here = rest.post(f"/rooms/{room}/tasks/{job}", json={"payload": {}}).json()
     page = open_room(hub, pages, room, admin)
@@ -242,6 +218,8 @@ def test_queue_places_of_a_global_job_move_when_another_room_s_task_leaves(
     cancel(hub, [elsewhere], admin)  # this room hears nothing of it
     expect(place).to_have_text("#1 in queue")
     cancel(hub, [here], admin)
+    with hub.rest(admin) as rest:  # a worker serving @global is seen from every room
+        rest.delete(f"/workers/{registered.json()['worker_id']}").raise_for_status()
     pages.assert_no_console_errors()
 
 
@@ -331,60 +309,20 @@ def test_cancel_is_withdrawn_when_the_hub_refuses_it(hub: PageHub, room: str, pa
     pages.assert_no_console_errors(allowed=[FORBIDDEN, r"ERR_FAILED"])
 
 
-def test_live_events_keep_the_newest_tasks_and_load_more_brings_back_the_older(
+def test_live_events_keep_the_newest_on_top_and_the_page_at_its_size(
     hub: PageHub, room: str, pages: Pages
 ) -> None:
-    page, oldest, newer = live_overflow(hub, pages, room, 20)
-
-    expect(page.locator("li.task")).to_have_count(LIVE_KEEP)
-    assert set(shown_ids(page)) == {task["id"] for task in newer}
-    expect(page.locator("#tasks-count")).to_have_text(f"{LIVE_KEEP} tasks")
-    more = page.get_by_role("button", name="Load more")
-    expect(more).to_be_visible()
-
-    more.click()  # continues right after the oldest task shown
-    expect(page.locator("li.task")).to_have_count(LIVE_KEEP + 20)
-    ids = shown_ids(page)
-    assert len(ids) == len(set(ids))
-    assert set(ids[LIVE_KEEP:]) == {task["id"] for task in oldest}
-    expect(page.locator("#tasks-count")).to_have_text(f"{LIVE_KEEP + 20} tasks")
-    expect(more).to_be_hidden()
-    pages.assert_no_console_errors()
-
-
-def test_a_task_with_open_details_stays_while_older_and_newer_ones_go(
-    hub: PageHub, room: str, pages: Pages
-) -> None:
-    job, (before, opened, after) = job_with_tasks(hub, room, 3)
+    job, older = job_with_tasks(hub, room, 5)
     page = open_room(hub, pages, room)
-    item = task_item(page, opened["id"])
-    item.locator(".payload summary").click()
-    first = submit(hub, room, job, 1)
-    wait_shown(page, first)
-    newer = submit(hub, room, job, LIVE_KEEP - 1)  # one too many with the three
-    wait_shown(page, newer)
-
-    expect(page.locator("li.task")).to_have_count(LIVE_KEEP)
-    for gone in (before, after, *first):
+    expect(page.locator("tr.task")).to_have_count(5)
+    newer = submit(hub, room, job, PAGE)
+    expect(page.locator("#tasks-count")).to_have_text(f"{PAGE + 5} tasks")
+    expect(page.locator("tr.task")).to_have_count(PAGE)
+    newest = sorted(newer, key=lambda task: task["created_at"])[-1]
+    expect(page.locator("tr.task").first).to_have_attribute("data-task-id", newest["id"])
+    for gone in older:  # pushed to the next page
         expect(task_item(page, gone["id"])).to_have_count(0)
-    expect(item.locator(".payload")).to_have_attribute("open", "")
-    expect(page.locator("#tasks-count")).to_have_text(f"{LIVE_KEEP} tasks")
-    pages.assert_no_console_errors()
-
-
-def test_an_event_of_a_dropped_task_does_not_bring_it_back(
-    hub: PageHub, room: str, pages: Pages
-) -> None:
-    page, oldest, _ = live_overflow(hub, pages, room, 5)
-    expect(page.locator("li.task")).to_have_count(LIVE_KEEP)
-    with hub.rest(hub.alice) as rest:
-        (newest,) = rest.get(f"/rooms/{room}/tasks", params={"limit": 1}).json()["items"]
-    place = task_item(page, newest["id"]).locator(".queue")  # the last in the queue
-    expect(place).to_have_text(f"#{LIVE_KEEP + 5} in queue")
-
-    cancel(hub, oldest[:1])  # its event comes; the queue places move all the same
-    expect(place).to_have_text(f"#{LIVE_KEEP + 4} in queue")
-    expect(task_item(page, oldest[0]["id"])).to_have_count(0)
-    expect(page.locator("li.task")).to_have_count(LIVE_KEEP)
-    expect(page.locator("#tasks-count")).to_have_text(f"{LIVE_KEEP} tasks")
+    page.get_by_role("button", name="Next").click()
+    expect(page.locator("tr.task")).to_have_count(5)
+    assert set(shown_ids(page)) == {task["id"] for task in older}
     pages.assert_no_console_errors()

@@ -6,7 +6,8 @@ SQLite and PostgreSQL, and checks after every step that the queue keeps its prom
 - terminal states are final; attempts never exceed the maximum;
 - no acknowledged (submitted) task is lost;
 - no claim comes back empty while a claimable task exists; claims take the queue in order,
-  then the due tasks not yet queued;
+  then the due tasks not yet queued (so do claims that also start their tasks, and the
+  claims of a completion with ``claim_next``, whose stale write claims nothing);
 - the queue positions of a job's pending tasks are a permutation of 1..n;
 - the kept counts of pending and waiting tasks match the tasks.
 
@@ -20,7 +21,7 @@ from __future__ import annotations
 import asyncio
 from datetime import datetime, timedelta
 from typing import Any
-from uuid import UUID
+from uuid import UUID, uuid4
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -138,24 +139,36 @@ class QueueMachine(RuleBasedStateMachine):
         self.max_attempts[record.id] = max_attempts
         return record.id
 
-    @rule(worker=st.integers(0, 1), batch=st.integers(1, 3))
-    def claim(self, worker: int, batch: int) -> None:
+    @rule(worker=st.integers(0, 1), batch=st.integers(1, 3), start=st.booleans())
+    def claim(self, worker: int, batch: int, start: bool) -> None:
+        """A claim; with ``start`` a claim-and-start (the tasks come back running)."""
         worker_id = self.workers[worker]
+        first, expected = self._next_in_queue(batch)
+        records, _ = self.run(
+            claim.claim_tasks(self.db, self.owner, worker_id, batch, lease_seconds=60, start=start)
+        )
+        self._took(records, worker_id, first, expected, start)
+
+    def _next_in_queue(self, batch: int) -> tuple[set[UUID], int]:
+        """The ids the next claim of ``batch`` must take, and how many."""
         queue, _ = self.run(self._all_tasks(utcnow()))
         not_queued = self.run(self._waiting_ids())
         ready = [r for r in queue if r.status == S.PENDING and r.id not in self.waiting]
         # The queued tasks first; the due ones the announcer has not queued yet after them.
         in_order = sorted(ready, key=lambda r: (r.id in not_queued, claim_order(r, utcnow())))
-        first = {r.id for r in in_order[:batch]}
-        records, _ = self.run(
-            claim.claim_tasks(self.db, self.owner, worker_id, batch, lease_seconds=60)
-        )
-        assert len(records) == min(batch, len(ready)), "empty-handed while tasks were claimable"
+        return {r.id for r in in_order[:batch]}, min(batch, len(ready))
+
+    def _took(
+        self, records: list[Any], worker_id: UUID, first: set[UUID], expected: int, start: bool
+    ) -> None:
+        assert len(records) == expected, "empty-handed while tasks were claimable"
         assert {record.id for record in records} == first, "not claimed in queue order"
         for record in records:
             assert self.status[record.id] == S.PENDING and record.id not in self.held
             assert record.attempt <= self.max_attempts[record.id]
-            self.status[record.id] = S.CLAIMED
+            status = S.RUNNING if start else S.CLAIMED
+            assert record.status == status and (record.started_at is not None) == start
+            self.status[record.id] = status
             self.held[record.id] = (worker_id, record.claim_token)
 
     def _held_with(self, *statuses: TaskStatus) -> list[UUID]:
@@ -189,6 +202,37 @@ class QueueMachine(RuleBasedStateMachine):
         task_id = data.draw(st.sampled_from(self._held_with(S.RUNNING)))
         assert self._update(task_id, S.COMPLETED, result={"ok": True}).status == S.COMPLETED
         self._release(task_id, S.COMPLETED)
+
+    @precondition(lambda self: self._held_with(S.RUNNING))
+    @rule(data=st.data(), batch=st.integers(1, 2), start=st.booleans(), stale=st.booleans())
+    def complete_and_claim_next(
+        self, data: st.DataObject, batch: int, start: bool, stale: bool
+    ) -> None:
+        """A terminal PATCH with ``claim_next``: the write, then the claim (what the
+        endpoint runs); with ``stale``, an earlier attempt's token: refused, claims nothing."""
+        task_id = data.draw(st.sampled_from(self._held_with(S.RUNNING)))
+        worker_id, _ = self.held[task_id]
+        if stale:
+            before = self.run(self._all_tasks(utcnow()))[0]
+            with pytest.raises(DomainError):
+                self.run(
+                    transitions.update_task(
+                        self.db, self.owner, task_id, status=S.COMPLETED, claim_token=uuid4()
+                    )
+                )
+            after = self.run(self._all_tasks(utcnow()))[0]
+            assert [(r.id, r.status, r.version) for r in after] == [
+                (r.id, r.status, r.version) for r in before
+            ], "a refused write changed something (or claimed)"
+            return
+        assert self._update(task_id, S.COMPLETED).status == S.COMPLETED
+        self._release(task_id, S.COMPLETED)
+        first, expected = self._next_in_queue(batch)
+        records, _, refused = self.run(
+            claim.claim_next(self.db, self.owner, worker_id, batch, lease_seconds=60, start=start)
+        )
+        assert refused is None
+        self._took(records, worker_id, first, expected, start)
 
     @precondition(lambda self: self._held_with(S.CLAIMED, S.RUNNING))
     @rule(data=st.data(), retry=st.booleans())

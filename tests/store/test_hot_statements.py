@@ -156,6 +156,7 @@ async def test_a_text_statement_names_its_columns_as_the_driver_does(db: Databas
         "b_max_attempts": None,
         "b_run_at": None,
         "b_waiting": False,
+        "b_rerun_of": None,
     }
     if db.is_sqlite:
         statement = insert_task_of_live_job(db.dialect)

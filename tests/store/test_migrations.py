@@ -51,6 +51,7 @@ APP_TABLES = {
     "task",
     "task_log",
     "task_queue_bucket",
+    "cluster_lease",
 }
 
 

@@ -21,7 +21,16 @@ POSTGRES_URL = os.environ.get(
     "TASKHUB_TEST_POSTGRES_URL", "postgresql+asyncpg://postgres@127.0.0.1:5432/test"
 )
 REDIS_URL = os.environ.get("TASKHUB_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
-TABLES = ("task_queue_bucket", "task", "worker_job_link", "worker", "job", "api_token", "app_user")
+TABLES = (
+    "task_queue_bucket",
+    "task",
+    "worker_job_link",
+    "worker",
+    "job",
+    "api_token",
+    "app_user",
+    "cluster_lease",
+)
 
 
 def _asyncpg_dsn(url: str) -> str:

@@ -44,6 +44,7 @@ TASK_STATUS_EXTRAS = frozenset(
         "run_at",
         "submitted_by",
         "version",
+        "rerun_of",
     }
 )
 PROBLEM_KEYS = frozenset({"type", "title", "status", "detail"})
@@ -77,11 +78,24 @@ class SocketProbe:
         self.received.append(Received(len(self.received), event, data))
         self._arrived.set()
 
-    async def connect(self, base_url: str, token: str | None, within: float = 10.0) -> None:
-        """Connect with ``auth={"token": token}`` (no auth at all when ``token`` is None)."""
+    async def connect(
+        self,
+        base_url: str,
+        token: str | None,
+        within: float = 10.0,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        """Connect with ``auth={"token": token}`` (no auth at all when ``token`` is None);
+        ``headers`` go with the handshake (``Balancer.pin``: a cookie naming a replica)."""
         auth = None if token is None else {"token": token}
         await asyncio.wait_for(
-            self.client.connect(base_url, auth=auth, transports=["websocket"], wait_timeout=within),
+            self.client.connect(
+                base_url,
+                auth=auth,
+                headers=headers or {},
+                transports=["websocket"],
+                wait_timeout=within,
+            ),
             within + 5,
         )
 

@@ -11,7 +11,13 @@ import pytest
 
 from taskhub.main import API_PREFIX, ENDPOINTS, create_app
 from taskhub.rules.errors import DomainError
-from taskhub.rules.events import JobsInvalidate, TaskAvailable, TaskCancelled, TaskStatusChanged
+from taskhub.rules.events import (
+    JobsInvalidate,
+    TaskAvailable,
+    TaskCancelled,
+    TaskLogged,
+    TaskStatusChanged,
+)
 from taskhub.settings import Settings
 from taskhub.transport.http import problems
 from taskhub.transport.http.openapi import build_openapi, openapi_path
@@ -136,7 +142,8 @@ def test_the_base_path_and_every_socket_event_are_documented(text: str) -> None:
     assert f"`{API_PREFIX}`" in text
     socket_section = text.split("\n## Socket.IO\n", 1)[1].split("\n## ", 1)[0]
     emitted = [
-        event.name for event in (TaskAvailable, TaskStatusChanged, JobsInvalidate, TaskCancelled)
+        event.name
+        for event in (TaskAvailable, TaskStatusChanged, JobsInvalidate, TaskCancelled, TaskLogged)
     ]
     for name in [*CLIENT_EVENTS, *emitted]:
         assert f"| `{name}` |" in socket_section, name

@@ -13,7 +13,7 @@ async def test_create_worker(alice):
     response = await alice.post("/workers")
     assert response.status_code == 201
     worker = response.json()
-    assert set(worker) == {"id", "last_heartbeat", "worker_timeout_seconds"}
+    assert set(worker) == {"id", "last_heartbeat", "worker_timeout_seconds", "slots"}
     assert worker["worker_timeout_seconds"] == 60
     assert datetime.fromisoformat(worker["last_heartbeat"]).utcoffset() is not None
 

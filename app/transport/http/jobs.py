@@ -13,7 +13,7 @@ from taskhub.transport.http.schemas import (
     JobSummaryOut,
     PageOut,
     PageQuery,
-    WorkerSummaryOut,
+    RoomWorkerOut,
     page_of,
 )
 
@@ -74,13 +74,19 @@ async def get_job(req: ApiRequest) -> Response:
     "GET",
     "/rooms/{room_id:room}/workers",
     query=PageQuery,
-    response=PageOut[WorkerSummaryOut],
+    response=PageOut[RoomWorkerOut],
     errors=(400,),
 )
 async def list_room_workers(req: ApiRequest) -> Response:
-    """Workers serving jobs visible from the room."""
+    """Workers serving jobs visible from the room, with their owners, those jobs, slots and
+    claimed/running tasks."""
     page = req.query(PageQuery)
     result = await worker_service.list_room_workers(
         req.hub.db, req.path("room_id"), page.limit, page.offset
     )
-    return json_response(page_of(WorkerSummaryOut, result))
+    items = [RoomWorkerOut.of_room(record) for record in result.items]
+    return json_response(
+        PageOut[RoomWorkerOut](
+            items=items, total=result.total, limit=result.limit, offset=result.offset
+        )
+    )

@@ -28,6 +28,7 @@ from taskhub.rules.records import (
     JobSummary,
     Page,
     Principal,
+    RoomWorker,
     TaskRecord,
     WorkerRecord,
 )
@@ -82,14 +83,19 @@ class WorkerOut(BaseModel):
 
 
 class WorkerCreatedOut(WorkerOut):
-    """Taskhub extension: the hub's heartbeat timeout (beat at most every third of it)."""
+    """Taskhub extension: the hub's heartbeat timeout (beat at most every third of it), and
+    the worker's ``slots`` as last reported (null: never)."""
 
     worker_timeout_seconds: float
+    slots: int | None = None
 
     @classmethod
     def of_timeout(cls, record: WorkerRecord, timeout: float) -> WorkerCreatedOut:
         return cls(
-            id=record.id, last_heartbeat=record.last_heartbeat, worker_timeout_seconds=timeout
+            id=record.id,
+            last_heartbeat=record.last_heartbeat,
+            worker_timeout_seconds=timeout,
+            slots=record.slots,
         )
 
 
@@ -104,8 +110,12 @@ class HeartbeatOut(WorkerCreatedOut):
             id=record.id,
             last_heartbeat=record.last_heartbeat,
             worker_timeout_seconds=timeout,
+            slots=record.slots,
             cancelled_tasks=record.cancelled_tasks,
         )
+
+
+MAX_WORKER_SLOTS = 1024
 
 
 class HeartbeatIn(BaseModel):
@@ -113,6 +123,14 @@ class HeartbeatIn(BaseModel):
     their leases are extended. Without it, all of the worker's active tasks are."""
 
     tasks: list[UUID] | None = Field(default=None, max_length=1000)
+    # Taskhub extension: how many tasks the worker runs at once (kept; absent: unchanged).
+    slots: int | None = Field(default=None, ge=1, le=MAX_WORKER_SLOTS)
+
+
+class WorkerCreateIn(BaseModel):
+    """Optional body of ``POST /workers`` (Taskhub extension; no body is fine)."""
+
+    slots: int | None = Field(default=None, ge=1, le=MAX_WORKER_SLOTS)
 
 
 class WorkerSummaryOut(WorkerOut):
@@ -120,6 +138,7 @@ class WorkerSummaryOut(WorkerOut):
     # Taskhub extension: the user who owns it (who may update, and cancel, the tasks it
     # claimed): with ``GET /users/me`` a client tells which workers are its user's.
     owned_by: UUID
+    slots: int | None = None
 
     @classmethod
     def of(cls, record: WorkerRecord) -> WorkerSummaryOut:
@@ -128,6 +147,36 @@ class WorkerSummaryOut(WorkerOut):
             last_heartbeat=record.last_heartbeat,
             job_count=record.job_count,
             owned_by=record.user_id,
+            slots=record.slots,
+        )
+
+
+class RoomWorkerOut(WorkerSummaryOut):
+    """A worker as a room's listing shows it (Taskhub extension of ``WorkerSummaryOut``):
+    its owner, the live jobs it serves that the room sees (full names), and its
+    claimed/running tasks (any room; ``running`` lists at most 100, ``used`` counts all)."""
+
+    user_id: UUID
+    owner: str
+    jobs: list[str]
+    created_at: datetime
+    running: list[UUID]
+    used: int
+
+    @classmethod
+    def of_room(cls, record: RoomWorker) -> RoomWorkerOut:
+        return cls(
+            id=record.id,
+            last_heartbeat=record.last_heartbeat,
+            job_count=record.job_count,
+            owned_by=record.user_id,
+            slots=record.slots,
+            user_id=record.user_id,
+            owner=record.owner,
+            jobs=record.jobs,
+            created_at=record.created_at,
+            running=record.running,
+            used=record.used,
         )
 
 
@@ -258,6 +307,8 @@ class TaskOut(BaseModel):
     submitted_by: UUID | None
     # Counts the task's writes: of two states of one task, the higher version is the later.
     version: int
+    # Taskhub extension: the task this one re-runs (``POST /tasks/{id}/rerun``).
+    rerun_of: UUID | None = None
 
 
 def task_body(record: TaskRecord) -> dict[str, Any]:
@@ -285,6 +336,7 @@ def task_body(record: TaskRecord) -> dict[str, Any]:
         "progress_message": record.progress_message,
         "submitted_by": record.submitted_by,
         "version": record.version,
+        "rerun_of": record.rerun_of,
     }
 
 
@@ -300,11 +352,32 @@ def claimed_task_body(record: TaskRecord) -> dict[str, Any]:
 class TaskClaimIn(BaseModel):
     worker_id: UUID
     max_tasks: int | None = Field(default=None, ge=1, le=100)
+    # Optional extension: also start the claimed tasks (they come back running).
+    start: bool = False
 
 
 class TaskClaimOut(BaseModel):
     task: ClaimedTaskOut | None
     tasks: list[ClaimedTaskOut] | None = None
+    started: bool | None = None  # echoed (true) when the claim asked to ``start``
+
+
+class ClaimNextIn(BaseModel):
+    """A terminal PATCH's optional request to claim the worker's next task(s) right after
+    its write (docs/protocol.md, "Worker shortcuts")."""
+
+    worker_id: UUID
+    max_tasks: int = Field(default=1, ge=1, le=100)
+    start: bool = False
+
+
+class TaskUpdateOut(TaskOut):
+    """A PATCH's answer; ``next`` (and, if the claim was refused, ``next_problem``) only
+    when the PATCH asked to ``claim_next``."""
+
+    next: list[ClaimedTaskOut] | None = None
+    next_started: bool | None = None
+    next_problem: dict[str, Any] | None = None
 
 
 class TaskUpdateIn(BaseModel):
@@ -327,6 +400,8 @@ class TaskUpdateIn(BaseModel):
     progress_message: str | None = Field(default=None, max_length=1_000)
     # With "failed": try again later while attempts remain (the task goes back to pending).
     retry: bool = False
+    # Optional extension, with a terminal status: then claim the worker's next task(s).
+    claim_next: ClaimNextIn | None = None
 
     @field_validator("error")
     @classmethod
@@ -350,7 +425,12 @@ class TaskUpdateIn(BaseModel):
         if reports_progress and self.status == TaskStatus.CANCELLED:
             # (a cancel may come from the submitter: progress is the worker's to report)
             raise ValueError("progress is reported while running, not with a cancel")
+        if self.claim_next is not None and self.status not in _ENDS_AN_ATTEMPT:
+            raise ValueError("claim_next goes with status 'completed', 'failed' or 'cancelled'")
         return self
+
+
+_ENDS_AN_ATTEMPT = frozenset({TaskStatus.COMPLETED, TaskStatus.FAILED, TaskStatus.CANCELLED})
 
 
 MAX_OFFSET = 1_000_000_000  # far past any real list; keeps offsets inside 64-bit SQL ints

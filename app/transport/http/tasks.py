@@ -13,13 +13,18 @@ from starlette.types import Receive
 from taskhub.clock import utcnow
 from taskhub.observability import metrics
 from taskhub.rules.errors import ValidationFailed
+from taskhub.rules.events import EventBatch
 from taskhub.rules.naming import is_internal_job
 from taskhub.rules.records import TaskRecord
 from taskhub.rules.states import is_terminal
+from taskhub.rules.task_filter import DEFAULT_SORT
 from taskhub.services import claim, submit, task_reads, transitions
 from taskhub.services import task_listing as listings
 from taskhub.transport.http.api import Api, ApiRequest, capped_int, json_response
+from taskhub.transport.http.dashboard_schemas import RoomTaskQuery, summary_body
+from taskhub.transport.http.problems import problem_body
 from taskhub.transport.http.schemas import (
+    ClaimNextIn,
     PageOut,
     TaskClaimIn,
     TaskClaimOut,
@@ -27,6 +32,7 @@ from taskhub.transport.http.schemas import (
     TaskPageQuery,
     TaskSubmitIn,
     TaskUpdateIn,
+    TaskUpdateOut,
     claimed_task_body,
     task_body,
     task_listing_response,
@@ -91,6 +97,7 @@ async def claim_task(req: ApiRequest) -> Response:
     """Claim the oldest pending task(s) of the worker's jobs; a repeated
     ``Idempotency-Key`` answers the tasks its first claim got while they are still claimed."""
     body = await req.body(TaskClaimIn)
+    start = body.start and req.hub.settings.worker_shortcuts
     with metrics.claim_latency() as outcome:
         records, events = await claim.claim_tasks(
             req.hub.db,
@@ -99,6 +106,7 @@ async def claim_task(req: ApiRequest) -> Response:
             body.max_tasks or 1,
             lease_seconds=req.hub.settings.task_lease_seconds,
             request_key=_idempotency_key(req.header("idempotency-key")),
+            start=start,
         )
         outcome.value = "claimed" if records else "empty"
     await req.hub.publisher.publish(events)
@@ -106,6 +114,9 @@ async def claim_task(req: ApiRequest) -> Response:
     reply: dict[str, Any] = {"task": claimed[0] if claimed else None}
     if body.max_tasks is not None:  # the batch list is an opt-in extension of the protocol
         reply["tasks"] = claimed
+    if start:  # so is starting them; the echo tells a worker this hub knows it
+        reply["started"] = True
+        metrics.worker_shortcut("claim_start", len(records))
     return json_response(reply)
 
 
@@ -196,11 +207,12 @@ def _requested_wait(prefer: str | None, cap: int) -> int:
     "PATCH",
     "/tasks/{task_id}",
     body=TaskUpdateIn,
-    response=TaskOut,
+    response=TaskUpdateOut,
     errors=(403, 404, 409, 422),
 )
 async def update_task(req: ApiRequest) -> Response:
-    """Move a task through its state machine."""
+    """Move a task through its state machine; a terminal one with ``claim_next`` then
+    claims the worker's next task(s) (answered in ``next``)."""
     task_id = req.uuid("task_id")
     body = await req.body(TaskUpdateIn)
     record, events = await transitions.update_task(
@@ -217,24 +229,74 @@ async def update_task(req: ApiRequest) -> Response:
         retry=body.retry,
         retry_policy=req.hub.settings.retry_policy,
     )
+    if body.claim_next is None or not req.hub.settings.worker_shortcuts:
+        await req.hub.publisher.publish(events)
+        return json_response(task_body(record))
+    reply = task_body(record) | await _claim_next(req, body.claim_next, events)
     await req.hub.publisher.publish(events)
-    return json_response(task_body(record))
+    return json_response(reply)
+
+
+async def _claim_next(req: ApiRequest, ask: ClaimNextIn, events: EventBatch) -> dict[str, Any]:
+    """The claim a terminal PATCH asked for, after its write (``claim.claim_next``); a
+    refusal is answered in ``next_problem`` beside the written task."""
+    with metrics.claim_latency() as outcome:
+        records, claimed, refused = await claim.claim_next(
+            req.hub.db,
+            req.principal,
+            ask.worker_id,
+            ask.max_tasks,
+            lease_seconds=req.hub.settings.task_lease_seconds,
+            start=ask.start,
+        )
+        outcome.value = "claimed" if records else "empty"
+    if refused is not None:
+        problem = problem_body(refused.status, refused.slug, refused.title, refused.detail)
+        return {"next": [], "next_problem": problem}
+    events.extend(claimed)
+    metrics.worker_shortcut("claim_next", len(records))
+    reply: dict[str, Any] = {"next": [claimed_task_body(record) for record in records]}
+    if ask.start:
+        reply["next_started"] = True
+    return reply
 
 
 @api.route(
     "GET",
     "/rooms/{room_id:room}/tasks",
-    query=TaskPageQuery,
+    query=RoomTaskQuery,
     response=PageOut[TaskOut],
     errors=(400, 422),
 )
 async def list_room_tasks(req: ApiRequest) -> Response:
-    """Tasks submitted into the room, newest first."""
-    query = req.query(TaskPageQuery)
-    listing = await listings.list_room_tasks(
-        req.hub.db, req.path("room_id"), query.status, query.limit, query.offset
+    """Tasks submitted into the room, newest first unless ``sort`` says otherwise; narrowed
+    by the filter parameters; ``view=summary``: without documents, with submitter names."""
+    query = req.query(RoomTaskQuery)
+    found = query.task_filter(req.principal, "query")
+    summary = query.view == "summary"
+    head = req.request.method == "HEAD"
+    if found.is_plain and query.sort == DEFAULT_SORT and not summary:  # as before filters
+        status = found.statuses[0] if found.statuses else None
+        listing = await listings.list_room_tasks(
+            req.hub.db, req.path("room_id"), status, query.limit, query.offset
+        )
+        return task_listing_response(listing, head=head)
+    listing = await listings.search_room_tasks(
+        req.hub.db,
+        req.path("room_id"),
+        found,
+        sort=query.sort,
+        summary=summary,
+        limit=query.limit,
+        offset=query.offset,
     )
-    return task_listing_response(listing, head=req.request.method == "HEAD")
+    if listing.submitters is None:
+        return task_listing_response(listing, head=head)
+    page = listing.page
+    items = [summary_body(record, listing.submitters.get(record.id)) for record in page.items]
+    return json_response(
+        {"items": items, "total": page.total, "limit": page.limit, "offset": page.offset}
+    )
 
 
 @api.route(

@@ -12,6 +12,7 @@ from taskhub.transport.http.schemas import (
     PageOut,
     PageQuery,
     WorkerCreatedOut,
+    WorkerCreateIn,
     WorkerSummaryOut,
     page_of,
 )
@@ -19,10 +20,14 @@ from taskhub.transport.http.schemas import (
 api = Api()
 
 
-@api.route("POST", "/workers", status=201, response=WorkerCreatedOut)
+@api.route(
+    "POST", "/workers", status=201, body=WorkerCreateIn, response=WorkerCreatedOut, errors=(422,)
+)
 async def create_worker(req: ApiRequest) -> Response:
-    """Create a worker owned by the caller."""
-    record = await service.create_worker(req.hub.db, req.principal)
+    """Create a worker owned by the caller (an optional body may give its ``slots``)."""
+    body = await req.optional_body(WorkerCreateIn)
+    slots = body.slots if body is not None else None
+    record = await service.create_worker(req.hub.db, req.principal, slots)
     timeout = req.hub.settings.worker_timeout_seconds
     return json_response(WorkerCreatedOut.of_timeout(record, timeout), 201)
 
@@ -54,6 +59,7 @@ async def heartbeat(req: ApiRequest) -> Response:
         cancelled_within=req.hub.settings.worker_timeout_seconds,
         lease_seconds=req.hub.settings.task_lease_seconds,
         running=body.tasks if body is not None else None,
+        slots=body.slots if body is not None else None,
     )
     return json_response(HeartbeatOut.of_timeout(record, req.hub.settings.worker_timeout_seconds))
 
