@@ -4,6 +4,7 @@ query parameters or a bulk body, turned into SQL by ``app/store/task_search.py``
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal, get_args
 from uuid import UUID
 
 from taskhub.rules.errors import InvalidRoomId, JobNotFound, ValidationFailed
@@ -13,7 +14,7 @@ from taskhub.rules.states import TaskStatus
 MAX_QUERY_CHARS = 200
 # Orders a listing may ask for (``-`` descending); ``-created_at`` is the default (newest
 # first, the order listings always had).
-SORTS = (
+Sort = Literal[
     "created_at",
     "-created_at",
     "started_at",
@@ -22,8 +23,9 @@ SORTS = (
     "-completed_at",
     "status",
     "-status",
-)
-DEFAULT_SORT = "-created_at"
+]
+SORTS: tuple[str, ...] = get_args(Sort)
+DEFAULT_SORT: Sort = "-created_at"
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,7 +30,6 @@ and a ``Balancer`` in front of them; it yields a ``BalancedReplicas``.
 from __future__ import annotations
 
 import shutil
-import signal
 import socket
 import subprocess
 import tempfile
@@ -43,6 +42,7 @@ from types import TracebackType
 from typing import Any
 
 from tests.support.pgbouncer import PgBouncer
+from tests.support.processes import terminate
 from tests.support.server import (
     HOST,
     HubServer,
@@ -194,13 +194,7 @@ class Balancer:
 
     def stop(self, timeout: float = 10.0) -> None:
         process, self.process = self.process, None
-        if process is not None and process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(10)
+        terminate(process, timeout)
 
     def __enter__(self) -> Balancer:
         return self.start()

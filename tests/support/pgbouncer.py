@@ -17,7 +17,6 @@ from __future__ import annotations
 import os
 import pwd
 import shutil
-import signal
 import socket
 import subprocess
 import tempfile
@@ -28,6 +27,7 @@ from types import TracebackType
 from sqlalchemy.engine import make_url
 
 from tests.support.databases import POSTGRES_URL
+from tests.support.processes import terminate
 from tests.support.server import HOST, ServerError, free_port
 
 PGBOUNCER = "/usr/sbin/pgbouncer"
@@ -138,13 +138,7 @@ class PgBouncer:
     def stop(self, timeout: float = 10.0) -> None:
         """SIGTERM (it closes its server connections), then SIGKILL."""
         process, self.process = self.process, None
-        if process is not None and process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(10)
+        terminate(process, timeout)
 
     def __enter__(self) -> PgBouncer:
         return self.start()

@@ -13,7 +13,9 @@ from taskhub.rules.errors import ValidationFailed
 from taskhub.rules.records import Principal, TaskRecord
 from taskhub.rules.states import TaskStatus
 from taskhub.rules.task_filter import (
+    DEFAULT_SORT,
     MAX_QUERY_CHARS,
+    Sort,
     TaskFilter,
     parse_job,
     parse_query_text,
@@ -22,17 +24,6 @@ from taskhub.rules.task_filter import (
 from taskhub.services.bulk import MAX_BULK_TASKS
 from taskhub.services.room_stats import RoomStats
 from taskhub.transport.http.schemas import PageQuery, task_body
-
-Sort = Literal[
-    "created_at",
-    "-created_at",
-    "started_at",
-    "-started_at",
-    "completed_at",
-    "-completed_at",
-    "status",
-    "-status",
-]
 
 
 class FilterFields(BaseModel):
@@ -78,7 +69,7 @@ class RoomTaskQuery(PageQuery, FilterFields):
 
     model_config = ConfigDict(extra="forbid")
 
-    sort: Sort = "-created_at"
+    sort: Sort = DEFAULT_SORT
     view: Literal["full", "summary"] = "full"
 
 
