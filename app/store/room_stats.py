@@ -290,6 +290,17 @@ async def _sqlite_finished(
     return found, left
 
 
+async def _sqlite_counts(
+    conn: Connection, statement: Any, start: datetime, bucket_seconds: int
+) -> dict[int, int]:
+    """The ``(bucket, n)`` rows of ``statement`` as counts by bucket index."""
+    counts: dict[int, int] = {}
+    for row in (await conn.execute(statement)).all():
+        index = _sqlite_index(row.bucket, start, bucket_seconds)
+        counts[index] = counts.get(index, 0) + row.n
+    return counts
+
+
 async def _sqlite_arrivals(
     conn: Connection, room_id: str, start: datetime, bucket_seconds: int
 ) -> dict[int, int]:
@@ -301,11 +312,7 @@ async def _sqlite_arrivals(
         .where(task.c.room_id == room_id, task.c.created_at >= start)
         .group_by(literal_column("bucket"))
     )
-    counts: dict[int, int] = {}
-    for row in (await conn.execute(statement)).all():
-        index = _sqlite_index(row.bucket, start, bucket_seconds)
-        counts[index] = counts.get(index, 0) + row.n
-    return counts
+    return await _sqlite_counts(conn, statement, start, bucket_seconds)
 
 
 async def _sqlite_running(
@@ -323,11 +330,7 @@ async def _sqlite_running(
         .where(is_active(), unindexed_room == room_id, task.c.started_at >= start)
         .group_by(literal_column("bucket"))
     )
-    counts: dict[int, int] = {}
-    for row in (await conn.execute(statement)).all():
-        index = _sqlite_index(row.bucket, start, bucket_seconds)
-        counts[index] = counts.get(index, 0) + row.n
-    return counts
+    return await _sqlite_counts(conn, statement, start, bucket_seconds)
 
 
 async def counts_by_job(conn: Connection, room_id: str) -> list[Any]:
