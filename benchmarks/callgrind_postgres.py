@@ -66,7 +66,8 @@ def _written_total(path: Path) -> int | None:
         return None
 
 
-def _bindir() -> Path:
+def postgres_bindir() -> Path:
+    """Where the installed PostgreSQL's programs are (``pg_config --bindir``)."""
     try:
         found = subprocess.run(
             ["pg_config", "--bindir"], capture_output=True, text=True, check=True
@@ -76,7 +77,8 @@ def _bindir() -> Path:
     return Path(found)
 
 
-def _as_server_user(argv: list[str]) -> list[str]:
+def as_server_user(argv: list[str]) -> list[str]:
+    """``argv`` run as the PostgreSQL user when this runs as root (PostgreSQL refuses root)."""
     return ["runuser", "-u", SERVER_USER, "--", *argv] if os.geteuid() == 0 else argv
 
 
@@ -85,7 +87,7 @@ async def callgrind_postgres() -> AsyncIterator[CountedServer]:
     """Start the server, yield its admin URL and where its counts go, then stop it."""
     if shutil.which("valgrind") is None:
         raise TargetError("valgrind is not installed (Debian: apt-get install valgrind)")
-    bindir, port = _bindir(), free_port()
+    bindir, port = postgres_bindir(), free_port()
     root = Path(tempfile.mkdtemp(prefix="taskhub-callgrind-postgres-"))
     data, out_dir = root / "data", root / "counts"
     out_dir.mkdir()
@@ -95,7 +97,7 @@ async def callgrind_postgres() -> AsyncIterator[CountedServer]:
             os.chown(path, user.pw_uid, user.pw_gid)
     initdb = [str(bindir / "initdb"), "-D", str(data), "-A", "trust", "-U", "postgres"]
     setup = await asyncio.create_subprocess_exec(
-        *_as_server_user(initdb), stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+        *as_server_user(initdb), stdout=subprocess.PIPE, stderr=subprocess.STDOUT
     )
     output, _ = await setup.communicate()
     if setup.returncode != 0:
@@ -112,7 +114,7 @@ async def callgrind_postgres() -> AsyncIterator[CountedServer]:
     ]
     log = (root / "server.log").open("wb")
     proc = await asyncio.create_subprocess_exec(
-        *_as_server_user(server), stdout=log, stderr=subprocess.STDOUT
+        *as_server_user(server), stdout=log, stderr=subprocess.STDOUT
     )
     try:
         await _wait_ready(bindir, port, proc)

@@ -59,6 +59,7 @@ from typing import IO, Any
 import asyncpg
 import httpx
 
+from benchmarks.callgrind_postgres import SERVER_USER, as_server_user, postgres_bindir
 from benchmarks.chaos_jobs import LEDGER_ENV
 from benchmarks.report import (
     Results,
@@ -71,6 +72,7 @@ from benchmarks.report import (
     percentile,
     run_main,
 )
+from benchmarks.targets import TargetError
 from tests.support.balancer import Balancer
 from tests.support.server import (
     REPO_ROOT,
@@ -92,7 +94,6 @@ JOB = f"{ROOM}:modifiers:ChaosWork"
 INTERNAL_JOB = "@internal:modifiers:ChaosInternal"
 TERMINAL = {"completed", "failed", "cancelled"}
 ENGINES = ("sqlite", "postgresql")
-SERVER_USER = "postgres"  # who runs PostgreSQL when this runs as root
 PAGE = 500
 RECOVERY_WINDOW_S = 3
 RECOVERED_SHARE = 0.9
@@ -153,20 +154,6 @@ QUICK = Sizes(rate=10.0, warmup_s=1.0, before_s=3.0, after_s=6.0, hold_s=4.0, dr
 # --- private PostgreSQL ----------------------------------------------------------------
 
 
-def _bindir() -> Path:
-    try:
-        found = subprocess.run(
-            ["pg_config", "--bindir"], capture_output=True, text=True, check=True
-        ).stdout.strip()
-    except (OSError, subprocess.CalledProcessError) as exc:
-        raise ChaosError(f"pg_config --bindir failed ({exc}): is PostgreSQL installed?") from exc
-    return Path(found)
-
-
-def _as_server_user(argv: list[str]) -> list[str]:
-    return ["runuser", "-u", SERVER_USER, "--", *argv] if os.geteuid() == 0 else argv
-
-
 class PrivatePostgres:
     """A PostgreSQL cluster of this run only: ``initdb`` in ``root``, a free port of
     127.0.0.1, its socket in ``root``. ``restart``/``stop`` use ``pg_ctl`` on this data
@@ -176,14 +163,14 @@ class PrivatePostgres:
         # Its own directory: PostgreSQL's user must reach it (a root-only parent would not do).
         self.root = Path(tempfile.mkdtemp(prefix="taskhub-chaos-pg-"))
         self.data = self.root / "data"
-        self.bindir = _bindir()
+        self.bindir = postgres_bindir()
         self.port = 0
         self._template: str | None = None
 
     def _pg_ctl(self, *args: str, timeout: float = 60.0) -> None:
         argv = [str(self.bindir / "pg_ctl"), "-D", str(self.data), *args]
         done = subprocess.run(
-            _as_server_user(argv), capture_output=True, text=True, timeout=timeout, check=False
+            as_server_user(argv), capture_output=True, text=True, timeout=timeout, check=False
         )
         if done.returncode != 0:
             raise ChaosError(f"pg_ctl {' '.join(args)} failed: {done.stdout}{done.stderr}")
@@ -194,7 +181,7 @@ class PrivatePostgres:
             os.chown(self.root, user.pw_uid, user.pw_gid)
         initdb = [str(self.bindir / "initdb"), "-D", str(self.data), "-A", "trust"]
         initdb += ["-U", "postgres", "-E", "UTF8", "--locale=C.UTF-8", "--no-sync"]
-        done = subprocess.run(_as_server_user(initdb), capture_output=True, text=True, check=False)
+        done = subprocess.run(as_server_user(initdb), capture_output=True, text=True, check=False)
         if done.returncode != 0:
             raise ChaosError(f"initdb failed: {done.stdout[-2000:]}{done.stderr[-2000:]}")
         self.port = free_port()
@@ -1086,7 +1073,7 @@ async def run_all(names: list[str], engines: list[str], sizes: Sizes, results: R
                     results.append(
                         emit(await run_scenario(scenario, engine, sizes, workdir, postgres))
                     )
-                except (ChaosError, ServerError, OSError, httpx.HTTPError) as exc:
+                except (ChaosError, TargetError, ServerError, OSError, httpx.HTTPError) as exc:
                     log(f"{scenario.name}/{engine} failed: {type(exc).__name__}: {exc}")
                     failure = {"scenario": "chaos", "fault": scenario.name, "engine": engine}
                     results.append(emit({**failure, "error": f"{type(exc).__name__}: {exc}"}))
