@@ -13,8 +13,9 @@ from __future__ import annotations
 import sys
 from typing import Any, ClassVar
 
-import httpx
 from zndraw_joblib.client import Category, ClaimedTask, Extension, JobManager
+
+from tests.system.joblib_worker import RestApi
 
 
 class Noop(Extension):
@@ -26,32 +27,6 @@ class Noop(Extension):
         return None
 
 
-class RestApi:
-    """zndraw-joblib's ``ApiManager`` protocol over a plain ``httpx.Client``."""
-
-    def __init__(self, base_url: str, token: str) -> None:
-        self.http = httpx.Client(timeout=30.0, trust_env=False)
-        self._base_url = base_url
-        self._token = token
-
-    @property
-    def base_url(self) -> str:
-        return self._base_url
-
-    def get_headers(self) -> dict[str, str]:
-        return {"Authorization": f"Bearer {self._token}"}
-
-    def raise_for_status(self, response: httpx.Response) -> None:
-        code = response.status_code
-        if code == 404:
-            raise KeyError(response.text)
-        if code in (401, 403):
-            raise PermissionError(response.text)
-        if code in (409, 422):
-            raise ValueError(response.text)
-        response.raise_for_status()
-
-
 def execute(claimed: ClaimedTask) -> None:
     claimed.extension.run(None, **claimed.run_kwargs)
 
@@ -59,7 +34,9 @@ def execute(claimed: ClaimedTask) -> None:
 def main(url: str, token: str, room: str, concurrency: int, poll: float) -> int:
     managers = []
     for _ in range(concurrency):
-        manager = JobManager(RestApi(url, token), None, execute=execute, polling_interval=poll)
+        manager = JobManager(
+            RestApi(url, token, timeout=30.0), None, execute=execute, polling_interval=poll
+        )
         manager.register(Noop, room=room)
         managers.append(manager)
     print("ready", flush=True)

@@ -92,8 +92,8 @@ class JoinAcks(socketio.Client):
 class RestApi:
     """zndraw-joblib's ``ApiManager`` protocol over a plain ``httpx.Client``."""
 
-    def __init__(self, base_url: str, token: str) -> None:
-        self.http = httpx.Client(timeout=10.0, trust_env=False)
+    def __init__(self, base_url: str, token: str, *, timeout: float = 10.0) -> None:
+        self.http = httpx.Client(timeout=timeout, trust_env=False)
         self._base_url = base_url
         self._token = token
 
