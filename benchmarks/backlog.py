@@ -125,6 +125,7 @@ def backlog_rows(
                 "status": "pending",
                 "payload": {},
                 "created_at": start + SEED_STEP * index,
+                "turn_at": start + SEED_STEP * index,
                 "submitted_by": user_id,
                 "attempt": 0,
                 **(due if index < delayed else {}),

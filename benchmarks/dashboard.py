@@ -123,6 +123,7 @@ def task_rows(
                     "status": status,
                     "payload": {"angle": index, "note": f"sample {index}"},
                     "created_at": created,
+                    "turn_at": created,
                     "started_at": started,
                     "completed_at": ended,
                     "worker_id": worker if started is not None else None,

@@ -58,6 +58,13 @@ class TaskRecord:
     version: int = 1
     # The task this one re-runs (``POST /tasks/{id}/rerun``), if it is a re-run.
     rerun_of: UUID | None = None
+    # Its place in its job's queue (``rules.fair_share``); None: its ``created_at``.
+    turn_at: datetime | None = None
+
+    @property
+    def turn(self) -> datetime:
+        """The turn claims and queue positions order it by, after its priority."""
+        return self.created_at if self.turn_at is None else self.turn_at
 
 
 @dataclass(slots=True)
@@ -110,6 +117,8 @@ class JobRecord(JobSummary):
     schema: dict[str, Any]
     deleted: bool
     max_attempts: int = 1
+    # ``rules.fair_share.ClaimOrder``'s value.
+    claim_order: str = "fifo"
 
 
 T = TypeVar("T")

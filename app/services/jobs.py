@@ -12,6 +12,7 @@ from taskhub.clock import new_id, utcnow
 from taskhub.json_codec import dump_json
 from taskhub.rules.errors import Forbidden, JobNotFound, SchemaConflict
 from taskhub.rules.events import EventBatch, JobsInvalidate
+from taskhub.rules.fair_share import ClaimOrder
 from taskhub.rules.naming import (
     JobName,
     is_reserved,
@@ -92,10 +93,12 @@ async def register_job(
     worker_id: UUID | None,
     allowed_categories: list[str],
     max_attempts: int | None = None,
+    claim_order: ClaimOrder | None = None,
 ) -> tuple[Registration, EventBatch]:
     """Register (or revive, or idempotently re-register) a job and link a worker to it.
     ``max_attempts``, when given, becomes the job's default for new tasks (also on a
-    re-registration); a new job without it gets 1."""
+    re-registration); a new job without it gets 1. ``claim_order`` likewise (a new job
+    without it is FIFO); tasks already queued keep their places."""
     validate_room_id(room_id)
     if is_reserved(room_id) and not principal.is_superuser:
         raise Forbidden(f"Only superusers may register jobs in {room_id!r}.")
@@ -124,6 +127,7 @@ async def register_job(
                 name,
                 schema=schema,
                 max_attempts=max_attempts or 1,
+                claim_order=(claim_order or ClaimOrder.FIFO).value,
                 now=utcnow(),
             )
             row = await store.lock_job_named(conn, room_id, category, name)
@@ -140,12 +144,13 @@ async def register_job(
             # The same schema in another key order (one stored before 0009 kept jsonb's):
             # the order sent is the order of the page's form fields.
             await store.rewrite_schema(conn, row.id, schema)
-        if max_attempts is not None and max_attempts != row.max_attempts:
+        policy = _policy_changes(row, max_attempts, claim_order)
+        if policy:
             if not created and not principal.is_superuser:
                 await _check_policy_is_callers(
                     conn, row.id, principal, f"{room_id}:{category}:{name}"
                 )
-            await store.set_max_attempts(conn, row.id, max_attempts)
+            await store.set_policy(conn, row.id, **policy)
         linked = await store.link_worker(conn, worker_id, row.id)
         if created or linked:
             events.add(JobsInvalidate(room_id))
@@ -159,19 +164,33 @@ async def register_job(
         deleted=False,
         workers=workers,
         max_attempts=max_attempts or row.max_attempts,
+        claim_order=claim_order.value if claim_order else row.claim_order,
     )
     return Registration(job=record, worker_id=worker_id, created=created), events
+
+
+def _policy_changes(
+    row: Any, max_attempts: int | None, claim_order: ClaimOrder | None
+) -> dict[str, Any]:
+    """What of the job's policy a registration sets anew (what it leaves out stays)."""
+    changes: dict[str, Any] = {}
+    if max_attempts is not None and max_attempts != row.max_attempts:
+        changes["max_attempts"] = max_attempts
+    if claim_order is not None and claim_order.value != row.claim_order:
+        changes["claim_order"] = claim_order.value
+    return changes
 
 
 async def _check_policy_is_callers(
     conn: Connection, job_id: UUID, principal: Principal, full_name: str
 ) -> None:
-    """A live job's retry default is changed only by a user whose workers are all that
-    serve it (or a superuser): joining someone else's job does not rewrite their policy."""
+    """A live job's policy (retry default, claim order) is changed only by a user whose
+    workers are all that serve it (or a superuser): joining someone else's job does not
+    rewrite their policy."""
     if await store.count_other_users_workers(conn, job_id, principal.id):
         raise SchemaConflict(
-            f"Job {full_name} is served by other users' workers with max_attempts as it is; "
-            "register without max_attempts (or with the job's own) to join it."
+            f"Job {full_name} is served by other users' workers with its max_attempts and "
+            "claim_order as they are; register without them (or with the job's own) to join it."
         )
 
 
@@ -225,6 +244,7 @@ def _record(row: Any, workers: list[UUID]) -> JobRecord:
         deleted=row.deleted,
         workers=workers,
         max_attempts=row.max_attempts,
+        claim_order=row.claim_order,
     )
 
 

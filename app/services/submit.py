@@ -19,6 +19,7 @@ from taskhub.rules.errors import (
     ValidationFailed,
 )
 from taskhub.rules.events import EventBatch, TaskAvailable, TaskStatusChanged
+from taskhub.rules.fair_share import ClaimOrder, next_turn, share_key
 from taskhub.rules.naming import INTERNAL_ROOM, validate_room_id
 from taskhub.rules.naming import full_name as name_of
 from taskhub.rules.records import Principal, TaskRecord
@@ -27,6 +28,7 @@ from taskhub.services.jobs import KnownJobs, find_visible_job, visible_job_name
 from taskhub.store import tasks as store
 from taskhub.store.connections import Connection
 from taskhub.store.database import Database
+from taskhub.store.turns import turn_inputs
 from taskhub.validation.payload_checks import check_payload
 
 
@@ -102,7 +104,11 @@ async def submit_task(
         record = _new_task(job, room_id, principal, payload, options, now)
         record.rerun_of = rerun_of
         replay = None
+        share = share_key(ClaimOrder(job.claim_order), principal.id, room_id)
         async with db.autocommit() as conn:
+            if share is not None:  # a fair job: the task's turn among the shares
+                head, last = await turn_inputs(conn, job.id, record.priority, share)
+                record.turn_at = next_turn(record.created_at, head, last)
             inserted = await store.insert_task(
                 conn,
                 record,
@@ -111,6 +117,7 @@ async def submit_task(
                 request_digest=digest,
                 max_attempts=options.max_attempts,
                 now=now,
+                share_key=share,
             )
             if not inserted and idempotency_key is not None:  # a duplicate that raced?
                 replay = await store.submitted_before(conn, principal.id, job.id, idempotency_key)

@@ -105,12 +105,13 @@ def claim_statement(
     start: bool = False,
 ) -> Executable:
     """Claim up to ``limit`` of the first claimable tasks of ``source`` (due at ``:now``;
-    highest priority, then oldest) of ``:worker_id``'s jobs, atomically, as a new attempt
-    with ``:claim_token`` (and ``:claim_key``, the claim's Idempotency-Key or NULL); with
-    ``check_owner`` only if ``:owner_id`` holds one of ``rules.authorisation.claim_roles``.
-    Built once per shape (``limit`` is part of the shape: a bound LIMIT would be
-    re-rendered on every execution). With ``start`` the claimed tasks are also started
-    (``running``, ``started_at = :now``) in the same statement: a claim-and-start.
+    highest priority, then lowest turn: ``rules.fair_share``) of ``:worker_id``'s jobs,
+    atomically, as a new attempt with ``:claim_token`` (and ``:claim_key``, the claim's
+    Idempotency-Key or NULL); with ``check_owner`` only if ``:owner_id`` holds one of
+    ``rules.authorisation.claim_roles``. Built once per shape (``limit`` is part of the
+    shape: a bound LIMIT would be re-rendered on every execution). With ``start`` the
+    claimed tasks are also started (``running``, ``started_at = :now``) in the same
+    statement: a claim-and-start.
 
     A claim reads the claim queue; the due waiting tasks only when the queue had fewer
     than it asked for (``DUE_WAITING``, a second statement): reading them in every claim
@@ -147,7 +148,7 @@ def claim_statement(
     if check_owner:  # only who holds a claim role (or a superuser) may claim for it
         roles = [_claim_role_guard(role) for role in claim_roles()]
         served_jobs = served_jobs.where(or_(*roles) if len(roles) > 1 else roles[0])
-    queue_order = (task.c.priority.desc(), task.c.created_at, task.c.id)
+    queue_order = (task.c.priority.desc(), task.c.turn_at, task.c.id)
     if dialect == "postgresql":
         # Per served job and kind of claimable task, the head of its queue straight off its
         # index (a LATERAL scan in index order that stops after ``limit`` rows, however
@@ -156,7 +157,7 @@ def claim_statement(
 
         def heads_of(claimable: list[Any], name: str) -> Any:
             head = (
-                select(task.c.id, task.c.priority, task.c.created_at, _ROW_ADDRESS)
+                select(task.c.id, task.c.priority, task.c.turn_at, _ROW_ADDRESS)
                 .where(*claimable, task.c.job_id == served.c.job_id)
                 .order_by(*queue_order)
                 .limit(limit)
@@ -179,7 +180,7 @@ def claim_statement(
         chosen = and_(task.c.id == picked.c.id, picked.c.row_address == _ROW_ADDRESS_OF_TASK)
     else:
         kinds = [
-            select(task.c.id, task.c.priority, task.c.created_at)
+            select(task.c.id, task.c.priority, task.c.turn_at)
             .where(*claimable, task.c.job_id.in_(served_jobs))
             .order_by(*queue_order)
             .limit(limit)
@@ -240,7 +241,7 @@ def _best_of(kinds: list[Any]) -> Any:
 
 
 def _in_order(heads: Any) -> list[Any]:
-    return [heads.c.priority.desc(), heads.c.created_at, heads.c.id]
+    return [heads.c.priority.desc(), heads.c.turn_at, heads.c.id]
 
 
 @functools.cache

@@ -33,7 +33,7 @@ def insert_task_of_live_job(dialect: str, position: Any = None) -> Executable:
     task = task_table
     columns = ["id", "job_id", "room_id", "status", "payload", "created_at", "submitted_by"]
     columns += ["attempt", "idempotency_key", "priority", "max_attempts", "run_at", "waiting"]
-    columns += ["version", "request_digest", "rerun_of"]
+    columns += ["version", "request_digest", "rerun_of", "turn_at", "share_key"]
     rows = select(
         bindparam("b_id", type_=task.c.id.type),
         job_table.c.id,
@@ -53,6 +53,8 @@ def insert_task_of_live_job(dialect: str, position: Any = None) -> Executable:
         literal(1, type_=task.c.version.type),
         bindparam("b_digest", type_=task.c.request_digest.type),
         bindparam("b_rerun_of", type_=task.c.rerun_of.type),
+        bindparam("b_turn_at", type_=task.c.turn_at.type),
+        bindparam("b_share_key", type_=task.c.share_key.type),
     ).where(
         job_table.c.id == bindparam("b_job_id"),
         job_table.c.updated_at == bindparam("b_job_version", type_=job_table.c.updated_at.type),

@@ -48,6 +48,7 @@ async def insert_job(
     *,
     schema: dict[str, Any],
     max_attempts: int,
+    claim_order: str,
     now: datetime,
 ) -> None:
     """Insert a live job, unless one of that name exists already (then nothing)."""
@@ -61,6 +62,7 @@ async def insert_job(
         created_at=now,
         updated_at=now,
         max_attempts=max_attempts,
+        claim_order=claim_order,
     )
     await conn.execute(insert_ignoring_duplicates(conn.dialect.name, job, values))
 
@@ -79,10 +81,10 @@ async def rewrite_schema(conn: AsyncConnection, job_id: UUID, schema: dict[str, 
     await conn.execute(update(job).where(job.c.id == job_id).values(schema=schema))
 
 
-async def set_max_attempts(conn: AsyncConnection, job_id: UUID, max_attempts: int) -> None:
-    await conn.execute(
-        update(job).where(job.c.id == job_id).values(max_attempts=max_attempts, updated_at=utcnow())
-    )
+async def set_policy(conn: AsyncConnection, job_id: UUID, **policy: Any) -> None:
+    """Change the job's ``max_attempts`` and/or ``claim_order`` (a new version: a submit that
+    read the job before inserts nothing, and reads it again)."""
+    await conn.execute(update(job).where(job.c.id == job_id).values(**policy, updated_at=utcnow()))
 
 
 async def link_worker(conn: AsyncConnection, worker_id: UUID, job_id: UUID) -> bool:

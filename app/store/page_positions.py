@@ -70,11 +70,11 @@ _SUBJECT_COLUMNS = {
     "job_id": task.c.job_id.type,
     "task_id": task.c.id.type,
     "priority": task.c.priority.type,
-    "created_at": task.c.created_at.type,
+    "turn_at": task.c.turn_at.type,
     "run_at": task.c.run_at.type,
     "bucket": bucket.c.bucket.type,
-    "bucket_start": task.c.created_at.type,
-    "bucket_end": task.c.created_at.type,
+    "bucket_start": task.c.turn_at.type,
+    "bucket_end": task.c.turn_at.type,
     "ready": Boolean(),
     "from_end": Boolean(),
 }
@@ -82,7 +82,7 @@ _SUBJECT_COLUMNS = {
 # SQLite compares them as they are stored (text, integers), which is how they are sent.
 _SUBJECTS_FROM_JSON = {
     "postgresql": "SELECT * FROM json_to_recordset(CAST(:subjects AS json)) AS subject("
-    "job_id uuid, task_id uuid, priority integer, created_at timestamptz, run_at timestamptz,"
+    "job_id uuid, task_id uuid, priority integer, turn_at timestamptz, run_at timestamptz,"
     " bucket bigint, bucket_start timestamptz, bucket_end timestamptz, ready boolean,"
     " from_end boolean)",
     "sqlite": "SELECT "
@@ -120,7 +120,7 @@ def page_params(records: Sequence[TaskRecord], now: datetime, dialect: Dialect) 
         values = position_params(record, now)  # the values of its own statement, less now
         del values["now"]
         values["ready"] = is_ready(record.run_at, now)
-        values["from_end"] = counts_from_end(record.created_at)
+        values["from_end"] = counts_from_end(record.turn)
         subjects.append({name: bind[name](value) for name, value in values.items()})
     return {"subjects": orjson.dumps(subjects, default=str).decode(), "now": now}
 
@@ -211,18 +211,18 @@ def _bucket_order(c: Any) -> list[Any]:
 
 
 def _claim_order(c: Any) -> list[Any]:
-    return [c.priority.desc(), c.created_at, c.task_id]
+    return [c.priority.desc(), c.turn_at, c.task_id]
 
 
 def _due_order_reversed(c: Any) -> list[Any]:
     """Delayed tasks, the last due first (by due time, then as claims would take them)."""
-    return [c.run_at.desc(), c.priority, c.created_at.desc(), c.task_id.desc()]
+    return [c.run_at.desc(), c.priority, c.turn_at.desc(), c.task_id.desc()]
 
 
 def _waiting_tasks(page: _Page, which: list[Any], name: str) -> Any:
     """The waiting tasks of the page's jobs matching ``which`` (on ``ix_task_delayed``)."""
     rows = select(
-        task.c.job_id, task.c.id.label("task_id"), task.c.priority, task.c.created_at, task.c.run_at
+        task.c.job_id, task.c.id.label("task_id"), task.c.priority, task.c.turn_at, task.c.run_at
     )
     return rows.where(page.of_jobs(task.c.job_id), *which).cte(name)
 
@@ -266,9 +266,9 @@ def _in_buckets_up_to(page: _Page) -> Any:
 
 def _due_waiting_up_to(page: _Page, due_waiting: Any) -> Any:
     """``up_to`` a ready subject: the due waiting tasks of higher priority, and of its own
-    up to it (FIFO; itself included, should it be one)."""
+    up to it (by turn; itself included, should it be one)."""
     subject = page.subject
-    key = ("job_id", "task_id", "priority", "created_at")
+    key = ("job_id", "task_id", "priority", "turn_at")
     counted = select(
         *(due_waiting.c[name] for name in key), _ONE.label("weight"), _ZERO.label("place")
     )
@@ -298,7 +298,7 @@ def _delayed_parts(page: _Page, delayed: Any) -> list[Any]:
 def _delayed_due_after(page: _Page, delayed: Any) -> Any:
     """``up_to`` a delayed subject: the delayed tasks due after it."""
     subject = page.subject
-    key = ("job_id", "task_id", "run_at", "priority", "created_at")
+    key = ("job_id", "task_id", "run_at", "priority", "turn_at")
     counted = select(*(delayed.c[name] for name in key), _ONE.label("weight"), _ZERO.label("place"))
     subjects = select(*(subject.c[name] for name in key), _ZERO, -_ONE).where(~subject.c.ready)
     return _sums_up_to(page, counted, subjects, _due_order_reversed)

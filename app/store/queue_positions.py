@@ -1,12 +1,13 @@
 """Reading task rows: the select with job names, queue positions, and row -> record.
 
 The queue order of a job, at a moment ``now``: first the ready tasks (``run_at`` NULL or
-past), higher priority first and FIFO (``created_at``, ``id``) within a priority — the
+past), higher priority first and by turn (``turn_at``, ``id``: FIFO in a FIFO job, see
+``rules/fair_share.py``) within a priority — the
 order claims take; then the delayed ones by ``run_at``. A pending task's ``queue_position``
 is its 1-based place in that order.
 
 It is computed without walking the queue: the database keeps how many tasks are pending,
-and how many of those wait for their ``run_at``, per (job, priority, second of submission)
+and how many of those wait for their ``run_at``, per (job, priority, second of turn)
 (``app/store/queue_counts.py``), so the queued tasks up to a task are a sum over a few
 bucket rows and a count, row by row, inside the task's own second; plus the waiting tasks
 among them that are due but not yet queued by the announcer (few, indexed per job by due
@@ -63,13 +64,13 @@ def _param(name: str, column: Any) -> Any:
 
 JOB_ID = _param("job_id", task.c.job_id)
 PRIORITY = _param("priority", task.c.priority)
-CREATED_AT = _param("created_at", task.c.created_at)
+TURN_AT = _param("turn_at", task.c.turn_at)
 TASK_ID = _param("task_id", task.c.id)
 RUN_AT = _param("run_at", task.c.run_at)
 NOW = _param("now", task.c.run_at)
 BUCKET = _param("bucket", bucket.c.bucket)
-BUCKET_START = _param("bucket_start", task.c.created_at)
-BUCKET_END = _param("bucket_end", task.c.created_at)
+BUCKET_START = _param("bucket_start", task.c.turn_at)
+BUCKET_END = _param("bucket_end", task.c.turn_at)
 
 
 # A subject's values: the statements of one task read them from bound parameters, the
@@ -77,7 +78,7 @@ BUCKET_END = _param("bucket_end", task.c.created_at)
 _BOUND = SimpleNamespace(
     job_id=JOB_ID,
     priority=PRIORITY,
-    created_at=CREATED_AT,
+    turn_at=TURN_AT,
     task_id=TASK_ID,
     run_at=RUN_AT,
     bucket=BUCKET,
@@ -103,24 +104,24 @@ def _count(*where: Any, subject: Any = _BOUND) -> Any:
 
 
 def _up_to_subject(subject: Any = _BOUND) -> Any:
-    """At the subject's place or before it in its own priority (FIFO)."""
-    return tuple_(task.c.created_at, task.c.id) <= tuple_(subject.created_at, subject.task_id)
+    """At the subject's place or before it in its own priority (by turn)."""
+    return tuple_(task.c.turn_at, task.c.id) <= tuple_(subject.turn_at, subject.task_id)
 
 
 def _after_subject(subject: Any = _BOUND) -> Any:
-    """After the subject's place in its own priority (FIFO)."""
-    return tuple_(task.c.created_at, task.c.id) > tuple_(subject.created_at, subject.task_id)
+    """After the subject's place in its own priority (by turn)."""
+    return tuple_(task.c.turn_at, task.c.id) > tuple_(subject.turn_at, subject.task_id)
 
 
 def second_up_to_subject(subject: Any = _BOUND) -> Any:
     """The queued tasks of the subject's priority and second up to it (from the start)."""
-    own_second = [task.c.priority == subject.priority, task.c.created_at >= subject.bucket_start]
+    own_second = [task.c.priority == subject.priority, task.c.turn_at >= subject.bucket_start]
     return _count(is_queued(), *own_second, _up_to_subject(subject), subject=subject)
 
 
 def second_after_subject(subject: Any = _BOUND) -> Any:
     """The queued tasks of the subject's priority and second after it (from the end)."""
-    own_second = [task.c.priority == subject.priority, task.c.created_at < subject.bucket_end]
+    own_second = [task.c.priority == subject.priority, task.c.turn_at < subject.bucket_end]
     return _count(is_queued(), *own_second, _after_subject(subject), subject=subject)
 
 
@@ -137,7 +138,7 @@ def due_waiting() -> list[Any]:
 
 def _ahead_of_ready(subject: Any = _BOUND) -> Any:
     """Claimed before a ready subject, or the subject itself: higher priority, or its own
-    priority up to it (FIFO)."""
+    priority up to it (by turn)."""
     priority = subject.priority
     return or_(
         task.c.priority > priority, and_(task.c.priority == priority, _up_to_subject(subject))
@@ -168,7 +169,7 @@ def ready_position(*, from_end: bool, subject: Any = _BOUND) -> Any:
 
 def delayed_position(subject: Any = _BOUND) -> Any:
     """A delayed subject: every pending task but the delayed ones due after it (by due
-    time, then priority, then FIFO). Counted from the subject's due time on (the range the
+    time, then priority, then turn). Counted from the subject's due time on (the range the
     index reads: a delayed task due after all others counts next to nothing)."""
     due_after = or_(
         task.c.run_at > subject.run_at,
@@ -217,6 +218,7 @@ def task_record(row: Any, job_name: str, queue_position: int | None = None) -> T
         version=row.version,
         # (rows of statements that return only some columns have none)
         rerun_of=getattr(row, "rerun_of", None),
+        turn_at=getattr(row, "turn_at", None),
     )
 
 
@@ -258,14 +260,16 @@ def due_at(run_at: datetime | None, now: datetime) -> dict[str, Any]:
     return {"run_at": run_at, "waiting": not is_ready(run_at, now)}
 
 
-def counts_from_end(created_at: datetime) -> bool:
-    """Whether the end of its second is the nearer end to ``created_at``."""
-    return created_at.microsecond >= 500_000
+def counts_from_end(turn: datetime) -> bool:
+    """Whether the end of its second is the nearer end to ``turn``."""
+    return turn.microsecond >= 500_000
 
 
 # The same places, read on the snapshot of the statement that inserts the task (which does
 # not hold the task itself yet): one more than the tasks ahead there.
-_READY_POSITION_BEFORE_INSERT = ready_position(from_end=True) + 1
+_READY_POSITION_BEFORE_INSERT = {
+    from_end: ready_position(from_end=from_end) + 1 for from_end in (False, True)
+}
 _DELAYED_POSITION_BEFORE_INSERT = delayed_position() + 1
 
 
@@ -276,7 +280,7 @@ def position_query(
     ``newest``: the task was just submitted (the last of its second so far)."""
     if not is_ready(record.run_at, now):
         return _DELAYED_POSITION, position_params(record, now)
-    from_end = newest or counts_from_end(record.created_at)
+    from_end = _counted_from_end(record, newest)
     statement = _READY_POSITION_FROM_END if from_end else _READY_POSITION_FROM_START
     return statement, position_params(record, now)
 
@@ -285,16 +289,25 @@ def position_before_insert(record: TaskRecord, now: datetime) -> Any:
     """The expression of a new pending ``record``'s place at ``now``, for the statement that
     inserts it (parameters: ``position_params``)."""
     if is_ready(record.run_at, now):
-        return _READY_POSITION_BEFORE_INSERT
+        return _READY_POSITION_BEFORE_INSERT[_counted_from_end(record, newest=True)]
     return _DELAYED_POSITION_BEFORE_INSERT
 
 
+def _counted_from_end(record: TaskRecord, newest: bool) -> bool:
+    """Whether ``record``'s count inside its second runs from the end. A task just
+    submitted (``newest``) to a FIFO job is the last of its second; a fair job's may have
+    taken a turn anywhere in the queue."""
+    if newest and record.turn == record.created_at:
+        return True
+    return counts_from_end(record.turn)
+
+
 def position_params(record: TaskRecord, now: datetime) -> dict[str, Any]:
-    second = bucket_of(record.created_at)
+    second = bucket_of(record.turn)
     return {
         "job_id": record.job_id,
         "priority": record.priority,
-        "created_at": record.created_at,
+        "turn_at": record.turn,
         "task_id": record.id,
         "run_at": record.run_at,
         "now": now,

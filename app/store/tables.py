@@ -121,6 +121,11 @@ class Job(TaskhubModel, table=True):
     updated_at: datetime = Field(default_factory=utcnow, sa_type=UTCDateTime)
     # Attempts a task of this job gets unless its submit says otherwise (1 = no retries).
     max_attempts: int = Field(default=1, sa_column_kwargs={"server_default": text("1")})
+    # ``rules.fair_share.ClaimOrder``: FIFO, or round-robin over submitters or rooms.
+    claim_order: str = Field(
+        default="fifo",
+        sa_column=Column(String(32), nullable=False, server_default=text("'fifo'")),
+    )
 
 
 class WorkerJobLink(TaskhubModel, table=True):
@@ -234,6 +239,12 @@ class Task(TaskhubModel, table=True):
     request_digest: str | None = Field(default=None, sa_type=String(64))
     # The task this one re-runs (no foreign key: the original may be purged first).
     rerun_of: UUID | None = Field(default=None)
+    # Its place in its job's queue, which claims and queue positions order by after
+    # ``priority`` (``rules/fair_share.py``): ``created_at`` in a FIFO job. Every writer
+    # sets it (NULL only in a database migrated while an older replica was submitting).
+    turn_at: datetime | None = Field(default=None, sa_type=UTCDateTime)
+    # A fair job's task: the share it counts in (its submitter, or its room); NULL in FIFO.
+    share_key: str | None = Field(default=None, sa_type=String(128))
 
 
 class TaskQueueBucket(TaskhubModel, table=True):
@@ -344,14 +355,14 @@ def is_active() -> ColumnElement[bool]:
 
 
 # The claim queue: only queued rows (pending, not waiting), per job, higher priority first,
-# FIFO within a priority; ``run_at``, ``status`` and ``waiting`` ride along so the index
+# then by turn (FIFO in a FIFO job); ``run_at``, ``status`` and ``waiting`` ride along so the index
 # covers what claims and queue positions read (SQLite re-checks the predicate's columns),
 # and they never visit the table rows they skip or count.
 Index(
     "ix_task_claim_queue",
     task_table.c.job_id,
     task_table.c.priority.desc(),
-    task_table.c.created_at,
+    task_table.c.turn_at,
     task_table.c.id,
     task_table.c.run_at,
     task_table.c.status,
@@ -366,11 +377,21 @@ Index(
     task_table.c.job_id,
     task_table.c.run_at,
     task_table.c.priority,
-    task_table.c.created_at,
+    task_table.c.turn_at,
     task_table.c.id,
     task_table.c.status,
     task_table.c.waiting,
     **_partial(WAITING_ONLY),
+)
+
+# A fair job's queued tasks per share: the last turn a share holds (``rules/fair_share.py``).
+Index(
+    "ix_task_share_queue",
+    task_table.c.job_id,
+    task_table.c.share_key,
+    task_table.c.priority,
+    task_table.c.turn_at,
+    **_partial(f"{QUEUED_ONLY} AND share_key IS NOT NULL"),
 )
 
 

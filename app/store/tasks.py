@@ -51,12 +51,15 @@ async def insert_task(
     request_digest: str | None,
     max_attempts: int | None,
     now: datetime,
+    share_key: str | None = None,
 ) -> bool:
     """Insert ``record`` if its job is still live and at ``job_version``; fill in what the
     database decided (``max_attempts``: None takes the job's; ``queue_position``).
     ``request_digest`` is kept with ``idempotency_key`` (see ``Submitted``). False
-    when the job changed or went, or the idempotency key is taken. PostgreSQL reads the
-    position in the same statement; SQLite (in-process, no round trip) right after."""
+    when the job changed or went, or the idempotency key is taken. ``share_key``: a fair
+    job's task's share (``rules.fair_share``), its turn already in ``record.turn_at``.
+    PostgreSQL reads the position in the same statement; SQLite (in-process, no round trip)
+    right after."""
     params = {
         "b_key": idempotency_key,
         "b_digest": request_digest,
@@ -73,6 +76,8 @@ async def insert_task(
         "b_run_at": record.run_at,
         "b_waiting": record.run_at is not None,  # only a run_at ahead is kept
         "b_rerun_of": record.rerun_of,
+        "b_turn_at": record.turn,
+        "b_share_key": share_key,
     }
     dialect = conn.dialect.name
     postgres = dialect == "postgresql"

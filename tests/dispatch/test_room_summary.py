@@ -33,6 +33,7 @@ def a_task(job_id: UUID, status: str, *, room: str = "room1", **values: Any) -> 
         "status": status,
         "payload": {},
         "created_at": EDGE,
+        "turn_at": EDGE,
         "attempt": 1,
         "started_at": None,
         "completed_at": None,

@@ -53,6 +53,7 @@ async def seed(db: Database, jobs: int = 20, tasks_per_job: int = 1000) -> dict:
                 "status": "pending" if n % 10 == 0 else "completed",
                 "payload": {},
                 "created_at": now + timedelta(microseconds=n),
+                "turn_at": now + timedelta(microseconds=n),
                 "attempt": 0,
             }
             for job_id in job_ids

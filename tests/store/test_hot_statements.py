@@ -157,13 +157,15 @@ async def test_a_text_statement_names_its_columns_as_the_driver_does(db: Databas
         "b_run_at": None,
         "b_waiting": False,
         "b_rerun_of": None,
+        "b_turn_at": now,
+        "b_share_key": None,
     }
     if db.is_sqlite:
         statement = insert_task_of_live_job(db.dialect)
         expected: tuple[str, ...] = ("max_attempts",)
     else:  # PostgreSQL also reads the new task's place in the same statement
         new = SimpleNamespace(
-            id=params["b_id"], job_id=job.id, priority=0, created_at=now, run_at=None
+            id=params["b_id"], job_id=job.id, priority=0, created_at=now, turn=now, run_at=None
         )
         statement = insert_task_of_live_job(db.dialect, position_before_insert(new, now))
         params |= position_params(new, now)

@@ -62,7 +62,13 @@ async def seed(db: Database) -> dict[str, Any]:
         }
         for status in ("claimed", "running")
     ]
-    pending = common | {"id": new_id(), "status": "pending", "created_at": now, "attempt": 0}
+    pending = common | {
+        "id": new_id(),
+        "status": "pending",
+        "created_at": now,
+        "turn_at": now,
+        "attempt": 0,
+    }
     async with db.write() as conn:
         for rows in (finished, live, [pending]):  # executemany wants alike rows
             await conn.execute(insert(task_table), rows)

@@ -71,13 +71,19 @@ async def test_counts_follow_tasks_out_of_the_queue_and_back(db: Database) -> No
     assert await kept_counts(db, job_id) == {}, "a bucket goes when its count reaches zero"
 
 
-async def test_a_waiting_task_that_moves_is_counted_where_it_moved(db: Database) -> None:
+async def test_a_pending_task_that_moves_is_counted_where_it_moved(db: Database) -> None:
     job_id = await add_job(db)
     (task_id,) = await add_tasks(db, job_id, [SECOND])
     async with db.write() as conn:
-        await conn.execute(
-            update(task_table)
-            .where(task_table.c.id == task_id)
-            .values(priority=2, created_at=SECOND + timedelta(seconds=3))
-        )
-    assert await kept_counts(db, job_id) == {(2, bucket_of(SECOND) + 3): 1}
+        await conn.execute(update(task_table).where(task_table.c.id == task_id).values(priority=2))
+    assert await kept_counts(db, job_id) == {(2, bucket_of(SECOND)): 1}
+
+
+async def test_a_task_inserted_without_a_turn_takes_its_submission_time(db: Database) -> None:
+    """What a replica older than migration 0015 writes: a FIFO turn, counted there."""
+    job_id = await add_job(db)
+    (task_id,) = await add_tasks(db, job_id, [SECOND], turn_at=None)
+    async with db.read() as conn:
+        turn = await conn.scalar(select(task_table.c.turn_at).where(task_table.c.id == task_id))
+    assert turn == SECOND
+    assert await kept_counts(db, job_id) == {(0, bucket_of(SECOND)): 1}

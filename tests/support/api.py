@@ -45,11 +45,13 @@ class ApiClient:
         category: str = "modifiers",
         schema: dict[str, Any] | None = None,
         worker_id: str | None = None,
+        **extra: Any,
     ) -> dict[str, Any]:
         body: dict[str, Any] = {
             "category": category,
             "name": name,
             "schema": SCHEMA if schema is None else schema,
+            **extra,
         }
         if worker_id:
             body["worker_id"] = worker_id

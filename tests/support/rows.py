@@ -45,6 +45,7 @@ async def add_tasks(db: Database, job_id: UUID, moments: list[datetime], **value
             "status": "pending",
             "payload": {},
             "created_at": moment,
+            "turn_at": moment,  # FIFO
             "attempt": 0,
             **values,
         }

@@ -41,6 +41,7 @@ async def register_job(req: ApiRequest) -> Response:
         worker_id=body.worker_id,
         allowed_categories=req.hub.settings.allowed_categories,
         max_attempts=body.max_attempts,
+        claim_order=body.claim_order,
     )
     await req.hub.publisher.publish(events)
     return json_response(

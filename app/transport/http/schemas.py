@@ -22,6 +22,7 @@ from pydantic_core import PydanticCustomError
 from starlette.responses import Response, StreamingResponse
 
 from taskhub.clock import utcnow
+from taskhub.rules.fair_share import ClaimOrder
 from taskhub.rules.naming import JOB_NAME_PATTERN, MAX_JOB_NAME_LENGTH
 from taskhub.rules.records import (
     JobRecord,
@@ -194,6 +195,9 @@ class JobRegisterIn(BaseModel):
     worker_id: UUID | None = None
     # Taskhub: attempts a task of this job gets unless its submit says otherwise.
     max_attempts: int | None = Attempts
+    # Taskhub: the order its tasks are handed out in (absent: as the job has it, a new
+    # job FIFO).
+    claim_order: ClaimOrder | None = None
 
 
 class JobOut(BaseModel):
@@ -208,6 +212,7 @@ class JobOut(BaseModel):
     workers: list[UUID]
     worker_id: UUID | None = None
     max_attempts: int = 1
+    claim_order: ClaimOrder = ClaimOrder.FIFO
 
     @classmethod
     def of(cls, record: JobRecord, worker_id: UUID | None = None) -> JobOut:
@@ -221,6 +226,7 @@ class JobOut(BaseModel):
             workers=record.workers,
             worker_id=worker_id,
             max_attempts=record.max_attempts,
+            claim_order=ClaimOrder(record.claim_order),
         )
 
 

@@ -1,0 +1,105 @@
+"""A fair job's turns (start-time fair queueing): each share continues after its own last
+queued turn, a share with none queued joins at the head, and claims taking the lowest turn
+then hand tasks out round-robin over the shares."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from uuid import uuid4
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from taskhub.rules.fair_share import TURN_STEP, ClaimOrder, next_turn, share_key
+
+T0 = datetime(2026, 11, 28, 12, 0, tzinfo=UTC)
+
+
+def test_an_empty_queue_gives_the_submission_time():
+    assert next_turn(T0, head=None, last=None) == T0
+
+
+def test_a_share_with_tasks_queued_continues_after_its_last():
+    assert next_turn(T0 + timedelta(seconds=9), head=T0, last=T0 + timedelta(seconds=2)) == (
+        T0 + timedelta(seconds=2) + TURN_STEP
+    )
+
+
+def test_a_share_with_nothing_queued_joins_at_the_head():
+    late = T0 + timedelta(minutes=5)
+    assert next_turn(late, head=T0, last=None) == T0
+
+
+def test_shares_are_submitters_or_rooms_and_none_in_fifo():
+    user = uuid4()
+    assert share_key(ClaimOrder.FAIR_BY_SUBMITTER, user, "room1") == str(user)
+    assert share_key(ClaimOrder.FAIR_BY_ROOM, user, "room1") == "room1"
+    assert share_key(ClaimOrder.FIFO, user, "room1") is None
+    assert not ClaimOrder.FIFO.is_fair and ClaimOrder.FAIR_BY_ROOM.is_fair
+
+
+@dataclass
+class Queued:
+    turn: datetime
+    seq: int  # stands for the time-ordered id
+    share: str
+
+
+class Queue:
+    """A fair job's queue as the database keeps it: submits take turns by ``next_turn``,
+    claims take the lowest ``(turn, id)``."""
+
+    def __init__(self) -> None:
+        self.tasks: list[Queued] = []
+        self.seq = 0
+
+    def submit(self, share: str, at: datetime) -> None:
+        head = min((t.turn for t in self.tasks), default=None)
+        last = max((t.turn for t in self.tasks if t.share == share), default=None)
+        self.seq += 1
+        self.tasks.append(Queued(next_turn(at, head, last), self.seq, share))
+
+    def claim(self) -> str:
+        first = min(self.tasks, key=lambda t: (t.turn, t.seq))
+        self.tasks.remove(first)
+        return first.share
+
+
+def test_one_users_burst_does_not_hold_back_anothers_single_task():
+    queue = Queue()
+    for n in range(10_000):
+        queue.submit("A", T0 + n * timedelta(microseconds=100))
+    for _ in range(3):
+        assert queue.claim() == "A"
+    queue.submit("B", T0 + timedelta(seconds=5))
+    assert [queue.claim() for _ in range(2)] == ["A", "B"]
+
+
+@given(
+    st.lists(st.sampled_from("ABCD"), min_size=1, max_size=60),
+    st.lists(st.integers(min_value=0, max_value=3), min_size=1, max_size=60),
+)
+def test_backlogged_shares_are_served_round_robin(submits, claims_between):
+    """Whatever the submits and claims interleave, over any run of claims during which a
+    set of shares all kept tasks queued, no share of that set got more than one task more
+    than another: round-robin."""
+    queue = Queue()
+    at = T0
+    served: list[tuple[str, frozenset[str]]] = []  # who got it, who was waiting then
+    for share, claims in zip(submits, claims_between, strict=False):
+        at += timedelta(milliseconds=1)
+        queue.submit(share, at)
+        for _ in range(claims):
+            if queue.tasks:
+                waiting = frozenset(t.share for t in queue.tasks)
+                served.append((queue.claim(), waiting))
+    for start in range(len(served)):
+        for end in range(start + 1, len(served) + 1):
+            window = served[start:end]
+            always = frozenset.intersection(*(waiting for _, waiting in window))
+            counts = Counter(share for share, _ in window if share in always)
+            if len(always) > 1:
+                got = [counts.get(share, 0) for share in always]
+                assert max(got) - min(got) <= 1, (window, counts)
