@@ -1,4 +1,4 @@
-"""Fair sharing: a job's claim order and the task's turn.
+"""Fair sharing: a job's claim order and running limits, and the task's turn.
 
 - ``job.claim_order``: ``fifo`` (the default, as before), ``fair-by-submitter`` or
   ``fair-by-room``.
@@ -6,6 +6,10 @@
   order by (``priority`` first): its ``created_at`` in a FIFO job (and for every task
   already there), a turn among the other submitters' (or rooms') in a fair job.
   ``task.share_key``: whose share a fair job's task is counted in (NULL in a FIFO job).
+- ``job.max_running_per_submitter`` and ``job.max_running_per_room``: at most this many of
+  the job's tasks claimed or running at once per submitter / room (NULL: no limit);
+  ``task.limited`` marks a limited job's tasks, ``ix_task_limited_active(_room)`` count them,
+  and on PostgreSQL ``taskhub_check_running_limits`` re-counts them after a claim.
 - ``ix_task_claim_queue`` and ``ix_task_delayed`` order by ``turn_at`` instead of
   ``created_at``; ``ix_task_share_queue`` finds a share's last queued turn.
 - The pending-count triggers bucket by the second of ``turn_at`` (equal to ``created_at``
@@ -30,14 +34,17 @@ depends_on: str | Sequence[str] | None = None
 Timestamp = sa.DateTime(timezone=True)
 QUEUED = "status = 'pending' AND NOT waiting"
 WAITING = "status = 'pending' AND waiting"
+ACTIVE = "status IN ('claimed', 'running')"
 
 
 def _claim_queue(order: str) -> list[sa.TextClause | str]:
-    return ["job_id", sa.text("priority DESC"), order, "id", "run_at", "status", "waiting"]
+    columns = ["job_id", sa.text("priority DESC"), order, "id", "run_at", "status", "waiting"]
+    return [*columns, "limited"] if order == "turn_at" else columns
 
 
 def _delayed(order: str) -> list[str]:
-    return ["job_id", "run_at", "priority", order, "id", "status", "waiting"]
+    columns = ["job_id", "run_at", "priority", order, "id", "status", "waiting"]
+    return [*columns, "limited"] if order == "turn_at" else columns
 
 
 # --- Frozen copy of the pending-count triggers this revision installs (with ``turn_at``) and
@@ -52,6 +59,35 @@ _COUNTED_COLUMNS = {
     "turn_at": "status, job_id, priority, waiting",
     "created_at": "status, job_id, priority, created_at, waiting",
 }
+
+_PG_LIMIT_CHECK = """
+CREATE OR REPLACE FUNCTION taskhub_check_running_limits(
+    checked_job uuid, submitter uuid, room varchar
+) RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+    per_submitter integer;
+    per_room integer;
+BEGIN
+    PERFORM pg_advisory_xact_lock(8061, hashtext(checked_job::text));
+    SELECT max_running_per_submitter, max_running_per_room INTO per_submitter, per_room
+      FROM job WHERE id = checked_job;
+    IF per_submitter < (SELECT count(*) FROM task WHERE job_id = checked_job
+                          AND submitted_by = submitter AND status IN ('claimed', 'running')
+                          AND limited)
+       OR per_room < (SELECT count(*) FROM task WHERE job_id = checked_job
+                        AND room_id = room AND status IN ('claimed', 'running') AND limited)
+    THEN
+        RAISE EXCEPTION 'a running limit of job % would be exceeded', checked_job
+            USING ERRCODE = 'TH001';
+    END IF;
+END
+$$"""
+_LIMIT_HOOK = """    IF TG_OP = 'UPDATE' THEN
+        IF OLD.status = 'pending' AND NEW.status <> 'pending' AND NEW.limited THEN
+            PERFORM taskhub_check_running_limits(NEW.job_id, NEW.submitted_by, NEW.room_id);
+        END IF;
+    END IF;
+"""
 
 _PG_DEFAULT_TURN = (
     """
@@ -69,6 +105,7 @@ _PG_NO_DEFAULT_TURN = (
     "DROP TRIGGER task_default_turn ON task",
     "DROP FUNCTION taskhub_default_turn()",
 )
+_PG_NO_LIMIT_CHECK = ("DROP FUNCTION taskhub_check_running_limits(uuid, uuid, varchar)",)
 _SQLITE_DEFAULT_TURN = """
 CREATE TRIGGER task_default_turn AFTER INSERT ON task
 WHEN NEW.turn_at IS NULL BEGIN
@@ -110,7 +147,7 @@ BEGIN
                           waiting = counted.waiting + excluded.waiting;
         END IF;
     END IF;
-    RETURN NULL;
+{_LIMIT_HOOK if order == "turn_at" else ""}    RETURN NULL;
 END
 $$"""
     return (
@@ -179,7 +216,11 @@ def _order_by(order: str) -> None:
     postgres = connection.dialect.name == "postgresql"
     turn = order == "turn_at"
     if postgres:
-        statements = (*_postgresql(order), *(_PG_DEFAULT_TURN if turn else _PG_NO_DEFAULT_TURN))
+        statements = (
+            *((_PG_LIMIT_CHECK,) if turn else ()),
+            *_postgresql(order),
+            *(_PG_DEFAULT_TURN if turn else (*_PG_NO_DEFAULT_TURN, *_PG_NO_LIMIT_CHECK)),
+        )
     else:
         statements = (
             "DROP TRIGGER IF EXISTS task_default_turn",
@@ -201,8 +242,13 @@ def upgrade() -> None:
             "claim_order", sa.String(length=32), nullable=False, server_default=sa.text("'fifo'")
         ),
     )
+    op.add_column("job", sa.Column("max_running_per_submitter", sa.Integer(), nullable=True))
+    op.add_column("job", sa.Column("max_running_per_room", sa.Integer(), nullable=True))
     op.add_column("task", sa.Column("turn_at", Timestamp, nullable=True))
     op.add_column("task", sa.Column("share_key", sa.String(length=128), nullable=True))
+    op.add_column(
+        "task", sa.Column("limited", sa.Boolean(), nullable=False, server_default=sa.false())
+    )
     op.execute("UPDATE task SET turn_at = created_at")
     _order_by("turn_at")
     op.create_index(
@@ -211,11 +257,22 @@ def upgrade() -> None:
         ["job_id", "share_key", "priority", "turn_at"],
         **_partial(f"{QUEUED} AND share_key IS NOT NULL"),
     )
+    for name, share in (
+        ("ix_task_limited_active", "submitted_by"),
+        ("ix_task_limited_active_room", "room_id"),
+    ):
+        columns = ["job_id", share, "status"]
+        op.create_index(name, "task", columns, **_partial(f"{ACTIVE} AND limited"))
 
 
 def downgrade() -> None:
+    op.drop_index("ix_task_limited_active_room", table_name="task")
+    op.drop_index("ix_task_limited_active", table_name="task")
     op.drop_index("ix_task_share_queue", table_name="task")
     _order_by("created_at")
+    op.drop_column("task", "limited")
     op.drop_column("task", "share_key")
     op.drop_column("task", "turn_at")
+    op.drop_column("job", "max_running_per_room")
+    op.drop_column("job", "max_running_per_submitter")
     op.drop_column("job", "claim_order")

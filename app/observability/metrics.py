@@ -14,11 +14,13 @@ import os
 import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
+from datetime import datetime
 from typing import Any
 
 from prometheus_client import Counter, Gauge, Histogram, disable_created_metrics, multiprocess
 
 from taskhub.rules.events import Event, TaskStatusChanged
+from taskhub.rules.records import TaskRecord
 from taskhub.rules.states import RETRY_TRANSITIONS, TRANSITIONS, TaskStatus
 
 NO_STATUS = "none"  # the ``from_status`` of a newly submitted task
@@ -34,6 +36,13 @@ CLAIM_SECONDS = Histogram(
     "Duration of the claim service call; outcome claimed (at least one task) or empty.",
     ["outcome"],
     buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0),
+)
+TASK_WAIT_SECONDS = Histogram(
+    "taskhub_task_wait_seconds",
+    "How long claimed tasks waited since their submit, by their job's claim order: fifo, or "
+    "fair (round-robin over submitters or rooms).",
+    ["claim_order"],
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0),
 )
 WORKER_SHORTCUTS = Counter(
     "taskhub_worker_shortcuts",
@@ -103,6 +112,7 @@ TASK_TRANSITIONS.labels(NO_STATUS, TaskStatus.PENDING.value)
 _CLAIM_SECONDS_BY_OUTCOME = {
     outcome: CLAIM_SECONDS.labels(outcome) for outcome in ("claimed", "empty")
 }
+_TASK_WAIT_BY_ORDER = {order: TASK_WAIT_SECONDS.labels(order) for order in ("fifo", "fair")}
 for _kind in ("claim_start", "claim_next"):
     WORKER_SHORTCUTS.labels(_kind)
 for _outcome in LONG_POLL_OUTCOMES:
@@ -140,6 +150,13 @@ def record_transitions(events: Iterable[Event]) -> None:
             _transition_counter(previous, TaskStatus.CLAIMED).inc()
             previous = TaskStatus.CLAIMED
         _transition_counter(previous, current).inc()
+
+
+def task_waits(records: Iterable[TaskRecord], now: datetime) -> None:
+    """Observe how long each claimed task waited (``TASK_WAIT_SECONDS``)."""
+    for record in records:
+        order = "fifo" if record.share_key is None else "fair"
+        _TASK_WAIT_BY_ORDER[order].observe((now - record.created_at).total_seconds())
 
 
 def worker_shortcut(kind: str, tasks: int) -> None:

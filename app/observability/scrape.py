@@ -21,6 +21,7 @@ from starlette.responses import Response
 from taskhub.observability.metrics import multiprocess_mode
 from taskhub.store.database import Database
 from taskhub.store.queue_depths import QueueCounts, pending_by_job
+from taskhub.store.running_limits import held_back_by_job
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +53,29 @@ class QueueDepth:
             waiting.add_metric([job], counts.waiting)
         yield depth
         yield waiting
+
+
+class HeldBack:
+    """A one-scrape collector of the tasks held back by running limits, per job."""
+
+    def __init__(self, held: dict[str, int]) -> None:
+        self.held = held
+
+    def collect(self) -> Iterator[Metric]:
+        held = GaugeMetricFamily(
+            "taskhub_tasks_held_back",
+            "Pending tasks per job (full name) whose submitter or room is at the job's "
+            "running limit.",
+            labels=["job"],
+        )
+        for job, count in self.held.items():
+            held.add_metric([job], count)
+        yield held
+
+
+async def _read_held_back(db: Database) -> dict[str, int]:
+    async with db.read() as conn:
+        return await held_back_by_job(conn, QUEUE_DEPTH_MAX_JOBS)
 
 
 class Scrape:
@@ -86,6 +110,12 @@ async def metrics_endpoint(request: Request) -> Response:
         log.warning("metrics: queue depth unavailable (database)", exc_info=True)
     else:
         collectors.append(QueueDepth(depths))
+    try:
+        held = await asyncio.wait_for(_read_held_back(db), QUEUE_DEPTH_TIMEOUT_SECONDS)
+    except Exception:
+        log.warning("metrics: tasks held back unavailable (database)", exc_info=True)
+    else:
+        collectors.append(HeldBack(held))
     encoder, content_type = choose_encoder(request.headers.get("accept", ""))
     body = await run_in_threadpool(encoder, Scrape(*collectors))
     return Response(body, headers={"Content-Type": content_type})

@@ -60,6 +60,8 @@ class TaskRecord:
     rerun_of: UUID | None = None
     # Its place in its job's queue (``rules.fair_share``); None: its ``created_at``.
     turn_at: datetime | None = None
+    # A fair job's task: the share it counts in (None in a FIFO job).
+    share_key: str | None = None
 
     @property
     def turn(self) -> datetime:
@@ -119,6 +121,9 @@ class JobRecord(JobSummary):
     max_attempts: int = 1
     # ``rules.fair_share.ClaimOrder``'s value.
     claim_order: str = "fifo"
+    # ``rules.running_limits`` (None: no limit).
+    max_running_per_submitter: int | None = None
+    max_running_per_room: int | None = None
 
 
 T = TypeVar("T")

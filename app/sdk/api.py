@@ -44,6 +44,7 @@ class WorkerApi:
             "name": spec.name,
             "schema": spec.schema,
             "worker_id": worker_id,
+            **spec.policy,
         }
         response = await self.hub.request(
             "PUT", f"/rooms/{segment(spec.room)}/jobs", json=body, retry_for=retry_for

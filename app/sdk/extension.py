@@ -29,11 +29,22 @@ if TYPE_CHECKING:
 GLOBAL_ROOM = "@global"
 
 
+# The job policy an Extension class may set (sent with its registration; None: the hub's
+# default, or what the job already has): how its tasks are shared among submitters or rooms
+# and how many may run at once per submitter / room (docs/protocol.md, "Fair sharing").
+POLICY_ATTRIBUTES = ("claim_order", "max_running_per_submitter", "max_running_per_room")
+
+
 class Extension(BaseModel):
-    """Base class of every job; subclass it, set ``category`` and implement ``run``."""
+    """Base class of every job; subclass it, set ``category`` and implement ``run``.
+    Optionally set ``claim_order`` (``"fair-by-submitter"``, ``"fair-by-room"``),
+    ``max_running_per_submitter`` and ``max_running_per_room``."""
 
     category: ClassVar[str]
     name: ClassVar[str]
+    claim_order: ClassVar[str | None] = None
+    max_running_per_submitter: ClassVar[int | None] = None
+    max_running_per_room: ClassVar[int | None] = None
 
     def run(self, ctx: TaskContext) -> Any:
         """Do the work; return a JSON-serialisable result (or a pydantic model)."""
@@ -54,6 +65,16 @@ class JobSpec:
     def of(cls, extension: type[Extension], room: str = GLOBAL_ROOM) -> JobSpec:
         category, name = job_identity(extension)
         return cls(extension, room, category, name, extension.model_json_schema())
+
+    @property
+    def policy(self) -> dict[str, Any]:
+        """The job policy the Extension class sets (``POLICY_ATTRIBUTES`` not None)."""
+        fields = self.extension.model_fields  # a payload field of that name is no policy
+        values = {
+            name: None if name in fields else getattr(self.extension, name, None)
+            for name in POLICY_ATTRIBUTES
+        }
+        return {name: value for name, value in values.items() if value is not None}
 
     @property
     def full_name(self) -> str:

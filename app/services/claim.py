@@ -17,7 +17,7 @@ from taskhub.services.jobs import JobNames
 from taskhub.services.ownership import owned_worker
 from taskhub.store import claims as store
 from taskhub.store.connections import Connection
-from taskhub.store.database import Database, is_deadlock
+from taskhub.store.database import Database, is_deadlock, raced_a_running_limit
 from taskhub.store.queue_positions import task_record
 
 log = logging.getLogger(__name__)
@@ -51,7 +51,9 @@ async def claim_tasks(
 
     A claim that PostgreSQL aborts as one side of a deadlock changed nothing and runs again
     (two batch claims can take the queue-count rows of two jobs in opposite orders: their
-    tasks interleave in time)."""
+    tasks interleave in time); so does one refused for racing another past a job's running
+    limit (``rules.running_limits``), which then counts afresh. If it races every time, it
+    answers nothing: the worker claims again when woken."""
     for attempt in range(1, CLAIM_ATTEMPTS + 1):
         try:
             if request_key is not None:
@@ -63,10 +65,18 @@ async def claim_tasks(
                     conn, principal, worker_id, max_tasks, lease_seconds, None, start
                 )
         except Exception as exc:
-            if attempt == CLAIM_ATTEMPTS or not is_deadlock(exc):
+            raced = raced_a_running_limit(exc)
+            if not (raced or is_deadlock(exc)):
+                raise
+            if attempt == CLAIM_ATTEMPTS:
+                if raced:
+                    return [], EventBatch()
                 raise
             log.info(
-                "claim for worker %s deadlocked (attempt %d); running it again", worker_id, attempt
+                "claim for worker %s %s (attempt %d); running it again",
+                worker_id,
+                "raced another past a running limit" if raced else "deadlocked",
+                attempt,
             )
     raise AssertionError("unreachable")
 
@@ -149,4 +159,4 @@ async def claim_next(
 
 
 def _in_queue_order(records: Iterable[TaskRecord]) -> list[TaskRecord]:
-    return sorted(records, key=lambda r: (-r.priority, r.created_at, r.id))
+    return sorted(records, key=lambda r: (-r.priority, r.turn, r.id))

@@ -94,11 +94,18 @@ async def register_job(
     allowed_categories: list[str],
     max_attempts: int | None = None,
     claim_order: ClaimOrder | None = None,
+    max_running_per_submitter: int | None = None,
+    max_running_per_room: int | None = None,
 ) -> tuple[Registration, EventBatch]:
     """Register (or revive, or idempotently re-register) a job and link a worker to it.
     ``max_attempts``, when given, becomes the job's default for new tasks (also on a
     re-registration); a new job without it gets 1. ``claim_order`` likewise (a new job
-    without it is FIFO); tasks already queued keep their places."""
+    without it is FIFO); tasks already queued keep their places. The running limits
+    (``rules.running_limits``) likewise, 0 removing one."""
+    limits = {
+        "max_running_per_submitter": max_running_per_submitter,
+        "max_running_per_room": max_running_per_room,
+    }
     validate_room_id(room_id)
     if is_reserved(room_id) and not principal.is_superuser:
         raise Forbidden(f"Only superusers may register jobs in {room_id!r}.")
@@ -129,6 +136,7 @@ async def register_job(
                 max_attempts=max_attempts or 1,
                 claim_order=(claim_order or ClaimOrder.FIFO).value,
                 now=utcnow(),
+                **{name: value or None for name, value in limits.items()},
             )
             row = await store.lock_job_named(conn, room_id, category, name)
             assert row is not None  # inserted, or another registration's
@@ -144,7 +152,7 @@ async def register_job(
             # The same schema in another key order (one stored before 0009 kept jsonb's):
             # the order sent is the order of the page's form fields.
             await store.rewrite_schema(conn, row.id, schema)
-        policy = _policy_changes(row, max_attempts, claim_order)
+        policy = _policy_changes(row, max_attempts, claim_order, limits)
         if policy:
             if not created and not principal.is_superuser:
                 await _check_policy_is_callers(
@@ -165,15 +173,27 @@ async def register_job(
         workers=workers,
         max_attempts=max_attempts or row.max_attempts,
         claim_order=claim_order.value if claim_order else row.claim_order,
+        **{
+            name: getattr(row, name) if value is None else value or None
+            for name, value in limits.items()
+        },
     )
     return Registration(job=record, worker_id=worker_id, created=created), events
 
 
 def _policy_changes(
-    row: Any, max_attempts: int | None, claim_order: ClaimOrder | None
+    row: Any,
+    max_attempts: int | None,
+    claim_order: ClaimOrder | None,
+    limits: dict[str, int | None],
 ) -> dict[str, Any]:
-    """What of the job's policy a registration sets anew (what it leaves out stays)."""
-    changes: dict[str, Any] = {}
+    """What of the job's policy a registration sets anew (what it leaves out stays; a limit
+    of 0 goes)."""
+    changes: dict[str, Any] = {
+        name: value or None
+        for name, value in limits.items()
+        if value is not None and (value or None) != getattr(row, name)
+    }
     if max_attempts is not None and max_attempts != row.max_attempts:
         changes["max_attempts"] = max_attempts
     if claim_order is not None and claim_order.value != row.claim_order:
@@ -184,13 +204,14 @@ def _policy_changes(
 async def _check_policy_is_callers(
     conn: Connection, job_id: UUID, principal: Principal, full_name: str
 ) -> None:
-    """A live job's policy (retry default, claim order) is changed only by a user whose
-    workers are all that serve it (or a superuser): joining someone else's job does not
-    rewrite their policy."""
+    """A live job's policy (retry default, claim order, running limits) is changed only by
+    a user whose workers are all that serve it (or a superuser): joining someone else's job
+    does not rewrite their policy."""
     if await store.count_other_users_workers(conn, job_id, principal.id):
         raise SchemaConflict(
-            f"Job {full_name} is served by other users' workers with its max_attempts and "
-            "claim_order as they are; register without them (or with the job's own) to join it."
+            f"Job {full_name} is served by other users' workers with its policy (max_attempts, "
+            "claim_order, running limits) as it is; register without it (or with the job's "
+            "own) to join it."
         )
 
 
@@ -245,6 +266,8 @@ def _record(row: Any, workers: list[UUID]) -> JobRecord:
         workers=workers,
         max_attempts=row.max_attempts,
         claim_order=row.claim_order,
+        max_running_per_submitter=row.max_running_per_submitter,
+        max_running_per_room=row.max_running_per_room,
     )
 
 

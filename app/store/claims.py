@@ -35,6 +35,7 @@ from taskhub.rules.records import Principal
 from taskhub.rules.states import TaskStatus
 from taskhub.store.connections import Connection
 from taskhub.store.hot_statements import hot
+from taskhub.store.running_limits import has_room, room_left, within_ranks
 from taskhub.store.tables import (
     answered_task_columns,
     is_pending,
@@ -149,6 +150,9 @@ def claim_statement(
         roles = [_claim_role_guard(role) for role in claim_roles()]
         served_jobs = served_jobs.where(or_(*roles) if len(roles) > 1 else roles[0])
     queue_order = (task.c.priority.desc(), task.c.turn_at, task.c.id)
+    # Only tasks whose submitter and room are within their job's running limits
+    # (``rules.running_limits``; a task of an unlimited job is told by its index entry).
+    with_room = [has_room(left) for left in room_left(task)]
     if dialect == "postgresql":
         # Per served job and kind of claimable task, the head of its queue straight off its
         # index (a LATERAL scan in index order that stops after ``limit`` rows, however
@@ -158,7 +162,7 @@ def claim_statement(
         def heads_of(claimable: list[Any], name: str) -> Any:
             head = (
                 select(task.c.id, task.c.priority, task.c.turn_at, _ROW_ADDRESS)
-                .where(*claimable, task.c.job_id == served.c.job_id)
+                .where(*claimable, *with_room, task.c.job_id == served.c.job_id)
                 .order_by(*queue_order)
                 .limit(limit)
                 .with_for_update(skip_locked=not wait_for_locked)
@@ -167,7 +171,7 @@ def claim_statement(
             return select(*head.c).select_from(served).join(head, true())
 
         kinds = [heads_of(kind, f"head{n}") for n, kind in enumerate(source.conditions())]
-        heads = _best_of(kinds).subquery()
+        heads = _within_limits(_best_of(kinds), limit)
         picked = (
             select(heads.c.id, heads.c.row_address)
             .order_by(*_in_order(heads))
@@ -181,15 +185,15 @@ def claim_statement(
     else:
         kinds = [
             select(task.c.id, task.c.priority, task.c.turn_at)
-            .where(*claimable, task.c.job_id.in_(served_jobs))
+            .where(*claimable, *with_room, task.c.job_id.in_(served_jobs))
             .order_by(*queue_order)
             .limit(limit)
             for claimable in source.conditions()
         ]
-        if len(kinds) == 1:
+        if len(kinds) == 1 and limit == 1:
             candidates = kinds[0].with_only_columns(task.c.id)
         else:
-            heads = _best_of([select(*kind.subquery().c) for kind in kinds]).subquery()
+            heads = _within_limits(_best_of([select(*kind.subquery().c) for kind in kinds]), limit)
             candidates = select(heads.c.id).order_by(*_in_order(heads)).limit(limit)
         chosen = task.c.id.in_(candidates.scalar_subquery())
     claimed = (
@@ -240,6 +244,33 @@ def _best_of(kinds: list[Any]) -> Any:
     return union_all(*kinds) if len(kinds) > 1 else kinds[0]
 
 
+def _within_limits(heads: Any, limit: int) -> Any:
+    """The candidate ``heads`` a claim of ``limit`` tasks may take together: each submitter
+    and room only as many as it has room for (``running_limits.within_ranks``; the first
+    always fits, as the heads are within their limits one by one)."""
+    rows = heads.subquery()
+    if limit == 1:
+        return rows
+    candidate = task_table.alias("candidate")
+    left_submitter, left_room = room_left(candidate)
+    shares = (
+        select(
+            *rows.c,
+            candidate.c.job_id,
+            candidate.c.submitted_by,
+            candidate.c.room_id,
+            left_submitter.label("left_submitter"),
+            left_room.label("left_room"),
+        )
+        .join(candidate, candidate.c.id == rows.c.id)
+        .subquery()
+    )
+    in_heads = [shares.c[column.name] for column in rows.c]
+    ranked = select(*in_heads, within_ranks(shares, _in_order(shares)).label("fits")).subquery()
+    fitting = select(*(column for column in ranked.c if column.name != "fits"))
+    return fitting.where(ranked.c.fits).subquery()
+
+
 def _in_order(heads: Any) -> list[Any]:
     return [heads.c.priority.desc(), heads.c.turn_at, heads.c.id]
 
@@ -253,8 +284,11 @@ def claimable_left_statement() -> Executable:
 
 
 def _claimable_left() -> Any:
+    """Whether a task of ``:worker_id``'s jobs is claimable at ``:now`` (its submitter and
+    room within their running limits)."""
     served = task_table.c.job_id.in_(_served_jobs())
-    return or_(*(exists().where(*kind, served) for kind in ClaimFrom.BOTH.conditions()))
+    with_room = [has_room(left) for left in room_left(task_table)]
+    return or_(*(exists().where(*kind, served, *with_room) for kind in ClaimFrom.BOTH.conditions()))
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,6 +27,7 @@ from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from taskhub.json_codec import dump_json, load_json
+from taskhub.rules.running_limits import LIMIT_RACE_SQLSTATE
 from taskhub.settings import Settings
 from taskhub.store import sqlite_driver
 from taskhub.store.deployment import is_embedded
@@ -264,8 +265,18 @@ def is_connection_lost(exc: BaseException) -> bool:
 def is_deadlock(exc: BaseException) -> bool:
     """Whether PostgreSQL aborted the transaction as one side of a deadlock: it changed
     nothing, and the same work may succeed when run again."""
+    return _sqlstate(exc) == DEADLOCK_DETECTED
+
+
+def raced_a_running_limit(exc: BaseException) -> bool:
+    """Whether PostgreSQL refused a claim that raced another past a job's running limit
+    (``rules.running_limits``): it changed nothing, and made again it counts afresh."""
+    return _sqlstate(exc) == LIMIT_RACE_SQLSTATE
+
+
+def _sqlstate(exc: BaseException) -> str | None:
     error = exc.orig if isinstance(exc, DBAPIError) else exc
-    return getattr(error, "sqlstate", None) == DEADLOCK_DETECTED
+    return getattr(error, "sqlstate", None)
 
 
 DEADLOCK_DETECTED = "40P01"  # PostgreSQL's SQLSTATE (asyncpg's and SQLAlchemy's errors carry it)

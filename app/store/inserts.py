@@ -7,7 +7,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from sqlalchemy import Table, TextClause, bindparam, func, literal, select, text
+from sqlalchemy import Table, TextClause, bindparam, func, literal, or_, select, text
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine.interfaces import BindTyping
 from sqlalchemy.sql import Executable
@@ -33,7 +33,7 @@ def insert_task_of_live_job(dialect: str, position: Any = None) -> Executable:
     task = task_table
     columns = ["id", "job_id", "room_id", "status", "payload", "created_at", "submitted_by"]
     columns += ["attempt", "idempotency_key", "priority", "max_attempts", "run_at", "waiting"]
-    columns += ["version", "request_digest", "rerun_of", "turn_at", "share_key"]
+    columns += ["version", "request_digest", "rerun_of", "turn_at", "share_key", "limited"]
     rows = select(
         bindparam("b_id", type_=task.c.id.type),
         job_table.c.id,
@@ -55,6 +55,10 @@ def insert_task_of_live_job(dialect: str, position: Any = None) -> Executable:
         bindparam("b_rerun_of", type_=task.c.rerun_of.type),
         bindparam("b_turn_at", type_=task.c.turn_at.type),
         bindparam("b_share_key", type_=task.c.share_key.type),
+        or_(
+            job_table.c.max_running_per_submitter.is_not(None),
+            job_table.c.max_running_per_room.is_not(None),
+        ),
     ).where(
         job_table.c.id == bindparam("b_job_id"),
         job_table.c.updated_at == bindparam("b_job_version", type_=job_table.c.updated_at.type),

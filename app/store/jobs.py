@@ -50,6 +50,7 @@ async def insert_job(
     max_attempts: int,
     claim_order: str,
     now: datetime,
+    **limits: int | None,
 ) -> None:
     """Insert a live job, unless one of that name exists already (then nothing)."""
     values = dict(
@@ -63,6 +64,7 @@ async def insert_job(
         updated_at=now,
         max_attempts=max_attempts,
         claim_order=claim_order,
+        **limits,
     )
     await conn.execute(insert_ignoring_duplicates(conn.dialect.name, job, values))
 
@@ -82,9 +84,29 @@ async def rewrite_schema(conn: AsyncConnection, job_id: UUID, schema: dict[str, 
 
 
 async def set_policy(conn: AsyncConnection, job_id: UUID, **policy: Any) -> None:
-    """Change the job's ``max_attempts`` and/or ``claim_order`` (a new version: a submit that
-    read the job before inserts nothing, and reads it again)."""
-    await conn.execute(update(job).where(job.c.id == job_id).values(**policy, updated_at=utcnow()))
+    """Change the job's ``max_attempts``, ``claim_order`` and running limits (a new version:
+    a submit that read the job before inserts nothing, and reads it again). Its pending,
+    claimed and running tasks are marked ``limited`` as the job now is."""
+    changed = (
+        await conn.execute(
+            update(job)
+            .where(job.c.id == job_id)
+            .values(**policy, updated_at=utcnow())
+            .returning(job.c.max_running_per_submitter, job.c.max_running_per_room)
+        )
+    ).one()
+    limited = (
+        changed.max_running_per_submitter is not None or changed.max_running_per_room is not None
+    )
+    await conn.execute(
+        update(task_table)
+        .where(
+            task_table.c.job_id == job_id,
+            task_table.c.status.in_(["pending", "claimed", "running"]),
+            task_table.c.limited.is_not(limited),
+        )
+        .values(limited=limited)
+    )
 
 
 async def link_worker(conn: AsyncConnection, worker_id: UUID, job_id: UUID) -> bool:
@@ -154,6 +176,14 @@ async def live_job_page(
         ):
             links[link.job_id].append(link.worker_id)
     return [JobSummary(row.id, row.room_id, row.category, row.name, links[row.id]) for row in rows]
+
+
+async def job_policy(conn: Connection, job_id: UUID) -> Any:
+    """The job's ``claim_order`` and running limits (None if there is no such job)."""
+    policy = select(
+        job.c.claim_order, job.c.max_running_per_submitter, job.c.max_running_per_room
+    ).where(job.c.id == job_id)
+    return (await conn.execute(policy)).first()
 
 
 # Built once: SQLAlchemy then reuses its cache key and compiled form.

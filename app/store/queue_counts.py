@@ -22,6 +22,8 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from taskhub.rules.running_limits import LIMIT_RACE_SQLSTATE
+
 BUCKET_WIDTH = timedelta(seconds=1)
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -84,6 +86,11 @@ BEGIN
                           waiting = counted.waiting + excluded.waiting;
         END IF;
     END IF;
+    IF TG_OP = 'UPDATE' THEN
+        IF OLD.status = 'pending' AND NEW.status <> 'pending' AND NEW.limited THEN
+            PERFORM taskhub_check_running_limits(NEW.job_id, NEW.submitted_by, NEW.room_id);
+        END IF;
+    END IF;
     RETURN NULL;
 END
 $$"""
@@ -111,8 +118,36 @@ CREATE TRIGGER task_default_turn BEFORE INSERT ON task FOR EACH ROW
 WHEN (NEW.turn_at IS NULL) EXECUTE FUNCTION taskhub_default_turn()""",
 )
 
+# A claim of a task of a job with running limits (``rules.running_limits``): counted again
+# under a per-job lock held to the claim's commit, so one claim of the job at a time gets
+# here, and each counts what the others committed (every statement of a function sees a
+# fresh snapshot); one that raced another past a limit is refused, and made again.
+POSTGRESQL_LIMIT_CHECK = f"""
+CREATE OR REPLACE FUNCTION taskhub_check_running_limits(
+    checked_job uuid, submitter uuid, room varchar
+) RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+    per_submitter integer;
+    per_room integer;
+BEGIN
+    PERFORM pg_advisory_xact_lock(8061, hashtext(checked_job::text));
+    SELECT max_running_per_submitter, max_running_per_room INTO per_submitter, per_room
+      FROM job WHERE id = checked_job;
+    IF per_submitter < (SELECT count(*) FROM task WHERE job_id = checked_job
+                          AND submitted_by = submitter AND status IN ('claimed', 'running')
+                          AND limited)
+       OR per_room < (SELECT count(*) FROM task WHERE job_id = checked_job
+                        AND room_id = room AND status IN ('claimed', 'running') AND limited)
+    THEN
+        RAISE EXCEPTION 'a running limit of job % would be exceeded', checked_job
+            USING ERRCODE = '{LIMIT_RACE_SQLSTATE}';
+    END IF;
+END
+$$"""
+
 POSTGRESQL_CREATE = (
     *POSTGRESQL_DEFAULT_TURN,
+    POSTGRESQL_LIMIT_CHECK,
     POSTGRESQL_FUNCTION,
     """
 CREATE TRIGGER task_queue_insert AFTER INSERT ON task FOR EACH ROW

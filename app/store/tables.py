@@ -126,6 +126,10 @@ class Job(TaskhubModel, table=True):
         default="fifo",
         sa_column=Column(String(32), nullable=False, server_default=text("'fifo'")),
     )
+    # At most this many of its tasks claimed or running at once per submitter / per room
+    # (``rules.running_limits``; NULL: no limit).
+    max_running_per_submitter: int | None = Field(default=None)
+    max_running_per_room: int | None = Field(default=None)
 
 
 class WorkerJobLink(TaskhubModel, table=True):
@@ -245,6 +249,11 @@ class Task(TaskhubModel, table=True):
     turn_at: datetime | None = Field(default=None, sa_type=UTCDateTime)
     # A fair job's task: the share it counts in (its submitter, or its room); NULL in FIFO.
     share_key: str | None = Field(default=None, sa_type=String(128))
+    # Its job limits how many tasks run at once (``rules.running_limits``): counted in
+    # ``ix_task_limited_active``, checked by the claim.
+    limited: bool = Field(
+        default=False, sa_column=Column(Boolean, nullable=False, server_default=false())
+    )
 
 
 class TaskQueueBucket(TaskhubModel, table=True):
@@ -367,11 +376,13 @@ Index(
     task_table.c.run_at,
     task_table.c.status,
     task_table.c.waiting,
+    task_table.c.limited,
     **_partial(QUEUED_ONLY),
 )
 
 # Waiting tasks per job by due time: the ones a claim takes once they are due and before
-# the announcer queues them (few), and the ones queue positions count (by due time).
+# the announcer queues them (few), and the ones queue positions count (by due time);
+# ``limited`` too, for the claim's test of running limits.
 Index(
     "ix_task_delayed",
     task_table.c.job_id,
@@ -381,7 +392,26 @@ Index(
     task_table.c.id,
     task_table.c.status,
     task_table.c.waiting,
+    task_table.c.limited,
     **_partial(WAITING_ONLY),
+)
+
+# A limited job's claimed and running tasks, by submitter and by room
+# (``rules.running_limits``): few rows, only those of limited jobs. ``status`` last, so that
+# SQLite prefers them to ``ix_task_job_room_created`` (all of a room's tasks of a job).
+Index(
+    "ix_task_limited_active",
+    task_table.c.job_id,
+    task_table.c.submitted_by,
+    task_table.c.status,
+    **_partial(f"{ACTIVE_ONLY} AND limited"),
+)
+Index(
+    "ix_task_limited_active_room",
+    task_table.c.job_id,
+    task_table.c.room_id,
+    task_table.c.status,
+    **_partial(f"{ACTIVE_ONLY} AND limited"),
 )
 
 # A fair job's queued tasks per share: the last turn a share holds (``rules/fair_share.py``).

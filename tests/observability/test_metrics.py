@@ -304,3 +304,34 @@ async def test_costly_payloads_are_counted_by_outcome_and_gauged_while_they_wait
     for outcome, more in outcomes.items():
         name, labels = "taskhub_costly_payloads_total", {"outcome": outcome}
         assert after.count(name, labels) == before.count(name, labels) + more
+
+
+async def test_claimed_tasks_waits_are_observed_by_claim_order(alice, bob, http) -> None:
+    fifo = await alice.register()
+    fair = await alice.register(name="Fair", claim_order="fair-by-submitter")
+    before = await scrape(http)
+    await alice.submit(JOB)
+    await bob.submit("room1:modifiers:Fair")
+    await bob.submit("room1:modifiers:Fair")
+    assert await alice.claim(fifo["worker_id"]) is not None
+    claimed = await alice.post(
+        "/tasks/claim", json={"worker_id": fair["worker_id"], "max_tasks": 2}
+    )
+    assert len(claimed.json()["tasks"]) == 2
+    after = await scrape(http)
+    name = "taskhub_task_wait_seconds_count"
+    for order, claimed_now in (("fifo", 1), ("fair", 2)):
+        labels = {"claim_order": order}
+        assert after.count(name, labels) == before.count(name, labels) + claimed_now
+
+
+async def test_tasks_held_back_by_a_running_limit_are_a_gauge_per_job(alice, bob, http) -> None:
+    job = await alice.register(max_running_per_submitter=1)
+    for _ in range(3):
+        await alice.submit(JOB)
+    await bob.submit(JOB)
+    assert (await scrape(http)).labelled("taskhub_tasks_held_back", "job") == {}
+    await alice.post("/tasks/claim", json={"worker_id": job["worker_id"], "max_tasks": 5})
+    # alice has her 1 running: her other 2 wait; bob's was claimed too.
+    held = (await scrape(http)).labelled("taskhub_tasks_held_back", "job")
+    assert held == {JOB: 2}

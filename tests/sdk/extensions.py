@@ -212,3 +212,15 @@ class AsyncCancels(Extension):
         inner = asyncio.create_task(asyncio.sleep(10))
         inner.cancel()
         return await inner
+
+
+class SharedFairly(Extension):
+    """A job whose tasks are shared round-robin over submitters, two at most running each."""
+
+    category = "analysis"
+    claim_order = "fair-by-submitter"
+    max_running_per_submitter = 2
+    text: str = ""
+
+    def run(self, ctx: TaskContext) -> str:
+        return self.text

@@ -9,7 +9,7 @@ from starlette.responses import Response
 from taskhub.rules.events import EventBatch
 from taskhub.rules.naming import is_internal_job
 from taskhub.rules.records import TaskRecord
-from taskhub.services import bulk, rerun
+from taskhub.services import bulk, rerun, task_place
 from taskhub.services import room_stats as stats_service
 from taskhub.transport.http.api import Api, ApiRequest, json_response
 from taskhub.transport.http.dashboard_schemas import (
@@ -17,6 +17,7 @@ from taskhub.transport.http.dashboard_schemas import (
     BulkOut,
     RoomStatsOut,
     StatsQuery,
+    TaskPlaceOut,
     stats_body,
 )
 from taskhub.transport.http.schemas import TaskOut, task_body
@@ -39,6 +40,14 @@ async def room_stats(req: ApiRequest) -> Response:
         req.hub.db, req.path("room_id"), query.window, query.since
     )
     return json_response(stats_body(found))
+
+
+@api.route("GET", "/tasks/{task_id}/place", response=TaskPlaceOut, errors=(404, 422))
+async def get_task_place(req: ApiRequest) -> Response:
+    """Where a task stands in its job's queue, the job's claim order and running limits,
+    and the limit that holds it back, if one does."""
+    place = await task_place.task_place(req.hub.db, req.uuid("task_id"))
+    return json_response(TaskPlaceOut.of(place))
 
 
 @api.route(

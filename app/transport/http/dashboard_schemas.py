@@ -10,6 +10,7 @@ from uuid import UUID
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from taskhub.rules.errors import ValidationFailed
+from taskhub.rules.fair_share import ClaimOrder
 from taskhub.rules.records import Principal, TaskRecord
 from taskhub.rules.states import TaskStatus
 from taskhub.rules.task_filter import (
@@ -23,6 +24,7 @@ from taskhub.rules.task_filter import (
 )
 from taskhub.services.bulk import MAX_BULK_TASKS
 from taskhub.services.room_stats import RoomStats
+from taskhub.services.task_place import TaskPlace
 from taskhub.transport.http.schemas import PageQuery, task_body
 
 
@@ -187,6 +189,38 @@ class BulkIn(BaseModel):
         if (self.ids is None) == (self.filter is None):
             raise ValueError("send ids or filter, exactly one of them")
         return self
+
+
+class HeldBackOut(BaseModel):
+    scope: Literal["submitter", "room"]
+    running: int
+    limit: int
+
+
+class TaskPlaceOut(BaseModel):
+    """Where a task stands in its job's queue and why it waits (``held_back``: the running
+    limit its submitter or room reached; null when none holds it)."""
+
+    status: TaskStatus
+    queue_position: int | None
+    claim_order: ClaimOrder
+    max_running_per_submitter: int | None
+    max_running_per_room: int | None
+    held_back: HeldBackOut | None
+
+    @classmethod
+    def of(cls, place: TaskPlace) -> TaskPlaceOut:
+        held = place.held_back
+        return cls(
+            status=place.status,
+            queue_position=place.queue_position,
+            claim_order=place.claim_order,
+            max_running_per_submitter=place.limits.per_submitter,
+            max_running_per_room=place.limits.per_room,
+            held_back=None
+            if held is None
+            else HeldBackOut(scope=held.scope, running=held.running, limit=held.limit),
+        )
 
 
 class BulkRefusalOut(BaseModel):

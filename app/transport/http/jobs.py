@@ -42,6 +42,8 @@ async def register_job(req: ApiRequest) -> Response:
         allowed_categories=req.hub.settings.allowed_categories,
         max_attempts=body.max_attempts,
         claim_order=body.claim_order,
+        max_running_per_submitter=body.max_running_per_submitter,
+        max_running_per_room=body.max_running_per_room,
     )
     await req.hub.publisher.publish(events)
     return json_response(

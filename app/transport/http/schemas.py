@@ -34,6 +34,7 @@ from taskhub.rules.records import (
     WorkerRecord,
 )
 from taskhub.rules.retries import MAX_ATTEMPTS_LIMIT
+from taskhub.rules.running_limits import MAX_RUNNING_LIMIT
 from taskhub.rules.states import TaskStatus
 from taskhub.services.submit import SubmitOptions
 from taskhub.services.task_listing import TaskListing
@@ -57,6 +58,8 @@ JsonObject = Annotated[
     WithJsonSchema({"type": "object", "additionalProperties": True}),
 ]
 Attempts = Field(default=None, ge=1, le=MAX_ATTEMPTS_LIMIT)
+# A running limit as registered: 1..MAX_RUNNING_LIMIT, or 0 to remove it.
+RunningLimit = Field(default=None, ge=0, le=MAX_RUNNING_LIMIT)
 MAX_DELAY_SECONDS = 366 * 24 * 3600
 MAX_PRIORITY = 1_000_000
 MAX_ERROR_CHARS = 65_536
@@ -198,6 +201,10 @@ class JobRegisterIn(BaseModel):
     # Taskhub: the order its tasks are handed out in (absent: as the job has it, a new
     # job FIFO).
     claim_order: ClaimOrder | None = None
+    # Taskhub: at most this many of its tasks claimed or running at once per submitter /
+    # per room (absent: as the job has it; 0: no limit).
+    max_running_per_submitter: int | None = RunningLimit
+    max_running_per_room: int | None = RunningLimit
 
 
 class JobOut(BaseModel):
@@ -213,6 +220,8 @@ class JobOut(BaseModel):
     worker_id: UUID | None = None
     max_attempts: int = 1
     claim_order: ClaimOrder = ClaimOrder.FIFO
+    max_running_per_submitter: int | None = None
+    max_running_per_room: int | None = None
 
     @classmethod
     def of(cls, record: JobRecord, worker_id: UUID | None = None) -> JobOut:
@@ -227,6 +236,8 @@ class JobOut(BaseModel):
             worker_id=worker_id,
             max_attempts=record.max_attempts,
             claim_order=ClaimOrder(record.claim_order),
+            max_running_per_submitter=record.max_running_per_submitter,
+            max_running_per_room=record.max_running_per_room,
         )
 
 

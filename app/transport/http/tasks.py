@@ -109,6 +109,7 @@ async def claim_task(req: ApiRequest) -> Response:
             start=start,
         )
         outcome.value = "claimed" if records else "empty"
+    metrics.task_waits(records, utcnow())
     await req.hub.publisher.publish(events)
     claimed = [claimed_task_body(record) for record in records]
     reply: dict[str, Any] = {"task": claimed[0] if claimed else None}
@@ -250,6 +251,7 @@ async def _claim_next(req: ApiRequest, ask: ClaimNextIn, events: EventBatch) -> 
             start=ask.start,
         )
         outcome.value = "claimed" if records else "empty"
+    metrics.task_waits(records, utcnow())
     if refused is not None:
         problem = problem_body(refused.status, refused.slug, refused.title, refused.detail)
         return {"next": [], "next_problem": problem}
