@@ -125,6 +125,13 @@ export class Api {
     return this.request("GET", `/tasks/${enc(id)}`);
   }
 
+  /** Where a task stands in its job's queue and why it waits: `{status, queue_position,
+   * claim_order, max_running_per_submitter, max_running_per_room, held_back}`, held_back
+   * null or `{scope: "submitter" | "room", running, limit}`. */
+  place(id) {
+    return this.request("GET", `/tasks/${enc(id)}/place`);
+  }
+
   submit(room, fullName, payload) {
     return this.request("POST", `/rooms/${enc(room)}/tasks/${enc(fullName)}`, { payload });
   }

@@ -7,7 +7,7 @@ import { Api, ApiError } from "./api.js";
 import { $, announce, h, setFieldError, toast } from "./dom.js";
 import { Detail } from "./detail.js";
 import { jobLabel, shortId } from "./format.js";
-import { renderJobs, renderWorkers, tickWorkers } from "./jobs.js";
+import { renderJobs, renderPolicy, renderWorkers, tickWorkers } from "./jobs.js";
 import { Live } from "./live.js";
 import { Overview } from "./overview.js";
 import { SchemaForm } from "./schema-form.js";
@@ -171,6 +171,7 @@ function start(token, me = null) {
       if (session.room) {
         refreshAll();
         detail.reloadLogs();
+        detail.refreshPlace();
       }
     },
     refused: () => signOut("The hub refused this token. Sign in again."),
@@ -199,6 +200,7 @@ function setMe(me) {
   label.title = me ? `Signed in as ${me.name}${me.is_superuser ? " (superuser)" : ""}` : "";
   if (me) userNames.set(me.id, me.name);
   taskTable.refreshActions();
+  detail.refreshPlace(); // "of yours" needs to know who the viewer is
 }
 
 /** Whether the viewer may cancel `task`, as far as the page knows: the hub lets its
@@ -339,6 +341,8 @@ const overview = new Overview($("#charts"), $("#counts tbody"));
 const detail = new Detail($("#detail"), $("#detail-body"), $("#detail-close"), {
   load: (id) => session.api.task(id),
   logs: (id, after) => session.api.logs(id, after),
+  place: (id) => session.api.place(id),
+  isMine: (task) => Boolean(session.me && task.submitted_by && task.submitted_by === session.me.id),
   cancel: (task) => session.api.cancel(task.id),
   rerun: (task) => session.api.rerun(task.id),
   mayCancel,
@@ -876,6 +880,7 @@ async function selectJob(fullName, { push = true } = {}) {
   if (!fullName) {
     $("#submit-panel").hidden = true;
     roomState.job = null;
+    renderPolicy($("#job-policy"), null);
     return;
   }
   await loadJob(fullName, { keepForm: false });
@@ -900,6 +905,7 @@ async function loadJob(fullName, { keepForm }) {
   const sameSchema = JSON.stringify(job.schema) === JSON.stringify(roomState.job?.schema);
   roomState.job = job;
   updateJobNote();
+  renderPolicy($("#job-policy"), job); // it may change when the job is registered again
   if (keepForm && sameSchema && roomState.form) return;
   const { name, scope } = jobLabel(job.full_name);
   $("#submit-job-name").textContent = name;
@@ -920,6 +926,7 @@ function showJobMissing(fullName, keepForm) {
   }
   roomState.job = null;
   $("#submit-panel").hidden = true;
+  renderPolicy($("#job-policy"), null);
   toast(`The job ${fullName} is not offered in this room.`);
 }
 

@@ -1,17 +1,28 @@
 // A task's detail panel: its payload, result, error and progress, its attempts as a
-// timeline, and its log (read from the hub when opened, then live from task_log events).
+// timeline, its log (read from the hub when opened, then live from task_log events), and
+// for a pending task why it waits: its place in line, its job's claim order and the
+// running limit that holds it back (GET /tasks/{id}/place, read again as its job's tasks
+// come and go).
 // Everything the task carries goes into the DOM as text. Escape closes it; the focus
 // returns to the row (or button) that opened it.
 
 import { h } from "./dom.js";
-import { clock, duration, jobLabel, json, shortId } from "./format.js";
+import { clock, duration, jobLabel, json, ordinal, shortId } from "./format.js";
+import { claimOrderText, limitTexts } from "./jobs.js";
 import { ACTIVE, LABELS, RERUNNABLE, notOlder, taskFromEvent } from "./tasks.js";
 
 const LOG_KEEP = 2000; // lines the panel keeps (the oldest go)
+// A task of the open pending task's job came, went or ended: its place is read again after
+// this long (a burst of events, one read).
+const PLACE_SOON_MS = 250;
+// And this often while it is shown and the page seen: tasks of other rooms (a shared job's)
+// move it too, and this room hears none of their events.
+const PLACE_POLL_MS = 5000;
 
 export class Detail {
-  /** handlers: { load(id) → task, logs(id, after) → {items, next}, cancel(task),
-   *   rerun(task), mayCancel(task), submitterName(task), openTask(id), closed() } */
+  /** handlers: { load(id) → task, logs(id, after) → {items, next}, place(id) → where a
+   *   pending task stands, cancel(task), rerun(task), mayCancel(task), submitterName(task),
+   *   isMine(task) — the viewer submitted it, openTask(id), closed() } */
   constructor(panel, body, closeButton, handlers) {
     this.panel = panel;
     this.body = body;
@@ -20,6 +31,10 @@ export class Detail {
     this.returnFocus = null;
     this.lines = new Map(); // log line id -> line
     this.request = 0;
+    this.place = null; // the open task's GET place answer, while it is pending
+    this.placeRequest = 0; // bumped on every read of the place: an older answer is dropped
+    this.placeTimer = null;
+    this.placeShown = ""; // what the place box shows (rebuilt only when that changes)
     closeButton.addEventListener("click", () => this.close());
     panel.addEventListener("keydown", (event) => {
       if (event.key === "Escape") {
@@ -27,6 +42,9 @@ export class Detail {
         this.close();
       }
     });
+    setInterval(() => {
+      if (this.#waiting() && !document.hidden) this.#placeSoon();
+    }, PLACE_POLL_MS);
   }
 
   get openId() {
@@ -40,6 +58,7 @@ export class Detail {
     this.returnFocus = from;
     this.task = known ? { ...known, id } : { id };
     this.lines = new Map();
+    this.#forgetPlace();
     this.panel.hidden = false;
     this.panel.dataset.taskId = id;
     this.#render();
@@ -49,6 +68,7 @@ export class Detail {
       if (request !== this.request) return;
       this.task = notOlder(task, this.task) ? { ...this.task, ...task } : { ...task, ...this.task };
       this.#render();
+      this.#loadPlace();
     } catch (error) {
       if (request === this.request) this.#message(`Could not load the task: ${error.message}`);
     }
@@ -61,6 +81,7 @@ export class Detail {
     this.panel.hidden = true;
     delete this.panel.dataset.taskId;
     this.task = null;
+    this.#forgetPlace();
     const back = this.returnFocus;
     this.returnFocus = null;
     if (back?.isConnected) back.focus();
@@ -72,13 +93,89 @@ export class Detail {
     if (this.openId) await this.#loadLogs(this.request);
   }
 
-  /** A task_status_event: the open task's state, if it is this one. */
+  /** Read again where the open task stands, if it waits (after a reconnect). */
+  refreshPlace() {
+    this.#loadPlace();
+  }
+
+  /** A task_status_event: the open task's state, if it is this one; another task of its
+   * job moves its place (or frees a share) while it waits. */
   onStatus(event) {
-    if (event.id !== this.openId) return;
+    if (!this.openId) return;
+    if (event.id !== this.openId) {
+      if (this.#waiting() && event.name === this.task.job_name) this.#placeSoon();
+      return;
+    }
     const task = taskFromEvent(event);
     if (!notOlder(task, this.task)) return;
     this.task = { ...this.task, ...task };
+    if (this.task.status !== "pending") this.#forgetPlace();
     this.#render();
+    if (this.#waiting()) this.#placeSoon();
+  }
+
+  #waiting() {
+    return Boolean(this.openId) && this.task?.status === "pending";
+  }
+
+  #forgetPlace() {
+    this.place = null;
+    this.placeRequest += 1;
+    clearTimeout(this.placeTimer);
+    this.placeTimer = null;
+  }
+
+  #placeSoon() {
+    if (this.placeTimer) return;
+    this.placeTimer = setTimeout(() => {
+      this.placeTimer = null;
+      this.#loadPlace();
+    }, PLACE_SOON_MS);
+  }
+
+  async #loadPlace() {
+    clearTimeout(this.placeTimer);
+    this.placeTimer = null;
+    if (!this.#waiting() || !this.handlers.place) return;
+    this.placeRequest += 1;
+    const request = this.placeRequest;
+    const id = this.task.id;
+    let place = null;
+    try {
+      place = await this.handlers.place(id);
+    } catch {
+      // An older hub, or the task is gone: the panel says nothing of its place.
+    }
+    if (request !== this.placeRequest || id !== this.openId) return;
+    this.place = place;
+    this.#renderPlace();
+  }
+
+  /** Its place in line, the claim order, the job's limits, and what holds it back. */
+  #renderPlace() {
+    const box = this.placeBox;
+    if (!box) return;
+    const place = this.place;
+    const lines = [];
+    if (this.task?.status === "pending" && place?.status === "pending") {
+      const where = place.queue_position != null ? [`${ordinal(place.queue_position)} in line`] : [];
+      lines.push(["place-line", [...where, claimOrderText(place.claim_order)].join(" · ")]);
+      const limits = limitTexts(place);
+      if (limits.length) lines.push(["hint place-limits", limits.join(" · ")]);
+      if (place.held_back) lines.push(["held-back", this.#heldBackText(place.held_back)]);
+    }
+    const shown = JSON.stringify(lines);
+    if (shown === this.placeShown) return; // a poll that found nothing new: no announcement
+    this.placeShown = shown;
+    box.hidden = !lines.length;
+    box.replaceChildren(...(lines.length ? [h("h3", { class: "small-title" }, "Why it waits")] : []),
+      ...lines.map(([cls, text]) => h("p", { class: cls }, text)));
+  }
+
+  #heldBackText({ scope, running, limit }) {
+    const whose = scope === "room" ? "of this room's tasks"
+      : this.handlers.isMine?.(this.task) ? "of yours" : "of this submitter's tasks";
+    return `Limited: ${running} ${whose} running (limit ${limit})`;
   }
 
   /** A task_log event: its lines, if of the open task. */
@@ -164,12 +261,15 @@ export class Detail {
     this.timeline = h("ol", { class: "timeline", "aria-label": "Attempts" });
     this.logList = h("ol", { class: "log", "aria-label": "Log", tabindex: "0" });
     this.logStatus = h("p", { class: "hint log-status", role: "status" }, "Loading the log…");
+    this.placeBox = h("div", { class: "task-place", "aria-live": "polite", hidden: true });
+    this.placeShown = "";
     const sections = [
       h("div", { class: "detail-top" },
         h("span", { class: "badge", dataset: { status: task.status ?? "" } }, LABELS[task.status] ?? ""),
         actions),
       this.status,
       meta,
+      this.placeBox,
       progress,
       h("h3", { class: "small-title" }, "Timeline"), this.timeline,
     ];
@@ -197,6 +297,7 @@ export class Detail {
       const same = [...this.body.querySelectorAll("button")].find((b) => b.textContent === focusedText);
       (same ?? this.panel).focus();
     }
+    this.#renderPlace();
     this.#renderTimeline();
   }
 

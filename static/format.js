@@ -35,3 +35,10 @@ export function ago(iso, now = Date.now()) {
 }
 
 export const json = (value) => JSON.stringify(value, null, 2);
+
+/** 1 → "1st", 2 → "2nd", 3 → "3rd", 11 → "11th", 22 → "22nd". */
+export function ordinal(n) {
+  const teens = n % 100 >= 11 && n % 100 <= 13;
+  const suffix = teens ? "th" : ({ 1: "st", 2: "nd", 3: "rd" }[n % 10] ?? "th");
+  return `${n}${suffix}`;
+}

@@ -21,6 +21,41 @@ function workerCount(job) {
   return { text: n === 1 ? "1 worker" : n ? `${n} workers` : "no worker", idle: n === 0 };
 }
 
+const ORDERS = {
+  fifo: "Oldest first",
+  "fair-by-submitter": "Fair: one task per submitter in turn",
+  "fair-by-room": "Fair: one task per room in turn",
+};
+
+/** A job's claim order in words ("Oldest first", "Fair: one task per submitter in turn"). */
+export function claimOrderText(order) {
+  return ORDERS[order ?? "fifo"] ?? `Order: ${order}`;
+}
+
+/** A job's running limits in words (none: []): "At most 2 running per submitter". */
+export function limitTexts({ max_running_per_submitter: perSubmitter, max_running_per_room: perRoom }) {
+  const texts = [];
+  if (perSubmitter != null) texts.push(`At most ${perSubmitter} running per submitter`);
+  if (perRoom != null) texts.push(`At most ${perRoom} running per room`);
+  return texts;
+}
+
+/** Show a job's sharing policy (claim order, then its limits, if any) in `container`. */
+export function renderPolicy(container, job) {
+  if (!job) {
+    container.replaceChildren();
+    container.hidden = true;
+    return;
+  }
+  container.replaceChildren(
+    h("span", { class: "visually-hidden" }, "Sharing: "),
+    h("span", { class: "policy-order", dataset: { order: job.claim_order ?? "fifo" } },
+      claimOrderText(job.claim_order)),
+    ...limitTexts(job).map((text) => h("span", { class: "policy-limit" }, text)),
+  );
+  container.hidden = false;
+}
+
 /** Render the jobs into `container` as toggle buttons; `onSelect(full_name)` on click. */
 export function renderJobs(container, jobs, { room, selected, onSelect }) {
   const focused = document.activeElement?.dataset?.job;
