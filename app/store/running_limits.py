@@ -2,7 +2,8 @@
 has room for, per submitter and per room, and how many of a share's tasks run now.
 
 A task of a limited job carries ``limited``; its job's claimed and running ones are in
-``ix_task_limited_active``. A candidate's room is its job's limit less its share's tasks
+``ix_task_limited_active`` (by submitter) and ``ix_task_limited_active_room``. A candidate's
+room is its job's limit less its share's tasks
 running (NULL: no limit, or a task of an unlimited job, which costs one flag test)."""
 
 from __future__ import annotations
@@ -19,19 +20,24 @@ from taskhub.store.tables import ACTIVE_VALUES, job_table, task_table
 _running = task_table.alias("running")
 
 
+def _running_limited(table: Any) -> list[Any]:
+    """Claimed or running, of a limited job: as the partial indexes' predicate spells it."""
+    return [
+        table.c.status.in_([literal_column(repr(value)) for value in ACTIVE_VALUES]),
+        literal_column(f"{table.name}.limited"),
+    ]
+
+
+def _count_running(table: Any, *where: Any) -> Any:
+    """How many of ``table``'s rows matching ``where`` are claimed or running, limited."""
+    rows = select(func.count()).select_from(table)
+    return rows.where(*where, *_running_limited(table)).scalar_subquery()
+
+
 def _running_with(candidate: Any, column: str) -> Any:
-    """Tasks of ``candidate``'s job claimed or running with its ``column`` (submitter or
-    room), counted on ``ix_task_limited_active``."""
-    return (
-        select(func.count())
-        .select_from(_running)
-        .where(
-            _running.c.job_id == candidate.c.job_id,
-            _running.c[column] == candidate.c[column],
-            _running.c.status.in_([literal_column(repr(value)) for value in ACTIVE_VALUES]),
-            literal_column(f"{_running.name}.limited"),
-        )
-        .scalar_subquery()
+    """Tasks of ``candidate``'s job running with its ``column`` (submitter or room)."""
+    return _count_running(
+        _running, _running.c.job_id == candidate.c.job_id, _running.c[column] == candidate.c[column]
     )
 
 
@@ -70,17 +76,8 @@ def within_ranks(rows: Any, order: list[Any]) -> ColumnElement[bool]:
 
 
 def _running_of_job(*where: Any) -> Any:
-    return (
-        select(func.count())
-        .select_from(task_table)
-        .where(
-            task_table.c.job_id == bindparam("job_id", type_=task_table.c.job_id.type),
-            *where,
-            task_table.c.status.in_([literal_column(repr(value)) for value in ACTIVE_VALUES]),
-            literal_column(f"{task_table.name}.limited"),
-        )
-        .scalar_subquery()
-    )
+    job_id = bindparam("job_id", type_=task_table.c.job_id.type)
+    return _count_running(task_table, task_table.c.job_id == job_id, *where)
 
 
 _RUNNING_IN_SHARES = select(
@@ -109,11 +106,7 @@ def _full_shares(column: str, limit: str) -> Any:
     return (
         select(running.c.job_id, running.c[column])
         .join(job_table, job_table.c.id == running.c.job_id)
-        .where(
-            running.c.status.in_([literal_column(repr(value)) for value in ACTIVE_VALUES]),
-            literal_column(f"{running.name}.limited"),
-            job_table.c[limit].is_not(None),
-        )
+        .where(*_running_limited(running), job_table.c[limit].is_not(None))
         .group_by(running.c.job_id, running.c[column], job_table.c[limit])
         .having(func.count() >= job_table.c[limit])
     )
