@@ -14,11 +14,12 @@ sockets), ``roomfanout`` (``task_status_event`` to 500 room sockets), ``backlog`
 once, and a bystander's small submits meanwhile; SQLite and PostgreSQL) and ``sdk`` (real
 worker processes of the SDK and of zndraw-joblib's ``JobManager``, one round; see
 ``benchmarks/sdk.py``) and ``dashboard`` (the room dashboard's aggregates, filtered
-listings and bulk dry run over a room of 50,000 tasks; SQLite and PostgreSQL). Each result
-is a
-JSON line on stdout as soon as it is measured; the markdown tables (one per family) follow on
-stderr at the end. A scenario that fails gives an ``error`` line and the run goes on; the exit
-status is then 1.
+listings and bulk dry run over a room of 50,000 tasks; SQLite and PostgreSQL) and ``fair``
+(a ``fair-by-submitter`` job next to a FIFO one: B's wait behind A's 10,000 tasks,
+throughput, claims at a depth of 50,000; SQLite and PostgreSQL; see ``benchmarks/fair.py``).
+Each result is a JSON line on stdout as soon as it is measured; the markdown tables (one per
+family) follow on stderr at the end. A scenario that fails gives an ``error`` line and the run
+goes on; the exit status is then 1.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks import backlog, dashboard, documents, realtime, sdk, throughput
+from benchmarks import backlog, dashboard, documents, fair, realtime, sdk, throughput
 from benchmarks.report import Results, csv_choices, emit, log, run_main
 from benchmarks.targets import FACTORIES, TargetOptions, add_server_arguments, scratch_options
 
@@ -45,6 +46,7 @@ SCENARIOS = (
     "documents",
     "sdk",
     "dashboard",
+    "fair",
 )
 
 
@@ -62,12 +64,15 @@ class Sizes:
     documents: documents.Sizes
     dashboard_tasks: int = 50_000  # dashboard: tasks in the room
     dashboard_samples: int = 50  # dashboard: requests of each kind
+    fair: fair.Sizes = fair.FULL  # fair: its measures' sizes
 
 
 FULL = Sizes(
     2000, [1, 4, 16], 30, [1, 200], [500], [10_000, 50_000], 200, documents.Sizes(10, 36_000, 6)
 )
-QUICK = Sizes(200, [1, 4, 16], 5, [1, 20], [20], [500], 20, documents.Sizes(2, 2_000, 2), 500, 5)
+QUICK = Sizes(
+    200, [1, 4, 16], 5, [1, 20], [20], [500], 20, documents.Sizes(2, 2_000, 2), 500, 5, fair.QUICK
+)
 
 Runner = Callable[[TargetOptions, Sizes, list[str]], Awaitable[Results]]
 
@@ -121,6 +126,11 @@ async def _dashboard(options: TargetOptions, sizes: Sizes, targets: list[str]) -
     )
 
 
+async def _fair(options: TargetOptions, sizes: Sizes, targets: list[str]) -> Results:
+    databases = [name for name in targets if name in fair.TARGETS]
+    return await fair.bench_fair(options, databases, sizes.fair)
+
+
 RUNNERS: dict[str, Runner] = {
     "throughput": _throughput,
     **{name: _realtime(name) for name in realtime.SCENARIOS},
@@ -128,6 +138,7 @@ RUNNERS: dict[str, Runner] = {
     "documents": _documents,
     "sdk": _sdk,
     "dashboard": _dashboard,
+    "fair": _fair,
 }
 
 
@@ -161,6 +172,7 @@ def tables(results: Results) -> str:
         ("Big documents", documents.table, lambda r: r["scenario"] == "documents"),
         ("SDK workers", sdk.table, lambda r: r["scenario"] == "sdk"),
         ("Room dashboard", dashboard.table, lambda r: r["scenario"] == "dashboard"),
+        ("Fair sharing", fair.table, lambda r: r["scenario"] == "fair"),
     ]
     parts = []
     for title, render, belongs in families:
