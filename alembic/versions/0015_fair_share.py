@@ -9,7 +9,8 @@
 - ``job.max_running_per_submitter`` and ``job.max_running_per_room``: at most this many of
   the job's tasks claimed or running at once per submitter / room (NULL: no limit);
   ``task.limited`` marks a limited job's tasks, ``ix_task_limited_active(_room)`` count them,
-  and on PostgreSQL ``taskhub_check_running_limits`` re-counts them after a claim.
+  and on PostgreSQL ``taskhub_within_limits`` tests a claim's candidate and
+  ``taskhub_check_running_limits`` re-counts them after a claim.
 - ``ix_task_claim_queue`` and ``ix_task_delayed`` order by ``turn_at`` instead of
   ``created_at``; ``ix_task_share_queue`` finds a share's last queued turn.
 - The pending-count triggers bucket by the second of ``turn_at`` (equal to ``created_at``
@@ -82,6 +83,26 @@ BEGIN
     END IF;
 END
 $$"""
+_PG_WITHIN_LIMITS = """
+CREATE OR REPLACE FUNCTION taskhub_within_limits(
+    checked_job uuid, submitter uuid, room varchar
+) RETURNS boolean LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    per_submitter integer;
+    per_room integer;
+BEGIN
+    SELECT max_running_per_submitter, max_running_per_room INTO per_submitter, per_room
+      FROM job WHERE id = checked_job;
+    RETURN (per_submitter IS NULL
+            OR per_submitter > (SELECT count(*) FROM task WHERE job_id = checked_job
+                                  AND submitted_by = submitter
+                                  AND status IN ('claimed', 'running') AND limited))
+       AND (per_room IS NULL
+            OR per_room > (SELECT count(*) FROM task WHERE job_id = checked_job
+                             AND room_id = room AND status IN ('claimed', 'running')
+                             AND limited));
+END
+$$"""
 _LIMIT_HOOK = """    IF TG_OP = 'UPDATE' THEN
         IF OLD.status = 'pending' AND NEW.status <> 'pending' AND NEW.limited THEN
             PERFORM taskhub_check_running_limits(NEW.job_id, NEW.submitted_by, NEW.room_id);
@@ -105,7 +126,10 @@ _PG_NO_DEFAULT_TURN = (
     "DROP TRIGGER task_default_turn ON task",
     "DROP FUNCTION taskhub_default_turn()",
 )
-_PG_NO_LIMIT_CHECK = ("DROP FUNCTION taskhub_check_running_limits(uuid, uuid, varchar)",)
+_PG_NO_LIMIT_CHECK = (
+    "DROP FUNCTION taskhub_check_running_limits(uuid, uuid, varchar)",
+    "DROP FUNCTION taskhub_within_limits(uuid, uuid, varchar)",
+)
 _SQLITE_DEFAULT_TURN = """
 CREATE TRIGGER task_default_turn AFTER INSERT ON task
 WHEN NEW.turn_at IS NULL BEGIN
@@ -217,7 +241,7 @@ def _order_by(order: str) -> None:
     turn = order == "turn_at"
     if postgres:
         statements = (
-            *((_PG_LIMIT_CHECK,) if turn else ()),
+            *((_PG_LIMIT_CHECK, _PG_WITHIN_LIMITS) if turn else ()),
             *_postgresql(order),
             *(_PG_DEFAULT_TURN if turn else (*_PG_NO_DEFAULT_TURN, *_PG_NO_LIMIT_CHECK)),
         )

@@ -35,7 +35,7 @@ from taskhub.rules.records import Principal
 from taskhub.rules.states import TaskStatus
 from taskhub.store.connections import Connection
 from taskhub.store.hot_statements import hot
-from taskhub.store.running_limits import has_room, room_left, within_ranks
+from taskhub.store.running_limits import room_left, within_limits, within_ranks
 from taskhub.store.tables import (
     answered_task_columns,
     is_pending,
@@ -152,7 +152,7 @@ def claim_statement(
     queue_order = (task.c.priority.desc(), task.c.turn_at, task.c.id)
     # Only tasks whose submitter and room are within their job's running limits
     # (``rules.running_limits``; a task of an unlimited job is told by its index entry).
-    with_room = [has_room(left) for left in room_left(task)]
+    with_room = [within_limits(task, dialect)]
     if dialect == "postgresql":
         # Per served job and kind of claimable task, the head of its queue straight off its
         # index (a LATERAL scan in index order that stops after ``limit`` rows, however
@@ -225,7 +225,7 @@ def claim_statement(
     owner = select(worker_table.c.user_id).where(worker_table.c.id == bindparam("worker_id"))
     columns: list[CTE | Label[Any]] = [rows, owner.scalar_subquery().label("worker_owner")]
     if source == ClaimFrom.DUE_WAITING:
-        columns.append(_claimable_left().label("claimable_left"))
+        columns.append(_claimable_left(dialect).label("claimable_left"))
     return hot(select(*columns).select_from(one.outerjoin(rows, true())))
 
 
@@ -276,18 +276,18 @@ def _in_order(heads: Any) -> list[Any]:
 
 
 @functools.cache
-def claimable_left_statement() -> Executable:
+def claimable_left_statement(dialect: str) -> Executable:
     """Whether ``:worker_id``'s jobs have a task claimable at ``:now``, queued or due and
     waiting (PostgreSQL: asked after a claim that waited for a locked task and got nothing;
     see ``claim_statement``)."""
-    return hot(select(_claimable_left().label("claimable_left")))
+    return hot(select(_claimable_left(dialect).label("claimable_left")))
 
 
-def _claimable_left() -> Any:
+def _claimable_left(dialect: str) -> Any:
     """Whether a task of ``:worker_id``'s jobs is claimable at ``:now`` (its submitter and
     room within their running limits)."""
     served = task_table.c.job_id.in_(_served_jobs())
-    with_room = [has_room(left) for left in room_left(task_table)]
+    with_room = [within_limits(task_table, dialect)]
     return or_(*(exists().where(*kind, served, *with_room) for kind in ClaimFrom.BOTH.conditions()))
 
 
@@ -389,7 +389,7 @@ async def _claim_waiting_for_locked(
         rows = [row for row in (await conn.execute(statement, params)) if row.id is not None]
         if rows:
             return rows
-        left = await conn.scalar(claimable_left_statement(), params)
+        left = await conn.scalar(claimable_left_statement(conn.dialect.name), params)
     return []
 
 

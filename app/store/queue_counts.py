@@ -145,9 +145,35 @@ BEGIN
 END
 $$"""
 
+# Whether a limited job's task fits within its job's running limits now (the claim's test
+# of each candidate, ``store.running_limits.within_limits``): a function, opaque to the
+# planner. As correlated subqueries in the claim's scan, the same test made every claim
+# about a third slower on PostgreSQL, limited job or not (0.22 ms of 0.7 at 50,000 pending).
+POSTGRESQL_WITHIN_LIMITS = """
+CREATE OR REPLACE FUNCTION taskhub_within_limits(
+    checked_job uuid, submitter uuid, room varchar
+) RETURNS boolean LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    per_submitter integer;
+    per_room integer;
+BEGIN
+    SELECT max_running_per_submitter, max_running_per_room INTO per_submitter, per_room
+      FROM job WHERE id = checked_job;
+    RETURN (per_submitter IS NULL
+            OR per_submitter > (SELECT count(*) FROM task WHERE job_id = checked_job
+                                  AND submitted_by = submitter
+                                  AND status IN ('claimed', 'running') AND limited))
+       AND (per_room IS NULL
+            OR per_room > (SELECT count(*) FROM task WHERE job_id = checked_job
+                             AND room_id = room AND status IN ('claimed', 'running')
+                             AND limited));
+END
+$$"""
+
 POSTGRESQL_CREATE = (
     *POSTGRESQL_DEFAULT_TURN,
     POSTGRESQL_LIMIT_CHECK,
+    POSTGRESQL_WITHIN_LIMITS,
     POSTGRESQL_FUNCTION,
     """
 CREATE TRIGGER task_queue_insert AFTER INSERT ON task FOR EACH ROW

@@ -11,7 +11,18 @@ from __future__ import annotations
 from typing import Any
 from uuid import UUID
 
-from sqlalchemy import and_, bindparam, case, func, literal_column, null, or_, select, tuple_
+from sqlalchemy import (
+    and_,
+    bindparam,
+    case,
+    func,
+    literal_column,
+    null,
+    or_,
+    select,
+    true,
+    tuple_,
+)
 from sqlalchemy.sql import ColumnElement
 
 from taskhub.store.connections import Connection
@@ -45,21 +56,36 @@ def _limit_of(candidate: Any, column: str) -> Any:
     return select(job_table.c[column]).where(job_table.c.id == candidate.c.job_id).scalar_subquery()
 
 
-def room_left(candidate: Any) -> tuple[Any, Any]:
+def _left(candidate: Any) -> tuple[Any, Any]:
     """``(per submitter, per room)``: how many more of the job's tasks ``candidate``'s
-    submitter and room may have running (NULL: no limit). Only a limited task is counted."""
-
-    def left(limit: str, column: str) -> Any:
-        room = _limit_of(candidate, limit) - _running_with(candidate, column)
-        return case((candidate.c.limited, room), else_=null())
-
-    return left("max_running_per_submitter", "submitted_by"), left(
-        "max_running_per_room", "room_id"
+    submitter and room may have running (NULL: no limit)."""
+    return (
+        _limit_of(candidate, "max_running_per_submitter")
+        - _running_with(candidate, "submitted_by"),
+        _limit_of(candidate, "max_running_per_room") - _running_with(candidate, "room_id"),
     )
 
 
-def has_room(left: Any) -> ColumnElement[bool]:
-    return or_(left.is_(None), left > 0)
+def room_left(candidate: Any) -> tuple[Any, Any]:
+    """``_left`` of a limited task; NULLs for a task of an unlimited job (nothing counted)."""
+    by_submitter, by_room = _left(candidate)
+    return (
+        case((candidate.c.limited, by_submitter), else_=null()),
+        case((candidate.c.limited, by_room), else_=null()),
+    )
+
+
+def within_limits(candidate: Any, dialect: str) -> ColumnElement[bool]:
+    """Whether ``candidate``'s submitter and room may have one more task running: one test
+    of its flag for a task of an unlimited job (read off the claim queue's index entry).
+    PostgreSQL counts in ``taskhub_within_limits`` (``store.queue_counts``), SQLite in
+    correlated subqueries."""
+    if dialect == "postgresql":
+        c = candidate.c
+        fits: Any = func.taskhub_within_limits(c.job_id, c.submitted_by, c.room_id)
+    else:
+        fits = and_(*(func.coalesce(left, 1) > 0 for left in _left(candidate)))
+    return case((candidate.c.limited, fits), else_=true())
 
 
 def within_ranks(rows: Any, order: list[Any]) -> ColumnElement[bool]:

@@ -60,7 +60,7 @@ async def test_a_claim_of_due_waiting_tasks_reads_them_by_due_time(
 
 
 async def test_asking_whether_anything_is_claimable_reads_both_indexes(db: Database) -> None:
-    plan = await query_plan(db, claimable_left_statement())
+    plan = await query_plan(db, claimable_left_statement("sqlite"))
     assert "ix_task_claim_queue" in plan and "ix_task_delayed" in plan, plan
     assert "SCAN task" not in plan, plan
 
