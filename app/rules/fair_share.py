@@ -14,7 +14,14 @@ time-ordered). In a FIFO job a task's turn is its ``created_at``. In a fair job
   one per share, never behind another share's backlog;
 - with nothing queued at that priority, the turn is ``created_at``.
 
-A retried task keeps its turn, so it comes back at (or near) the head. Submits of one
+A task that comes back into the queue (a retry, a delayed task come due) takes the head's
+turn if its own is earlier (``store.turns.requeued_turn``): it is served next (several of
+one share that come back together, one after another), and the tasks its share submits
+after it do not follow on from an old turn, ahead of every other share's. Otherwise, while
+shares are all backlogged, none gets more than two tasks more than another (one for the
+round a share joins in, at the head's turn another share may already have been served
+at; one as equal turns go by age); a task cancelled in the middle of its share's run of
+turns leaves a gap there, and the other shares go ahead by as many. Submits of one
 share that run at the same moment may read the same last turn and so take the same one: a
 newcomer then waits behind as many of that share's tasks as it had submits in flight
 (measured: up to 4 with 4 connections), not one.

@@ -15,6 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from taskhub.rules.states import TaskStatus
 from taskhub.store.queue_positions import due_at
 from taskhub.store.tables import is_active, next_version, task_table, worker_table
+from taskhub.store.turns import requeued_turn
 
 task = task_table
 _ACTIVE = is_active()
@@ -63,6 +64,7 @@ async def retry(
         .values(
             status=TaskStatus.PENDING.value,
             **due_at(run_at, now),
+            turn_at=requeued_turn(),
             worker_id=None,
             claim_token=None,
             lease_expires_at=None,

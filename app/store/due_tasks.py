@@ -13,6 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from taskhub.store.connections import Connection
 from taskhub.store.tables import is_pending, is_waiting, job_table, task_table
+from taskhub.store.turns import requeued_turn
 
 task = task_table
 _SCHEDULED = [is_pending(), task.c.run_at.is_not(None)]
@@ -34,8 +35,9 @@ _CAME_DUE = (
     .limit(bindparam("limit"))
 )
 _NEXT_DUE = select(func.min(task.c.run_at)).where(*_SCHEDULED, task.c.run_at > _AFTER)
-# Not a new version: nothing a client sees changes (``waiting`` is not part of a task).
-_QUEUE_DUE = update(task).values(waiting=false())
+# Not a new version: nothing a client sees changes (``waiting`` and the turn are not part
+# of a task).
+_QUEUE_DUE = update(task).values(waiting=false(), turn_at=requeued_turn())
 _DUE_WAITING = (
     select(task.c.id)
     .where(is_waiting(), task.c.run_at <= _UNTIL)

@@ -49,8 +49,8 @@ _PG_BUCKET = "floor(extract(epoch FROM {row}.turn_at))::bigint"
 _SQLITE_BUCKET = (
     "CAST(strftime('%s', substr(coalesce({row}.turn_at, {row}.created_at), 1, 19)) AS INTEGER)"
 )
-# A change of any of these moves a task between bucket rows (``turn_at`` is written once,
-# with the row).
+# A change of any of these moves a task between bucket rows (``turn_at`` changes only with
+# ``status`` or ``waiting``: when the task comes back into the queue).
 COUNTED_COLUMNS = "status, job_id, priority, waiting"
 
 # --- PostgreSQL: one PL/pgSQL function behind three row triggers --------------------------

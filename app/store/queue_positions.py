@@ -257,7 +257,8 @@ def is_ready(run_at: datetime | None, now: datetime) -> bool:
 
 def due_at(run_at: datetime | None, now: datetime) -> dict[str, Any]:
     """The values of a task entering pending at ``now``, due at ``run_at``: it waits (out
-    of the claim queue) while that is ahead."""
+    of the claim queue) while that is ahead. (A task that comes back takes a new turn too:
+    ``turns.requeued_turn``.)"""
     return {"run_at": run_at, "waiting": not is_ready(run_at, now)}
 
 

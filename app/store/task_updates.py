@@ -35,6 +35,7 @@ from taskhub.store.tables import (
     task_table,
     worker_table,
 )
+from taskhub.store.turns import requeued_turn
 
 task = task_table
 
@@ -182,6 +183,8 @@ def _update_statement(
     values: dict[str, ColumnElement[Any]] = {
         column: bindparam(f"v_{column}") for column in columns
     } | next_version()
+    if with_attempt:  # a retry: back into the queue, at a new turn in a fair job
+        values["turn_at"] = requeued_turn()
     # Whether a worker still serves the job: a served job is no orphan, so a terminal
     # transition needs no soft-delete statement after this one.
     # The task's column spelled out with its table: SQLite's RETURNING leaves column names

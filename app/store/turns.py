@@ -1,7 +1,8 @@
-"""What a fair job's new task's turn is computed from (``rules.fair_share.next_turn``):
-the turn at the head of its priority's queue, and the last turn its share holds there.
-Both are the first entry of an index range (``ix_task_claim_queue``,
-``ix_task_share_queue``), however deep the queue."""
+"""Turns in a fair job's queue (``rules.fair_share``): what a new task's turn is computed
+from (``next_turn``) — the turn at the head of its priority's queue, and the last turn its
+share holds there, each the first entry of an index range (``ix_task_claim_queue``,
+``ix_task_share_queue``) however deep the queue — and the turn of a task that comes back
+into the queue (``requeued_turn``)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
-from sqlalchemy import bindparam, select
+from sqlalchemy import and_, bindparam, case, func, literal_column, select
 
 from taskhub.store.connections import Connection
 from taskhub.store.hot_statements import hot
@@ -39,6 +40,30 @@ _LAST_OF_SHARE = (
 _TURN_INPUTS = hot(
     select(_HEAD.scalar_subquery().label("head"), _LAST_OF_SHARE.scalar_subquery().label("last"))
 )
+
+
+def requeued_turn() -> Any:
+    """The ``turn_at`` of a fair job's task written back into the queue (a retry, a
+    waiting task found due): no earlier than the head of its priority's queue of tasks that
+    came straight in (no ``run_at``). Kept, its old turn would let the tasks its share
+    submits next follow on from it, ahead of every other share's. (Tasks with a ``run_at``
+    are left out of that head, so that a statement queueing several reads the same head
+    for each, on either engine.)"""
+    queued = task.alias("queued")
+    head = (
+        select(func.min(queued.c.turn_at))
+        .where(
+            queued.c.job_id == task.c.job_id,
+            queued.c.priority == task.c.priority,
+            # ``QUEUED_ONLY`` as the claim queue's index spells it
+            queued.c.status == literal_column("'pending'"),
+            literal_column(f"NOT {queued.name}.waiting"),
+            queued.c.run_at.is_(None),
+        )
+        .scalar_subquery()
+    )
+    behind = and_(task.c.share_key.is_not(None), head > task.c.turn_at)
+    return case((behind, head), else_=task.c.turn_at)
 
 
 async def turn_inputs(

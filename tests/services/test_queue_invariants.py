@@ -4,12 +4,25 @@ SQLite and PostgreSQL, and checks after every step that the queue keeps its prom
 
 - a task is held by at most one live claim, and only an active task holds a claim token;
 - terminal states are final; attempts never exceed the maximum;
-- no acknowledged (submitted) task is lost;
-- no claim comes back empty while a claimable task exists; claims take the queue in order,
-  then the due tasks not yet queued (so do claims that also start their tasks, and the
-  claims of a completion with ``claim_next``, whose stale write claims nothing);
-- the queue positions of a job's pending tasks are a permutation of 1..n;
-- the kept counts of pending and waiting tasks match the tasks.
+- no acknowledged (submitted) task is lost, nor read twice;
+- every task holds the turn the model gives it (below), from its submit on;
+- no claim comes back empty while a claimable task exists; claims take the queue in the
+  model's order, then the due tasks not yet queued (so do claims that also start their
+  tasks, and the claims of a completion with ``claim_next``, whose stale write claims
+  nothing);
+- the queue positions of a job's pending tasks are the model's places (1..n, in claim
+  order, the tasks not yet due last);
+- the kept counts of pending and waiting tasks match the tasks;
+- a fair job's claims go round-robin over its submitters (``Rotation``, which counts the
+  claims alone, not the model's turns).
+
+Two jobs share the queue: a FIFO one, to which its owner submits, and a fair one
+(``claim_order`` fair-by-submitter), to which three users submit. Worker 0 serves both,
+worker 1 the FIFO job, worker 2 the fair one. A model of the queue
+(``tests/support/queue_model.py``) works out from its own state the turn each task must
+get (with ``rules.fair_share.next_turn``, from the model's own head of the queue and last
+turn of the share), which tasks each claim must take (a batch: the set of its first tasks)
+and every pending task's queue position.
 
 Waiting tasks come due (their ``run_at`` moves into the past while they still wait) and
 the announcer's step queues the due ones, at any point between the other steps: claims and
@@ -19,6 +32,7 @@ positions take a due task in its place whether or not it was queued yet.
 from __future__ import annotations
 
 import asyncio
+import time
 from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID, uuid4
@@ -31,6 +45,7 @@ from hypothesis.stateful import (
     RuleBasedStateMachine,
     consumes,
     invariant,
+    multiple,
     precondition,
     rule,
 )
@@ -38,6 +53,7 @@ from sqlalchemy import delete, func, select, update
 
 from taskhub.clock import utcnow
 from taskhub.rules.errors import DomainError
+from taskhub.rules.fair_share import ClaimOrder
 from taskhub.rules.records import Principal
 from taskhub.rules.retries import RetryPolicy
 from taskhub.rules.states import ACTIVE_STATUSES, TaskStatus, is_terminal
@@ -49,10 +65,13 @@ from taskhub.store.database import Database
 from taskhub.store.page_positions import with_positions
 from taskhub.store.queue_positions import SELECT_TASKS, load_task
 from taskhub.store.tables import is_waiting, metadata, queue_bucket_table, task_table
+from tests.support.queue_model import QueueModel
 
 S = TaskStatus
 IMMEDIATE_RETRY = RetryPolicy(base_seconds=0, jitter=0)  # retried tasks are due at once
 CATEGORIES = ["modifiers"]
+FIFO_JOB = "room1:modifiers:Job"
+FAIR_JOB = "room1:modifiers:Fair"
 
 
 class NoExecutors:
@@ -67,13 +86,14 @@ class QueueMachine(RuleBasedStateMachine):
         super().__init__()
         self.loop = asyncio.new_event_loop()
         self.db = Database(Settings(database_url=self.url))
-        self.status: dict[UUID, TaskStatus] = {}
         self.max_attempts: dict[UUID, int] = {}
+        self.submitter: dict[UUID, Principal] = {}
         self.held: dict[UUID, tuple[UUID, UUID]] = {}  # task -> (worker, claim token)
         self.old_tokens: list[tuple[UUID, UUID]] = []
-        self.waiting: set[UUID] = set()  # submitted with a run_at an hour ahead
         self.known_jobs = KnownJobs()
+        self.seconds_passed = 0
         self.run(self._set_up())
+        self.model = QueueModel(fair_jobs=[self.fair_job_id])
 
     def run(self, coroutine: Any) -> Any:
         return self.loop.run_until_complete(coroutine)
@@ -82,22 +102,36 @@ class QueueMachine(RuleBasedStateMachine):
         async with self.db.write() as conn:
             for table in reversed(metadata.sorted_tables):
                 await conn.execute(delete(table))
-        user_id, _ = await create_user(self.db, "owner")
-        self.owner = Principal(id=user_id, name="owner", is_superuser=False)
-        self.workers = []
-        for _ in range(2):
-            registration, _ = await register_job(
-                self.db,
-                self.owner,
-                "room1",
-                category="modifiers",
-                name="Job",
-                schema={},
-                worker_id=None,
-                allowed_categories=CATEGORIES,
-            )
+        self.users = []
+        for name in ("owner", "alice", "bob"):
+            user_id, _ = await create_user(self.db, name)
+            self.users.append(Principal(id=user_id, name=name, is_superuser=False))
+        self.owner = self.users[0]
+        # Worker 0 serves both jobs, worker 1 the FIFO job, worker 2 the fair one.
+        self.workers: list[UUID] = []
+        self.serves: dict[UUID, set[UUID]] = {}
+        for worker in (None, None):
+            self.job_id = await self._register("Job", worker, ClaimOrder.FIFO)
+        for worker in (self.workers[0], None):
+            self.fair_job_id = await self._register("Fair", worker, ClaimOrder.FAIR_BY_SUBMITTER)
+        self.job_ids = [self.job_id, self.fair_job_id]
+
+    async def _register(self, name: str, worker_id: UUID | None, order: ClaimOrder) -> UUID:
+        registration, _ = await register_job(
+            self.db,
+            self.owner,
+            "room1",
+            category="modifiers",
+            name=name,
+            schema={},
+            worker_id=worker_id,
+            allowed_categories=CATEGORIES,
+            claim_order=order,
+        )
+        if worker_id is None:
             self.workers.append(registration.worker_id)
-            self.job_id = registration.job.id
+        self.serves.setdefault(registration.worker_id, set()).add(registration.job.id)
+        return registration.job.id
 
     def teardown(self) -> None:
         self.run(self.db.dispose())
@@ -114,13 +148,37 @@ class QueueMachine(RuleBasedStateMachine):
         delay=st.sampled_from([None, None, -5, 3600]),  # due at once, overdue, or waiting
     )
     def submit(self, priority: int, max_attempts: int, delay: int | None) -> UUID:
+        return self._submit(self.owner, FIFO_JOB, priority, max_attempts, delay)
+
+    @rule(
+        target=submitted,
+        users=st.lists(st.integers(0, 2), min_size=1, max_size=5),
+        priority=st.sampled_from([0, 0, 1]),
+        max_attempts=st.sampled_from([1, 1, 2, 3]),
+        delay=st.sampled_from([None, None, None, None, None, -5, 3600]),
+    )
+    def submit_fair(
+        self, users: list[int], priority: int, max_attempts: int, delay: int | None
+    ) -> Any:
+        """Tasks for the fair job, one after another, each from the submitter ``users``
+        names for it (three users: their tasks interleave as they please)."""
+        return multiple(
+            *(
+                self._submit(self.users[user], FAIR_JOB, priority, max_attempts, delay)
+                for user in users
+            )
+        )
+
+    def _submit(
+        self, submitter: Principal, job: str, priority: int, max_attempts: int, delay: int | None
+    ) -> UUID:
         run_at = None if delay is None else utcnow() + timedelta(seconds=delay)
         record, _, created = self.run(
             submit.submit_task(
                 self.db,
-                self.owner,
+                submitter,
                 "room1",
-                "room1:modifiers:Job",
+                job,
                 {},
                 NoExecutors(),
                 options=submit.SubmitOptions(
@@ -130,49 +188,57 @@ class QueueMachine(RuleBasedStateMachine):
             )
         )
         assert created and record.status == S.PENDING
-        # The acknowledged place (PostgreSQL reads it in the inserting statement) is the
-        # one a read sees right after.
-        assert record.queue_position == self.run(self._read(record.id)).queue_position
-        self.status[record.id] = S.PENDING
-        if delay is not None and delay > 0:
-            self.waiting.add(record.id)
+        share = str(submitter.id) if record.job_id == self.fair_job_id else None
+        ahead = run_at if delay is not None and delay > 0 else None  # only that one is kept
+        task = self.model.submitted(
+            record.id, record.job_id, share, priority, record.created_at, ahead
+        )
+        self.submitter[record.id] = submitter
         self.max_attempts[record.id] = max_attempts
+        stored = self.run(self._read(record.id))
+        assert record.turn == stored.turn_at == task.turn, "not the turn the model gives"
+        # The acknowledged place (PostgreSQL reads it in the inserting statement) is the
+        # one a read sees right after, and the model's.
+        place = self.model.places(record.job_id, utcnow())[record.id]
+        assert record.queue_position == stored.queue_position == place
         return record.id
 
-    @rule(worker=st.integers(0, 1), batch=st.integers(1, 3), start=st.booleans())
+    @rule(worker=st.integers(0, 2), batch=st.integers(1, 3), start=st.booleans())
     def claim(self, worker: int, batch: int, start: bool) -> None:
         """A claim; with ``start`` a claim-and-start (the tasks come back running)."""
         worker_id = self.workers[worker]
-        first, expected = self._next_in_queue(batch)
+        expected = self._next_claims(worker_id, batch)
         records, _ = self.run(
             claim.claim_tasks(self.db, self.owner, worker_id, batch, lease_seconds=60, start=start)
         )
-        self._took(records, worker_id, first, expected, start)
+        self._took(records, worker_id, expected, start)
 
-    def _next_in_queue(self, batch: int) -> tuple[set[UUID], int]:
-        """The ids the next claim of ``batch`` must take, and how many."""
-        queue, _ = self.run(self._all_tasks(utcnow()))
-        not_queued = self.run(self._waiting_ids())
-        ready = [r for r in queue if r.status == S.PENDING and r.id not in self.waiting]
-        # The queued tasks first; the due ones the announcer has not queued yet after them.
-        in_order = sorted(ready, key=lambda r: (r.id in not_queued, claim_order(r, utcnow())))
-        return {r.id for r in in_order[:batch]}, min(batch, len(ready))
+    @rule(worker=st.sampled_from([0, 2]), claims=st.integers(2, 6))
+    def claim_one_by_one(self, worker: int, claims: int) -> None:
+        """A busy worker of the fair job claims one task at a time, again and again (so
+        the fair job's backlogs are worked through)."""
+        for _ in range(claims):
+            self.claim(worker, batch=1, start=False)
 
-    def _took(
-        self, records: list[Any], worker_id: UUID, first: set[UUID], expected: int, start: bool
-    ) -> None:
-        assert len(records) == expected, "empty-handed while tasks were claimable"
-        assert {record.id for record in records} == first, "not claimed in queue order"
-        for record in records:
-            assert self.status[record.id] == S.PENDING and record.id not in self.held
-            assert record.attempt <= self.max_attempts[record.id]
+    def _next_claims(self, worker_id: UUID, batch: int) -> list[UUID]:
+        """The ids the next claim of ``batch`` by the worker must take, in order."""
+        return self.model.next_claims(self.serves[worker_id], batch, utcnow())
+
+    def _took(self, records: list[Any], worker_id: UUID, expected: list[UUID], start: bool) -> None:
+        assert len(records) == len(expected), "empty-handed while tasks were claimable"
+        by_id = {record.id: record for record in records}
+        assert set(by_id) == set(expected), "not claimed in queue order"
+        for task_id in expected:  # as the claim took them, one after another
+            record = by_id[task_id]
+            assert self.model.tasks[task_id].status == S.PENDING and task_id not in self.held
+            assert record.attempt <= self.max_attempts[task_id]
             status = S.RUNNING if start else S.CLAIMED
             assert record.status == status and (record.started_at is not None) == start
-            self.status[record.id] = status
-            self.held[record.id] = (worker_id, record.claim_token)
+            self.model.claimed(task_id, status)
+            self.held[task_id] = (worker_id, record.claim_token)
 
     def _held_with(self, *statuses: TaskStatus) -> list[UUID]:
-        return sorted(t for t in self.held if self.status[t] in statuses)
+        return sorted(t for t in self.held if self.model.tasks[t].status in statuses)
 
     def _update(self, task_id: UUID, status: TaskStatus, **extra: Any) -> Any:
         _, token = self.held[task_id]
@@ -194,7 +260,7 @@ class QueueMachine(RuleBasedStateMachine):
     def start(self, data: st.DataObject) -> None:
         task_id = data.draw(st.sampled_from(self._held_with(S.CLAIMED)))
         assert self._update(task_id, S.RUNNING).status == S.RUNNING
-        self.status[task_id] = S.RUNNING
+        self.model.moved(task_id, S.RUNNING)
 
     @precondition(lambda self: self._held_with(S.RUNNING))
     @rule(data=st.data())
@@ -213,26 +279,26 @@ class QueueMachine(RuleBasedStateMachine):
         task_id = data.draw(st.sampled_from(self._held_with(S.RUNNING)))
         worker_id, _ = self.held[task_id]
         if stale:
-            before = self.run(self._all_tasks(utcnow()))[0]
+            before = self.run(self._read_queue(utcnow()))[0]
             with pytest.raises(DomainError):
                 self.run(
                     transitions.update_task(
                         self.db, self.owner, task_id, status=S.COMPLETED, claim_token=uuid4()
                     )
                 )
-            after = self.run(self._all_tasks(utcnow()))[0]
+            after = self.run(self._read_queue(utcnow()))[0]
             assert [(r.id, r.status, r.version) for r in after] == [
                 (r.id, r.status, r.version) for r in before
             ], "a refused write changed something (or claimed)"
             return
         assert self._update(task_id, S.COMPLETED).status == S.COMPLETED
         self._release(task_id, S.COMPLETED)
-        first, expected = self._next_in_queue(batch)
+        expected = self._next_claims(worker_id, batch)
         records, _, refused = self.run(
             claim.claim_next(self.db, self.owner, worker_id, batch, lease_seconds=60, start=start)
         )
         assert refused is None
-        self._took(records, worker_id, first, expected, start)
+        self._took(records, worker_id, expected, start)
 
     @precondition(lambda self: self._held_with(S.CLAIMED, S.RUNNING))
     @rule(data=st.data(), retry=st.booleans())
@@ -245,14 +311,18 @@ class QueueMachine(RuleBasedStateMachine):
 
     @rule(task_id=consumes(submitted))
     def cancel(self, task_id: UUID) -> None:
+        """Its submitter cancels it (the worker's owner could not, while it is pending)."""
+        status = self.model.tasks[task_id].status
         try:
             record, _ = self.run(
-                transitions.update_task(self.db, self.owner, task_id, status=S.CANCELLED)
+                transitions.update_task(
+                    self.db, self.submitter[task_id], task_id, status=S.CANCELLED
+                )
             )
         except DomainError:
-            assert is_terminal(self.status[task_id])
+            assert is_terminal(status)
             return
-        assert not is_terminal(self.status[task_id]) and record.status == S.CANCELLED
+        assert not is_terminal(status) and record.status == S.CANCELLED
         self._release(task_id, S.CANCELLED)
 
     @precondition(lambda self: self.old_tokens)
@@ -275,14 +345,21 @@ class QueueMachine(RuleBasedStateMachine):
             before.claim_token,
         )
 
-    @precondition(lambda self: self.waiting)
+    def _not_due_yet(self) -> list[UUID]:
+        """Pending tasks submitted with a ``run_at`` an hour ahead that has not come."""
+        now = utcnow()
+        pending = (self.model.tasks[t] for t in self.model.with_status(S.PENDING))
+        return [task.id for task in pending if not task.is_due(now)]
+
+    @precondition(lambda self: self._not_due_yet())
     @rule(data=st.data())
     def come_due(self, data: st.DataObject) -> None:
         """A waiting task's ``run_at`` passes (it still waits: the announcer has not
         looked yet)."""
-        task_id = data.draw(st.sampled_from(sorted(self.waiting)))
-        self.run(self._move_run_at(task_id, utcnow() - timedelta(seconds=1)))
-        self.waiting.discard(task_id)
+        task_id = data.draw(st.sampled_from(self._not_due_yet()))
+        run_at = utcnow() - timedelta(seconds=1)
+        self.run(self._move_run_at(task_id, run_at))
+        self.model.came_due(task_id, run_at)
 
     async def _move_run_at(self, task_id: UUID, run_at: datetime) -> None:
         async with self.db.write() as conn:
@@ -290,17 +367,33 @@ class QueueMachine(RuleBasedStateMachine):
                 update(task_table).where(task_table.c.id == task_id).values(run_at=run_at)
             )
 
+    @precondition(
+        lambda self: (
+            self.seconds_passed < 1
+            and any(self.model.queued(self.fair_job_id, priority) for priority in (0, 1))
+        )
+    )
+    @rule()
+    def a_second_passes(self) -> None:
+        """The clock moves on into the next second (once a run: it takes up to a second):
+        the fair job's queued turns now lie in earlier seconds than the next submits, whose
+        turns a head or a share's run carries back there, into another second's count."""
+        time.sleep(1.001 - utcnow().microsecond / 1_000_000)
+        self.seconds_passed += 1
+
     @rule()
     def queue_due(self) -> None:
         """The announcer's step: the waiting tasks that are due join the claim queue."""
-        self.run(due_tasks.queue_due(self.db, utcnow(), 1000))
+        now = utcnow()
+        self.run(due_tasks.queue_due(self.db, now, 1000))
+        self.model.queue_due(now)
 
     @rule()
     def sweep_expired_leases(self) -> None:
         """Every lease runs out: each active attempt is retried or fails."""
         self.run(self._expire_every_lease())
         count, _ = self.run(sweeps.end_expired_leases(self.db, utcnow(), IMMEDIATE_RETRY))
-        active = [t for t in self.held if self.status[t] in ACTIVE_STATUSES]
+        active = self._held_with(*ACTIVE_STATUSES)
         assert count == len(active)
         for task_id in active:
             record = self.run(task_reads.get_task(self.db, task_id))
@@ -317,7 +410,10 @@ class QueueMachine(RuleBasedStateMachine):
             )
 
     def _release(self, task_id: UUID, status: TaskStatus) -> None:
-        self.status[task_id] = status
+        if status == S.CANCELLED:
+            self.model.cancelled(task_id)
+        else:
+            self.model.moved(task_id, status)
         worker_and_token = self.held.pop(task_id, None)
         if worker_and_token is not None:
             self.old_tokens.append((task_id, worker_and_token[1]))
@@ -325,69 +421,64 @@ class QueueMachine(RuleBasedStateMachine):
     # -- invariants ----------------------------------------------------------------------
 
     @invariant()
-    def the_database_agrees_with_what_was_acknowledged(self) -> None:
+    def the_database_agrees_with_the_model(self) -> None:
         now = utcnow()
-        rows, counted = self.run(self._all_tasks(now))
-        waiting = len(self.run(self._waiting_ids()))
-        assert {record.id for record in rows} == set(self.status), "a task was lost"
-        pending_positions = []
+        rows, counted, waiting = self.run(self._read_queue(now))
+        ids = [record.id for record in rows]
+        assert len(ids) == len(set(ids)) and set(ids) == set(self.model.tasks), "a task was lost"
         for record in rows:
-            assert record.status == self.status[record.id]
+            task = self.model.tasks[record.id]
+            assert record.status == task.status
+            assert record.turn_at == task.turn, "a task's turn moved"
             assert record.attempt <= record.max_attempts == self.max_attempts[record.id]
             holds_token = record.claim_token is not None
             if record.status in ACTIVE_STATUSES:
                 assert holds_token and self.held[record.id][1] == record.claim_token
             elif record.status == S.PENDING:
                 assert not holds_token and record.worker_id is None
-                pending_positions.append(record.queue_position)
-        assert sorted(pending_positions) == list(range(1, len(pending_positions) + 1))
-        pending = [record for record in rows if record.status == S.PENDING]
-        assert counted == (len(pending), waiting), "the trigger-kept counts drifted"
-        in_claim_order = sorted(pending, key=lambda record: claim_order(record, now))
-        positions = [record.queue_position for record in in_claim_order]
-        assert positions == list(range(1, len(pending) + 1)), "positions not in claim order"
+        for job_id in self.job_ids:
+            pending = self.model.places(job_id, now)
+            of_job = [r for r in rows if r.job_id == job_id and r.status == S.PENDING]
+            assert {r.id: r.queue_position for r in of_job} == pending, "positions not the model's"
+            assert waiting[job_id] == self.model.waiting(job_id)
+            kept = (len(pending), len(waiting[job_id]))
+            assert counted[job_id] == kept, "the trigger-kept counts drifted"
 
     async def _read(self, task_id: UUID) -> Any:
         async with self.db.read() as conn:
             return await load_task(conn, task_id)
 
-    async def _all_tasks(self, now: datetime) -> tuple[list[Any], tuple[int, int]]:
-        """The job's tasks with their positions, and the kept (pending, waiting) counts."""
+    async def _read_queue(
+        self, now: datetime
+    ) -> tuple[list[Any], dict[UUID, tuple[int, int]], dict[UUID, set[UUID]]]:
+        """The jobs' tasks with their positions, the kept (pending, waiting) counts per job,
+        and per job its pending tasks that still wait (due or not), read off the task rows."""
         bucket = queue_bucket_table
+        of_jobs = task_table.c.job_id.in_(self.job_ids)
         async with self.db.read() as conn:
-            rows = await conn.execute(SELECT_TASKS.where(task_table.c.job_id == self.job_id))
+            rows = await conn.execute(SELECT_TASKS.where(of_jobs).order_by(task_table.c.id))
             records = await with_positions(conn, rows.all(), now)
             kept = await conn.execute(
                 select(
+                    bucket.c.job_id,
                     func.coalesce(func.sum(bucket.c.pending), 0),
                     func.coalesce(func.sum(bucket.c.waiting), 0),
-                ).where(bucket.c.job_id == self.job_id)
+                ).group_by(bucket.c.job_id)
             )
-            pending, waiting = kept.one()
-            return records, (int(pending), int(waiting))
-
-    async def _waiting_ids(self) -> set[UUID]:
-        """The job's pending tasks that still wait (due or not), read off the task rows."""
-        async with self.db.read() as conn:
-            job = task_table.c.job_id == self.job_id
-            waiting = select(task_table.c.id).where(job, is_waiting())
-            return set((await conn.execute(waiting)).scalars())
-
-
-def claim_order(record: Any, now: datetime) -> tuple[Any, ...]:
-    """The documented queue order, computed independently of the hub: ready tasks by
-    priority (higher first) then FIFO; then the delayed ones by due time."""
-    fifo = (-record.priority, record.created_at, record.id)
-    if record.run_at is None or record.run_at <= now:
-        return (0, *fifo)
-    return (1, record.run_at, *fifo)
+            counted = dict.fromkeys(self.job_ids, (0, 0))
+            counted.update({job: (int(p), int(w)) for job, p, w in kept.all()})
+            waiting_rows = select(task_table.c.job_id, task_table.c.id).where(of_jobs, is_waiting())
+            waiting: dict[UUID, set[UUID]] = {job_id: set() for job_id in self.job_ids}
+            for job_id, task_id in (await conn.execute(waiting_rows)).all():
+                waiting[job_id].add(task_id)
+            return records, counted, waiting
 
 
 def test_the_queue_keeps_its_invariants(database_url: str) -> None:
     QueueMachine.url = database_url
     run = settings(
-        max_examples=12,
-        stateful_step_count=25,
+        max_examples=20,
+        stateful_step_count=40,
         deadline=None,
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
     )

@@ -9,9 +9,16 @@ from typing import Any
 
 import pytest
 
+from taskhub.settings import Settings
 from tests.support.api import JOB, SCHEMA, ApiClient, assert_problem
 
 FAIR = "fair-by-submitter"
+
+
+@pytest.fixture
+def settings(database_url: str) -> Settings:
+    """Retries due at once: a retried task goes straight back into the queue."""
+    return Settings(database_url=database_url, retry_backoff_seconds=0, sweeper_enabled=False)
 
 
 async def claim_all(client: ApiClient, worker_id: str) -> list[str]:
@@ -114,3 +121,20 @@ async def test_a_shared_global_job_is_fair_over_rooms(admin, alice):
     in_room2 = [(await admin.submit(name, room="room2"))["id"] for _ in range(2)]
     order = await claim_all(admin, job["worker_id"])
     assert order == [in_room1[0], in_room2[0], in_room1[1], in_room2[1], *in_room1[2:]]
+
+
+async def test_a_retried_task_does_not_carry_its_submitters_next_tasks_ahead(alice, bob):
+    """The retry comes back at the head of the queue, not at its old turn: what its
+    submitter submits next takes turns among the others' as any newcomer's would."""
+    job = await alice.register(claim_order=FAIR, max_attempts=2)
+    (b1,) = await submit_many(bob, 1)
+    first = await alice.claim(job["worker_id"])
+    assert first["id"] == b1
+    a = await submit_many(alice, 3)
+    retried = await alice.transition(
+        b1, "failed", claim_token=first["claim_token"], error="boom", retry=True
+    )
+    assert retried.status_code == 200, retried.text
+    assert (await alice.task(b1))["status"] == "pending"
+    b = await submit_many(bob, 2)
+    assert await claim_all(alice, job["worker_id"]) == [b1, a[0], a[1], b[0], a[2], b[1]]
