@@ -35,7 +35,7 @@ from taskhub.rules.records import Principal
 from taskhub.rules.states import TaskStatus
 from taskhub.store.connections import Connection
 from taskhub.store.hot_statements import hot
-from taskhub.store.running_limits import room_left, within_limits, within_ranks
+from taskhub.store.running_limits import SHARES, room_left, within_limits, within_rank
 from taskhub.store.tables import (
     answered_task_columns,
     is_pending,
@@ -246,7 +246,7 @@ def _best_of(kinds: list[Any]) -> Any:
 
 def _within_limits(heads: Any, limit: int) -> Any:
     """The candidate ``heads`` a claim of ``limit`` tasks may take together: each submitter
-    and room only as many as it has room for (``running_limits.within_ranks``; the first
+    and room only as many as it has room for (``running_limits.within_rank``; the first
     always fits, as the heads are within their limits one by one)."""
     rows = heads.subquery()
     if limit == 1:
@@ -265,10 +265,12 @@ def _within_limits(heads: Any, limit: int) -> Any:
         .join(candidate, candidate.c.id == rows.c.id)
         .subquery()
     )
-    in_heads = [shares.c[column.name] for column in rows.c]
-    ranked = select(*in_heads, within_ranks(shares, _in_order(shares)).label("fits")).subquery()
-    fitting = select(*(column for column in ranked.c if column.name != "fits"))
-    return fitting.where(ranked.c.fits).subquery()
+    for share, left in SHARES:  # the submitters' room first, then the rooms'
+        fits = within_rank(shares, _in_order(shares), share, left).label("fits")
+        ranked = select(*shares.c, fits).subquery()
+        fitting = select(*(column for column in ranked.c if column.name != "fits"))
+        shares = fitting.where(ranked.c.fits).subquery()
+    return select(*(shares.c[column.name] for column in rows.c)).subquery()
 
 
 def _in_order(heads: Any) -> list[Any]:

@@ -88,17 +88,18 @@ def within_limits(candidate: Any, dialect: str) -> ColumnElement[bool]:
     return case((candidate.c.limited, fits), else_=true())
 
 
-def within_ranks(rows: Any, order: list[Any]) -> ColumnElement[bool]:
-    """For candidate ``rows`` carrying ``left_submitter`` and ``left_room``: the ones a claim
-    of several tasks may take together, in ``order`` — a share's first ``left`` only."""
-    by_submitter = func.row_number().over(
-        partition_by=[rows.c.job_id, rows.c.submitted_by], order_by=order
-    )
-    by_room = func.row_number().over(partition_by=[rows.c.job_id, rows.c.room_id], order_by=order)
-    return and_(
-        or_(rows.c.left_submitter.is_(None), by_submitter <= rows.c.left_submitter),
-        or_(rows.c.left_room.is_(None), by_room <= rows.c.left_room),
-    )
+SHARES = (("submitted_by", "left_submitter"), ("room_id", "left_room"))
+"""Each kind of share: the candidate's column that names it, and its room's column."""
+
+
+def within_rank(rows: Any, order: list[Any], share: str, left: str) -> ColumnElement[bool]:
+    """For candidate ``rows`` carrying ``share`` and ``left``: the ones a claim of several
+    tasks may take together, in ``order`` — a share's first ``left`` only. Applied for the
+    submitters, then for the rooms over what is left, it takes what one task at a time
+    would (a task the room cannot take comes after the room filled up, so leaving it out
+    changes nothing for the submitters before it)."""
+    rank = func.row_number().over(partition_by=[rows.c.job_id, rows.c[share]], order_by=order)
+    return or_(rows.c[left].is_(None), rank <= rows.c[left])
 
 
 def _running_of_job(*where: Any) -> Any:
