@@ -5,7 +5,8 @@
 - ``task.turn_at``: the task's place in its job's queue, which claims and queue positions
   order by (``priority`` first): its ``created_at`` in a FIFO job (and for every task
   already there), a turn among the other submitters' (or rooms') in a fair job.
-  ``task.share_key``: whose share a fair job's task is counted in (NULL in a FIFO job).
+  ``task.share_key``: whose share a fair job's task is counted in (NULL in a FIFO job);
+  ``task.share_backlogged``: whether that share had tasks queued already at its submit.
 - ``job.max_running_per_submitter`` and ``job.max_running_per_room``: at most this many of
   the job's tasks claimed or running at once per submitter / room (NULL: no limit);
   ``task.limited`` marks a limited job's tasks, ``ix_task_limited_active(_room)`` count them,
@@ -270,9 +271,9 @@ def upgrade() -> None:
     op.add_column("job", sa.Column("max_running_per_room", sa.Integer(), nullable=True))
     op.add_column("task", sa.Column("turn_at", Timestamp, nullable=True))
     op.add_column("task", sa.Column("share_key", sa.String(length=128), nullable=True))
-    op.add_column(
-        "task", sa.Column("limited", sa.Boolean(), nullable=False, server_default=sa.false())
-    )
+    for flag in ("share_backlogged", "limited"):
+        column = sa.Column(flag, sa.Boolean(), nullable=False, server_default=sa.false())
+        op.add_column("task", column)
     op.execute("UPDATE task SET turn_at = created_at")
     _order_by("turn_at")
     op.create_index(
@@ -295,6 +296,7 @@ def downgrade() -> None:
     op.drop_index("ix_task_share_queue", table_name="task")
     _order_by("created_at")
     op.drop_column("task", "limited")
+    op.drop_column("task", "share_backlogged")
     op.drop_column("task", "share_key")
     op.drop_column("task", "turn_at")
     op.drop_column("job", "max_running_per_room")

@@ -20,6 +20,7 @@ from typing import Any
 from prometheus_client import Counter, Gauge, Histogram, disable_created_metrics, multiprocess
 
 from taskhub.rules.events import Event, TaskStatusChanged
+from taskhub.rules.fair_share import SubmitterClass
 from taskhub.rules.records import TaskRecord
 from taskhub.rules.states import RETRY_TRANSITIONS, TRANSITIONS, TaskStatus
 
@@ -39,9 +40,10 @@ CLAIM_SECONDS = Histogram(
 )
 TASK_WAIT_SECONDS = Histogram(
     "taskhub_task_wait_seconds",
-    "How long claimed tasks waited since their submit, by their job's claim order: fifo, or "
-    "fair (round-robin over submitters or rooms).",
-    ["claim_order"],
+    "How long claimed tasks waited since their submit, by their job's claim order (fifo, or "
+    "fair: round-robin over submitters or rooms) and their submitter's class in a fair job "
+    "(occasional, or backlogged: its own tasks were queued already; unclassed in fifo).",
+    ["claim_order", "submitter"],
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0),
 )
 WORKER_SHORTCUTS = Counter(
@@ -112,7 +114,11 @@ TASK_TRANSITIONS.labels(NO_STATUS, TaskStatus.PENDING.value)
 _CLAIM_SECONDS_BY_OUTCOME = {
     outcome: CLAIM_SECONDS.labels(outcome) for outcome in ("claimed", "empty")
 }
-_TASK_WAIT_BY_ORDER = {order: TASK_WAIT_SECONDS.labels(order) for order in ("fifo", "fair")}
+_TASK_WAIT = {
+    (order, submitter): TASK_WAIT_SECONDS.labels(order, submitter.value)
+    for order in ("fifo", "fair")
+    for submitter in SubmitterClass
+}
 for _kind in ("claim_start", "claim_next"):
     WORKER_SHORTCUTS.labels(_kind)
 for _outcome in LONG_POLL_OUTCOMES:
@@ -156,7 +162,8 @@ def task_waits(records: Iterable[TaskRecord], now: datetime) -> None:
     """Observe how long each claimed task waited (``TASK_WAIT_SECONDS``)."""
     for record in records:
         order = "fifo" if record.share_key is None else "fair"
-        _TASK_WAIT_BY_ORDER[order].observe((now - record.created_at).total_seconds())
+        submitter = SubmitterClass.of(record.share_key, record.share_backlogged)
+        _TASK_WAIT[order, submitter].observe((now - record.created_at).total_seconds())
 
 
 def worker_shortcut(kind: str, tasks: int) -> None:

@@ -60,6 +60,23 @@ def share_key(order: ClaimOrder, submitted_by: UUID | None, room_id: str) -> str
     return None
 
 
+class SubmitterClass(enum.StrEnum):
+    """How a fair job's task's submitter (its share) stood when the task was submitted:
+    ``backlogged`` if it had tasks of the job queued at that priority already (the task
+    followed on from its last), else ``occasional`` (it joined at the head). A FIFO job's
+    tasks are not classed: ``unclassed``."""
+
+    OCCASIONAL = "occasional"
+    BACKLOGGED = "backlogged"
+    UNCLASSED = "unclassed"
+
+    @classmethod
+    def of(cls, share_key: str | None, backlogged: bool) -> SubmitterClass:
+        if share_key is None:
+            return cls.UNCLASSED
+        return cls.BACKLOGGED if backlogged else cls.OCCASIONAL
+
+
 def next_turn(created_at: datetime, head: datetime | None, last: datetime | None) -> datetime:
     """The turn of a fair job's task entering the queue at ``created_at``, given the turn at
     the head of its priority's queue (``head``, None if none is queued) and the last turn

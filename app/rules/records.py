@@ -60,8 +60,10 @@ class TaskRecord:
     rerun_of: UUID | None = None
     # Its place in its job's queue (``rules.fair_share``); None: its ``created_at``.
     turn_at: datetime | None = None
-    # A fair job's task: the share it counts in (None in a FIFO job).
+    # A fair job's task: the share it counts in (None in a FIFO job), and whether that
+    # share had tasks queued already when it was submitted.
     share_key: str | None = None
+    share_backlogged: bool = False
 
     @property
     def turn(self) -> datetime:

@@ -109,6 +109,7 @@ async def submit_task(
             if share is not None:  # a fair job: the task's turn among the shares
                 head, last = await turn_inputs(conn, job.id, record.priority, share)
                 record.turn_at = next_turn(record.created_at, head, last)
+                record.share_backlogged = last is not None
             inserted = await store.insert_task(
                 conn,
                 record,

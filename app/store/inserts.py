@@ -33,7 +33,8 @@ def insert_task_of_live_job(dialect: str, position: Any = None) -> Executable:
     task = task_table
     columns = ["id", "job_id", "room_id", "status", "payload", "created_at", "submitted_by"]
     columns += ["attempt", "idempotency_key", "priority", "max_attempts", "run_at", "waiting"]
-    columns += ["version", "request_digest", "rerun_of", "turn_at", "share_key", "limited"]
+    columns += ["version", "request_digest", "rerun_of", "turn_at", "share_key"]
+    columns += ["share_backlogged", "limited"]
     rows = select(
         bindparam("b_id", type_=task.c.id.type),
         job_table.c.id,
@@ -55,6 +56,7 @@ def insert_task_of_live_job(dialect: str, position: Any = None) -> Executable:
         bindparam("b_rerun_of", type_=task.c.rerun_of.type),
         bindparam("b_turn_at", type_=task.c.turn_at.type),
         bindparam("b_share_key", type_=task.c.share_key.type),
+        bindparam("b_share_backlogged", type_=task.c.share_backlogged.type),
         or_(
             job_table.c.max_running_per_submitter.is_not(None),
             job_table.c.max_running_per_room.is_not(None),

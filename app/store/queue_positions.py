@@ -220,6 +220,7 @@ def task_record(row: Any, job_name: str, queue_position: int | None = None) -> T
         rerun_of=getattr(row, "rerun_of", None),
         turn_at=getattr(row, "turn_at", None),
         share_key=getattr(row, "share_key", None),
+        share_backlogged=bool(getattr(row, "share_backlogged", False)),
     )
 
 

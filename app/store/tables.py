@@ -249,6 +249,11 @@ class Task(TaskhubModel, table=True):
     turn_at: datetime | None = Field(default=None, sa_type=UTCDateTime)
     # A fair job's task: the share it counts in (its submitter, or its room); NULL in FIFO.
     share_key: str | None = Field(default=None, sa_type=String(128))
+    # A fair job's task whose share had tasks queued already when it was submitted (it
+    # followed on from them): ``rules.fair_share.SubmitterClass``, for the wait metrics.
+    share_backlogged: bool = Field(
+        default=False, sa_column=Column(Boolean, nullable=False, server_default=false())
+    )
     # Its job limits how many tasks run at once (``rules.running_limits``): counted in
     # ``ix_task_limited_active``, checked by the claim.
     limited: bool = Field(

@@ -78,6 +78,7 @@ async def insert_task(
         "b_rerun_of": record.rerun_of,
         "b_turn_at": record.turn,
         "b_share_key": share_key,
+        "b_share_backlogged": record.share_backlogged,
     }
     dialect = conn.dialect.name
     postgres = dialect == "postgresql"

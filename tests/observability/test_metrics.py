@@ -306,7 +306,11 @@ async def test_costly_payloads_are_counted_by_outcome_and_gauged_while_they_wait
         assert after.count(name, labels) == before.count(name, labels) + more
 
 
-async def test_claimed_tasks_waits_are_observed_by_claim_order(alice, bob, http) -> None:
+async def test_claimed_tasks_waits_are_observed_by_claim_order_and_submitter(
+    alice, bob, http
+) -> None:
+    """In a fair job, a task whose submitter had tasks queued already is ``backlogged``;
+    one that joined at the head ``occasional``; a FIFO job's are not classed."""
     fifo = await alice.register()
     fair = await alice.register(name="Fair", claim_order="fair-by-submitter")
     before = await scrape(http)
@@ -320,9 +324,9 @@ async def test_claimed_tasks_waits_are_observed_by_claim_order(alice, bob, http)
     assert len(claimed.json()["tasks"]) == 2
     after = await scrape(http)
     name = "taskhub_task_wait_seconds_count"
-    for order, claimed_now in (("fifo", 1), ("fair", 2)):
-        labels = {"claim_order": order}
-        assert after.count(name, labels) == before.count(name, labels) + claimed_now
+    for order, submitter in (("fifo", "unclassed"), ("fair", "occasional"), ("fair", "backlogged")):
+        labels = {"claim_order": order, "submitter": submitter}
+        assert after.count(name, labels) == before.count(name, labels) + 1, labels
 
 
 async def test_tasks_held_back_by_a_running_limit_are_a_gauge_per_job(alice, bob, http) -> None:

@@ -12,7 +12,7 @@ from uuid import uuid4
 from hypothesis import given
 from hypothesis import strategies as st
 
-from taskhub.rules.fair_share import TURN_STEP, ClaimOrder, next_turn, share_key
+from taskhub.rules.fair_share import TURN_STEP, ClaimOrder, SubmitterClass, next_turn, share_key
 
 T0 = datetime(2026, 11, 28, 12, 0, tzinfo=UTC)
 
@@ -103,3 +103,9 @@ def test_backlogged_shares_are_served_round_robin(submits, claims_between):
             if len(always) > 1:
                 got = [counts.get(share, 0) for share in always]
                 assert max(got) - min(got) <= 1, (window, counts)
+
+
+def test_a_fair_jobs_submitter_is_classed_by_whether_its_tasks_were_queued_already():
+    assert SubmitterClass.of("alice", backlogged=True) is SubmitterClass.BACKLOGGED
+    assert SubmitterClass.of("alice", backlogged=False) is SubmitterClass.OCCASIONAL
+    assert SubmitterClass.of(None, backlogged=False) is SubmitterClass.UNCLASSED

@@ -159,6 +159,7 @@ async def test_a_text_statement_names_its_columns_as_the_driver_does(db: Databas
         "b_rerun_of": None,
         "b_turn_at": now,
         "b_share_key": None,
+        "b_share_backlogged": False,
     }
     if db.is_sqlite:
         statement = insert_task_of_live_job(db.dialect)
