@@ -606,8 +606,12 @@ async function loadPage() {
     }
     drawSubmitters();
     taskTable.limit = PAGE;
-    table.total = page.total + taskTable.setPage(page.items, since);
+    const late = taskTable.setPage(page.items, since);
+    table.total = page.total + late;
     updateTaskCount();
+    // A task heard of after the request may be in its total too (committed before the read,
+    // yet below its page): read again once the events let up, when none is late.
+    if (late) schedulePageRefresh();
   } catch (error) {
     if (request === table.request) failed(error, "Could not load the tasks");
   } finally {
