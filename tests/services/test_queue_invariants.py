@@ -31,7 +31,6 @@ positions take a due task in its place whether or not it was queued yet.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from datetime import datetime, timedelta
 from typing import Any
@@ -42,14 +41,13 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     Bundle,
-    RuleBasedStateMachine,
     consumes,
     invariant,
     multiple,
     precondition,
     rule,
 )
-from sqlalchemy import delete, func, select, update
+from sqlalchemy import func, select, update
 
 from taskhub.clock import utcnow
 from taskhub.rules.errors import DomainError
@@ -60,11 +58,10 @@ from taskhub.rules.states import ACTIVE_STATUSES, TaskStatus, is_terminal
 from taskhub.services import claim, due_tasks, submit, sweeps, task_reads, transitions
 from taskhub.services.jobs import KnownJobs, register_job
 from taskhub.services.users import create_user
-from taskhub.settings import Settings
-from taskhub.store.database import Database
 from taskhub.store.page_positions import with_positions
 from taskhub.store.queue_positions import SELECT_TASKS, load_task
-from taskhub.store.tables import is_waiting, metadata, queue_bucket_table, task_table
+from taskhub.store.tables import is_waiting, queue_bucket_table, task_table
+from tests.support.machines import NoExecutors, ServiceMachine
 from tests.support.queue_model import QueueModel
 
 S = TaskStatus
@@ -74,18 +71,9 @@ FIFO_JOB = "room1:modifiers:Job"
 FAIR_JOB = "room1:modifiers:Fair"
 
 
-class NoExecutors:
-    def has_executor(self, full_name: str) -> bool:
-        return False
-
-
-class QueueMachine(RuleBasedStateMachine):
-    url: str  # set by the test
-
+class QueueMachine(ServiceMachine):
     def __init__(self) -> None:
         super().__init__()
-        self.loop = asyncio.new_event_loop()
-        self.db = Database(Settings(database_url=self.url))
         self.max_attempts: dict[UUID, int] = {}
         self.submitter: dict[UUID, Principal] = {}
         self.held: dict[UUID, tuple[UUID, UUID]] = {}  # task -> (worker, claim token)
@@ -95,13 +83,7 @@ class QueueMachine(RuleBasedStateMachine):
         self.run(self._set_up())
         self.model = QueueModel(fair_jobs=[self.fair_job_id])
 
-    def run(self, coroutine: Any) -> Any:
-        return self.loop.run_until_complete(coroutine)
-
     async def _set_up(self) -> None:
-        async with self.db.write() as conn:
-            for table in reversed(metadata.sorted_tables):
-                await conn.execute(delete(table))
         self.users = []
         for name in ("owner", "alice", "bob"):
             user_id, _ = await create_user(self.db, name)
@@ -132,10 +114,6 @@ class QueueMachine(RuleBasedStateMachine):
             self.workers.append(registration.worker_id)
         self.serves.setdefault(registration.worker_id, set()).add(registration.job.id)
         return registration.job.id
-
-    def teardown(self) -> None:
-        self.run(self.db.dispose())
-        self.loop.close()
 
     submitted = Bundle("submitted")
 

@@ -20,8 +20,8 @@ from uuid import UUID
 
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
-from sqlalchemy import delete, select
+from hypothesis.stateful import invariant, precondition, rule
+from sqlalchemy import select
 
 from taskhub.rules.records import Principal
 from taskhub.rules.retries import RetryPolicy
@@ -29,9 +29,8 @@ from taskhub.rules.states import ACTIVE_STATUSES, TaskStatus
 from taskhub.services import claim, submit, transitions
 from taskhub.services.jobs import register_job
 from taskhub.services.users import create_user
-from taskhub.settings import Settings
-from taskhub.store.database import Database
-from taskhub.store.tables import metadata, task_table
+from taskhub.store.tables import task_table
+from tests.support.machines import NoExecutors, ServiceMachine
 
 S = TaskStatus
 JOB = "room1:modifiers:Limited"
@@ -39,18 +38,9 @@ PER_SUBMITTER, PER_ROOM = 2, 3
 IMMEDIATE_RETRY = RetryPolicy(base_seconds=0, jitter=0)
 
 
-class NoExecutors:
-    def has_executor(self, full_name: str) -> bool:
-        return False
-
-
-class LimitMachine(RuleBasedStateMachine):
-    url: str  # set by the test
-
+class LimitMachine(ServiceMachine):
     def __init__(self) -> None:
         super().__init__()
-        self.loop = asyncio.new_event_loop()
-        self.db = Database(Settings(database_url=self.url))
         self.queue: list[UUID] = []  # pending, in claim order
         self.created_at: dict[UUID, Any] = {}  # a FIFO job's turn
         self.active: dict[UUID, UUID] = {}  # task -> claim token
@@ -59,13 +49,7 @@ class LimitMachine(RuleBasedStateMachine):
         self.attempts_left: dict[UUID, int] = {}
         self.run(self._set_up())
 
-    def run(self, coroutine: Any) -> Any:
-        return self.loop.run_until_complete(coroutine)
-
     async def _set_up(self) -> None:
-        async with self.db.write() as conn:
-            for table in reversed(metadata.sorted_tables):
-                await conn.execute(delete(table))
         self.users = []
         for name in ("owner", "alice", "bob"):
             user_id, _ = await create_user(self.db, name)
@@ -85,10 +69,6 @@ class LimitMachine(RuleBasedStateMachine):
                 max_running_per_room=PER_ROOM,
             )
             self.workers.append(registration.worker_id)
-
-    def teardown(self) -> None:
-        self.run(self.db.dispose())
-        self.loop.close()
 
     # -- the model -----------------------------------------------------------------------
 
