@@ -324,12 +324,13 @@ async def queue_position(
     conn: Connection, record: TaskRecord, now: datetime | None = None, *, newest: bool = False
 ) -> int | None:
     """``record``'s place in its job's queue at ``now`` (None unless pending); ``newest``:
-    it was just submitted."""
+    it was just submitted. The place is read after the record: a task claimed in between
+    is no longer counted, so it is given as the head it was (1), never 0."""
     if record.status != TaskStatus.PENDING:
         return None
     statement, params = position_query(record, now or utcnow(), newest=newest)
-    position: int | None = await conn.scalar(statement, params)
-    return position
+    position: int = await conn.scalar(statement, params)
+    return max(position, 1)
 
 
 async def with_position(conn: Connection, row: Any, now: datetime | None = None) -> TaskRecord:

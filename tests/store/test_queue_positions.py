@@ -10,7 +10,7 @@ from sqlalchemy import update
 
 from taskhub.clock import utcnow
 from taskhub.store.database import Database
-from taskhub.store.queue_positions import load_task
+from taskhub.store.queue_positions import load_task, queue_position
 from taskhub.store.tables import task_table
 from tests.support.rows import add_job, add_tasks
 
@@ -49,3 +49,18 @@ async def test_every_pending_task_has_its_place_across_busy_seconds(db: Database
     expected[taken] = None
 
     assert await positions(db, [*ready, *urgent, *delayed]) == expected
+
+
+async def test_a_task_claimed_before_its_place_is_read_was_at_the_head(db: Database) -> None:
+    """Its record (read, or just inserted, as pending) comes before the read of its place;
+    a claim in between takes it out of the counts, which must not make its place 0."""
+    job_id = await add_job(db)
+    (first,) = await add_tasks(db, job_id, [at(0)])
+    async with db.read() as conn:
+        record = await load_task(conn, first)
+    async with db.write() as conn:
+        await conn.execute(
+            update(task_table).where(task_table.c.id == first).values(status="claimed")
+        )
+    async with db.read() as conn:
+        assert await queue_position(conn, record) == 1
