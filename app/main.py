@@ -201,6 +201,8 @@ def create_app(
         json=socket_json,
     )
     sockets = SocketHandlers(sio, hub)
+    if settings.worker_shortcuts:
+        hub.publisher.add_sink(sockets.pusher)  # first: a pushed task goes out soonest
     hub.publisher.add_sink(SocketSink(sio))
     payload_checks.PROCESS_CHECKS.deadline_seconds = settings.payload_validation_seconds
     payload_checks.PROCESS_CHECKS.observe(metrics.PayloadThreadMetrics())

@@ -12,9 +12,12 @@ busy moment of a shared machine weighs on one round of each rather than on all o
   Socket.IO there), a fifth of ``--tasks`` at saturation (it is that much slower);
 - ``taskhub-joblib``: Taskhub on SQLite served by the same unmodified ``JobManager``;
 - ``taskhub-sdk``: Taskhub on SQLite served by ``taskhub worker`` processes (the SDK: claims
-  that start their tasks, end reports that claim the next, Socket.IO wake-ups);
+  that start their tasks, end reports that claim the next, tasks pushed into idle slots);
 - ``postgres-sdk``: two Taskhub replicas on one PostgreSQL database with Redis, the worker
-  processes and submitters spread over them.
+  processes and submitters spread over them;
+- ``taskhub-sdk-claims``, ``postgres-sdk-claims``: the same with ``taskhub worker
+  --no-push``: idle slots are not granted to the hub, so every task is claimed by its
+  worker (the difference push makes, side by side).
 
 Tasks are submitted by the SDK's ``AsyncClient`` (``--submitters`` at once). Per system and
 layout: the saturation rate (``--tasks`` submitted as fast as they go; tasks/s from the
@@ -87,14 +90,26 @@ from benchmarks.targets import (
 API = "/v1/joblib"
 JOB_NAME = "Noop"
 JOB = f"modifiers:{JOB_NAME}"
-SYSTEMS = ("ceiling", "reference", "taskhub-joblib", "taskhub-sdk", "postgres-sdk")
+SYSTEMS = (
+    "ceiling",
+    "reference",
+    "taskhub-joblib",
+    "taskhub-sdk",
+    "taskhub-sdk-claims",
+    "postgres-sdk",
+    "postgres-sdk-claims",
+)
+# Served by ``taskhub worker`` processes; the ``-claims`` ones with ``--no-push``.
+SDK_SYSTEMS = {"taskhub-sdk", "taskhub-sdk-claims", "postgres-sdk", "postgres-sdk-claims"}
 # The server each system runs against (one per round, shared by the systems on it).
 SERVERS = {
     "ceiling": "ceiling",
     "reference": "reference",
     "taskhub-joblib": "sqlite",
     "taskhub-sdk": "sqlite",
+    "taskhub-sdk-claims": "sqlite",
     "postgres-sdk": "postgres",
+    "postgres-sdk-claims": "postgres",
 }
 REDIS_URL = "redis://127.0.0.1:6379/0"
 DEFAULT_JOBLIB_POLL = 0.25  # seconds between an idle JobManager's claims
@@ -254,9 +269,11 @@ async def worker_processes(
     try:
         for index in range(layout.processes):
             url = server.url(index)
-            if system.endswith("-sdk"):
+            if system in SDK_SYSTEMS:
                 argv = [sys.executable, "-m", "taskhub.cli", "worker", "benchmarks.sdk_worker:Noop"]
                 argv += ["--room", room, "--concurrency", str(layout.concurrency)]
+                if system.endswith("-claims"):
+                    argv.append("--no-push")
                 env = {**_worker_env(), "TASKHUB_URL": url, "TASKHUB_TOKEN": server.token}
             else:
                 argv = [sys.executable, "-m", "benchmarks.sdk_joblib_worker", url, server.token]
@@ -278,7 +295,7 @@ async def _until_ready(
     log_path: Path,
 ) -> None:
     async with asyncio.timeout(READY_SECONDS):
-        if not system.endswith("-sdk"):
+        if system not in SDK_SYSTEMS:
             for process in processes:
                 assert process.stdout is not None
                 line = await process.stdout.readline()
@@ -311,7 +328,7 @@ async def _stop_workers(system: str, processes: list[asyncio.subprocess.Process]
     for process in processes:
         if process.returncode is not None:
             continue
-        if system.endswith("-sdk"):
+        if system in SDK_SYSTEMS:
             process.terminate()
         elif process.stdin is not None:
             process.stdin.close()

@@ -49,7 +49,8 @@ TASK_WAIT_SECONDS = Histogram(
 WORKER_SHORTCUTS = Counter(
     "taskhub_worker_shortcuts",
     "Tasks handed out by the optional worker shortcuts (docs/protocol.md): claim_start (a "
-    "claim that also started them) or claim_next (claimed by a terminal PATCH).",
+    "claim that also started them), claim_next (claimed by a terminal PATCH) or push (claimed "
+    "and started for an idle worker and sent over its socket).",
     ["kind"],
 )
 LONG_POLL_SECONDS = Histogram(
@@ -119,7 +120,7 @@ _TASK_WAIT = {
     for order in ("fifo", "fair")
     for submitter in SubmitterClass
 }
-for _kind in ("claim_start", "claim_next"):
+for _kind in ("claim_start", "claim_next", "push"):
     WORKER_SHORTCUTS.labels(_kind)
 for _outcome in LONG_POLL_OUTCOMES:
     LONG_POLL_SECONDS.labels(_outcome)
@@ -167,7 +168,8 @@ def task_waits(records: Iterable[TaskRecord], now: datetime) -> None:
 
 
 def worker_shortcut(kind: str, tasks: int) -> None:
-    """Count ``tasks`` handed out by a worker shortcut (``claim_start``, ``claim_next``)."""
+    """Count ``tasks`` handed out by a worker shortcut (``claim_start``, ``claim_next``,
+    ``push``)."""
     if tasks:
         WORKER_SHORTCUTS.labels(kind).inc(tasks)
 

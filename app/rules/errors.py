@@ -70,6 +70,12 @@ class TaskNotRerunnable(DomainError):
     slug, title, status = "task-not-rerunnable", "Task not rerunnable", 409
 
 
+class WorkerNotJoined(DomainError):
+    """A socket event about a worker that has not joined a job room through that socket."""
+
+    slug, title, status = "worker-not-joined", "Worker not joined", 409
+
+
 class StaleClaim(DomainError):
     slug, title, status = "stale-claim", "Stale claim", 409
 

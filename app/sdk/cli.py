@@ -43,6 +43,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--no-sockets", action="store_true", help="poll only, no Socket.IO")
     parser.add_argument(
+        "--no-push", action="store_true", help="claim only: no tasks pushed over Socket.IO"
+    )
+    parser.add_argument(
         "--app-dir", default=".", help="directory put on sys.path first (default: cwd)"
     )
     parser.add_argument(
@@ -104,6 +107,7 @@ def run_worker(args: argparse.Namespace) -> int:
             poll_interval=args.poll_interval,
             drain_timeout=args.drain_timeout,
             sockets=not args.no_sockets,
+            push=not args.no_push,
         )
     except (ImportError, TypeError, ValueError) as exc:
         print(f"taskhub worker: {exc}", file=sys.stderr)

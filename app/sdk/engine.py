@@ -18,6 +18,16 @@ no ``next``: the run then starts with ``PATCH running`` and the claimer claims a
 Slots asked for by a claim or an end report in flight are reserved, so the two never
 claim more than the concurrency between them.
 
+Push (docs/protocol.md, "Task push"): slots a claim or an end report found nothing for are
+granted to the hub over the Socket.IO link (``worker_ready``); while it holds them, the
+hub claims and starts tasks for this worker as they are submitted and sends them over the
+link (``task_pushed``), so an idle worker's task starts without a round trip of its own.
+Granted slots count as taken here until a push fills them, the hub answers that it holds
+fewer, or the link drops (the hub forgets a socket's grants). Each ``poll_interval`` while
+it holds slots the worker asks the hub to look again (a grant of 0), the safety net for a
+wake-up that went astray; the answer also corrects the count. A hub that refuses the event
+(an older one) gets claims only.
+
 A stop ends claiming. A claim in flight and the running tasks may finish until the drain
 is over: ``drain_timeout`` after the stop, at once for a hard stop (``drain=False``), or in
 time to be done within a stop's timeout. Then what still runs is reported failed, and the
@@ -63,6 +73,7 @@ class WorkerConfig:
     socketio_path: str
     http_timeout: float
     server_timeout: float | None = None  # the hub's worker timeout, as configured
+    push: bool = True  # grant idle slots to the hub for pushed tasks
 
 
 class WorkerEngine:
@@ -87,6 +98,9 @@ class WorkerEngine:
         # The shortcuts, used until the hub shows it does not know them.
         self._claims_start = True
         self._claims_next = True
+        self._pushes = config.push
+        self._granted = 0  # slots the hub may push tasks into, as last known
+        self._unanswered = 0  # slots granted by calls not answered yet
         self._kick = asyncio.Event()
         self._beat_now = asyncio.Event()
         self._stopping = asyncio.Event()
@@ -107,7 +121,8 @@ class WorkerEngine:
                 on_task_available=self._kick.set,
                 on_task_cancelled=self.cancel_task,
                 on_joined=self._kick.set,
-                on_dropped=self._beat_now.set,
+                on_dropped=self._link_dropped,
+                on_task_pushed=self._pushed,
             )
 
     # -- control (called on the engine's loop) ---------------------------------
@@ -128,6 +143,8 @@ class WorkerEngine:
             return
         self._stopping.set()
         self._kick.set()
+        if self._granted and self.link is not None:
+            self._spawn(self._take_back_grant())
         self._timers.append(loop.call_later(self.config.drain_timeout, self._drain_timed_out))
 
     def _finish_within(self, loop: asyncio.AbstractEventLoop, within: float) -> None:
@@ -353,7 +370,7 @@ class WorkerEngine:
 
     @property
     def _free_slots(self) -> int:
-        return self.config.concurrency - len(self._runs) - self._reserved
+        return self.config.concurrency - len(self._runs) - self._reserved - self._granted
 
     async def _claim_loop(self) -> None:
         while not self._stopping.is_set():
@@ -381,8 +398,12 @@ class WorkerEngine:
                     self._launch(task, worker_id)
                 if len(claimed) == free:
                     continue  # maybe more are waiting
-            with contextlib.suppress(TimeoutError):
+                self._grant(free - len(claimed))
+            try:
                 await asyncio.wait_for(self._kick.wait(), self.config.poll_interval)
+            except TimeoutError:
+                if self._granted:
+                    self._grant(0)  # the hub looks again for the slots it holds
 
     async def _claim(self, worker_id: str, free: int) -> list[ClaimedTask]:
         """A claim of ``free`` tasks, started by the hub if it can (a hub that refuses the
@@ -427,6 +448,63 @@ class WorkerEngine:
             return
         for task in claimed:
             self._launch(task, worker_id)
+        self._grant(want - len(claimed))
+
+    # -- push --------------------------------------------------------------------
+
+    def _grant(self, slots: int) -> None:
+        """Grant the hub ``slots`` found idle (0: ask it to look again), unless the hub or
+        the link cannot take them, or the worker is stopping."""
+        link = self.link
+        if not self._pushes or link is None or not link.listening or self._stopping.is_set():
+            return
+        if slots < 0 or (slots == 0 and not self._granted):
+            return
+        self._granted += slots
+        self._unanswered += slots
+        self._spawn(self._granted_by_hub(link, slots))
+
+    async def _granted_by_hub(self, link: SocketLink, slots: int) -> None:
+        held = await link.grant(slots)
+        self._unanswered = max(self._unanswered - slots, 0)  # (a drop cleared it)
+        if held is None:  # refused or no answer: the slots are this worker's again
+            if link.listening:
+                log.info("The hub does not take granted slots; the claimer claims alone")
+                self._pushes = False
+            self._granted = self._unanswered
+        else:
+            # The hub's count, after every push it sent before its answer (those arrived
+            # first and were taken off already), plus what later calls grant.
+            self._granted = held + self._unanswered
+        self._kick.set()
+
+    async def _take_back_grant(self) -> None:
+        assert self.link is not None
+        await self.link.pause(within=1.0)
+        self._granted = 0
+
+    def _pushed(self, worker_id: str, tasks: list[dict[str, Any]]) -> None:
+        """Tasks the hub claimed and started for this worker: run them."""
+        self._granted = max(self._granted - len(tasks), 0)
+        if worker_id != self.worker_id:
+            log.warning(
+                "%d pushed task(s) for an earlier id of this worker: left to their lease",
+                len(tasks),
+            )
+            return
+        for body in tasks:
+            try:
+                task = ClaimedTask.model_validate(body)
+            except ValueError as exc:
+                log.error("A pushed task could not be read (left to its lease): %s", exc)
+                continue
+            self._launch(task, worker_id)
+
+    def _link_dropped(self) -> None:
+        """The hub forgets a dropped socket's grants: the slots are free again."""
+        self._granted = self._unanswered = 0
+        self._beat_now.set()
+        self._kick.set()
 
     def _launch(self, task: ClaimedTask, worker_id: str) -> None:
         spec = self.specs.get(task.job_name)

@@ -1,6 +1,8 @@
-"""The worker's Socket.IO link: wake-ups (``task_available``) and cancel notices
-(``task_cancelled``). Only hints: the worker polls anyway, so a link that is down or
-blocked costs latency, never a task.
+"""The worker's Socket.IO link: wake-ups (``task_available``), cancel notices
+(``task_cancelled``), and tasks the hub pushes into slots the worker granted it
+(``worker_ready`` / ``task_pushed``, docs/protocol.md "Task push"). Only hints and a short
+cut: the worker polls anyway, so a link that is down or blocked costs latency, never a
+task (a push that does not arrive is recovered by its lease).
 
 The link (re)connects on its own, and after every (re)connection joins the job rooms of
 the current worker id again.
@@ -21,6 +23,7 @@ from taskhub.sdk.http import Backoff
 log = logging.getLogger("taskhub.sdk")
 Callback = Callable[[], None]
 CancelNotice = Callable[[str, str | None], None]  # (task id, worker id if the notice says)
+Pushed = Callable[[str, list[dict[str, Any]]], None]  # (worker id, tasks as claimed)
 ACK_TIMEOUT = 10.0
 SHUTDOWN_TIMEOUT = 5.0
 
@@ -36,6 +39,7 @@ class SocketLink:
         on_task_cancelled: CancelNotice,
         on_joined: Callback,
         on_dropped: Callback,
+        on_task_pushed: Pushed | None = None,
     ) -> None:
         self._url = url.rstrip("/")
         self._token = token
@@ -44,6 +48,7 @@ class SocketLink:
         self._on_task_cancelled = on_task_cancelled
         self._on_joined = on_joined
         self._on_dropped = on_dropped
+        self._on_task_pushed = on_task_pushed
         self._worker_id = ""
         self._jobs: list[str] = []
         self._listening = asyncio.Event()
@@ -60,6 +65,7 @@ class SocketLink:
         self._sio.on("disconnect", self._disconnected)
         self._sio.on("task_available", self._task_available)
         self._sio.on("task_cancelled", self._task_cancelled)
+        self._sio.on("task_pushed", self._task_pushed)
 
     @property
     def listening(self) -> bool:
@@ -155,6 +161,40 @@ class SocketLink:
 
     async def _task_available(self, _data: Any = None) -> None:
         self._on_task_available()
+
+    async def grant(self, slots: int, within: float = ACK_TIMEOUT) -> int | None:
+        """Grant the hub ``slots`` more for pushed tasks (0: ask it to look again for the
+        slots it holds); the slots it holds now, or None when it refused (a hub without
+        push answers an unknown event with a problem; one that answers nothing times out)
+        or the link is down."""
+        return await self._slots_call("worker_ready", {"slots": slots}, within)
+
+    async def pause(self, within: float = ACK_TIMEOUT) -> int | None:
+        """Take back the granted slots; how many were returned (None as for ``grant``)."""
+        return await self._slots_call("worker_pause", {}, within)
+
+    async def _slots_call(self, event: str, data: dict[str, Any], within: float) -> int | None:
+        if not self.listening:
+            return None
+        try:
+            ack = await self._sio.call(
+                event, {"worker_id": self._worker_id, **data}, timeout=within
+            )
+        except Exception as exc:  # a timeout, a connection that dropped meanwhile
+            log.info("%s failed: %s", event, exc)
+            return None
+        slots = ack.get("slots") if isinstance(ack, dict) else None
+        if type(slots) is not int or "status" in ack:
+            log.info("%s refused: %s", event, ack.get("detail") if isinstance(ack, dict) else ack)
+            return None
+        return slots
+
+    async def _task_pushed(self, data: Any = None) -> None:
+        if self._on_task_pushed is None or not isinstance(data, dict):
+            return
+        worker_id, tasks = data.get("worker_id"), data.get("tasks")
+        if isinstance(worker_id, str) and isinstance(tasks, list):
+            self._on_task_pushed(worker_id, [t for t in tasks if isinstance(t, dict)])
 
     async def _task_cancelled(self, data: Any = None) -> None:
         """Passes on the task id, and the worker id the notice is meant for: the socket

@@ -35,6 +35,10 @@ class Worker:
     (retried while attempts are left) and leaves the hub. A hard stop (``drain=False``, a
     second signal or cancel) skips the drain and is done within a few seconds.
 
+    ``push`` (with ``sockets``): slots left idle are granted to the hub, which then sends
+    tasks over the Socket.IO link as they are submitted, already started (docs/protocol.md,
+    "Task push"); off, the worker only claims.
+
     ``server_timeout`` is the hub's ``TASKHUB_WORKER_TIMEOUT_SECONDS``; the heartbeat
     interval (default a quarter of it) may be at most a third of it.
     """
@@ -53,6 +57,7 @@ class Worker:
         drain_timeout: float = 30.0,
         startup_timeout: float = 30.0,
         sockets: bool = True,
+        push: bool = True,
         socketio_path: str = "socket.io",
         http_timeout: float = 10.0,
     ) -> None:
@@ -79,6 +84,7 @@ class Worker:
             socketio_path=socketio_path,
             http_timeout=http_timeout,
             server_timeout=server_timeout,
+            push=push,
         )
         self._specs: dict[str, JobSpec] = {}
         self._engine: WorkerEngine | None = None

@@ -34,13 +34,14 @@ def counter(hub: Hub, name: str, **labels: str) -> float:
     return float(match.group(1)) if match else 0.0
 
 
-def shortcut_counts(hub: Hub) -> tuple[float, float, float]:
-    """Tasks claimed-and-started, claimed by end reports, and PATCH-running transitions
-    (claimed → running, which a claim-and-start counts too)."""
+def shortcut_counts(hub: Hub) -> tuple[float, float, float, float]:
+    """Tasks claimed-and-started, claimed by end reports, PATCH-running transitions
+    (claimed → running, which a claim-and-start counts too), and pushed tasks."""
     return (
         counter(hub, "taskhub_worker_shortcuts_total", kind="claim_start"),
         counter(hub, "taskhub_worker_shortcuts_total", kind="claim_next"),
         counter(hub, "taskhub_task_transitions_total", from_status="claimed", to_status="running"),
+        counter(hub, "taskhub_worker_shortcuts_total", kind="push"),
     )
 
 
@@ -56,12 +57,12 @@ def serve_many(hub: Hub, room: str, count: int, concurrency: int) -> list[str]:
 
 
 def test_the_worker_uses_the_shortcuts(sqlite_hub: Hub, room: str) -> None:
-    started, nexts, transitions = shortcut_counts(sqlite_hub)
+    started, nexts, transitions, pushed = shortcut_counts(sqlite_hub)
     ids = serve_many(sqlite_hub, room, 30, concurrency=4)
     after = shortcut_counts(sqlite_hub)
-    # Every task was started by a claim (no PATCH running): by the claimer's claims, or,
-    # many of them, by the claims of end reports.
-    assert (after[0] - started) + (after[1] - nexts) == len(ids)
+    # Every task was started by a claim (no PATCH running): by the claimer's claims, by
+    # pushes into idle slots, or, many of them, by the claims of end reports.
+    assert (after[0] - started) + (after[1] - nexts) + (after[3] - pushed) == len(ids)
     assert after[1] - nexts > 0
     assert after[2] - transitions == len(ids)  # the metrics count them as started all the same
     for task_id in ids:
@@ -74,6 +75,7 @@ def test_the_worker_falls_back_on_a_hub_without_the_shortcuts(older_hub: Hub, ro
     ids = serve_many(older_hub, room, 12, concurrency=3)
     after = shortcut_counts(older_hub)
     assert after[:2] == before[:2] == (0.0, 0.0)
+    assert after[3] == before[3] == 0.0
     assert after[2] - before[2] == len(ids), "each task started by its own PATCH running"
 
 

@@ -13,6 +13,9 @@ SQLite and PostgreSQL, and checks after every step that the queue keeps its prom
 - the queue positions of a job's pending tasks are the model's places (1..n, in claim
   order, the tasks not yet due last);
 - the kept counts of pending and waiting tasks match the tasks;
+- a push (``realtime.task_push``: a worker grants slots, the hub claims and starts tasks
+  for it) takes what a claim-and-start of the slots held would take, keeps the slots it
+  found nothing for, and a push whose socket went leaves its tasks to their lease;
 - a fair job's claims go round-robin over its submitters (``Rotation``, which counts the
   claims alone, not the model's turns).
 
@@ -50,9 +53,12 @@ from hypothesis.stateful import (
 from sqlalchemy import func, select, update
 
 from taskhub.clock import utcnow
+from taskhub.realtime.publisher import Publisher
+from taskhub.realtime.task_push import MAX_GRANTED_SLOTS, Grant, TaskPusher
+from taskhub.realtime.waiters import TaskWaiters
 from taskhub.rules.errors import DomainError
 from taskhub.rules.fair_share import ClaimOrder
-from taskhub.rules.records import Principal
+from taskhub.rules.records import Principal, TaskRecord
 from taskhub.rules.retries import RetryPolicy
 from taskhub.rules.states import ACTIVE_STATUSES, TaskStatus, is_terminal
 from taskhub.services import claim, due_tasks, submit, sweeps, task_reads, transitions
@@ -82,6 +88,15 @@ class QueueMachine(ServiceMachine):
         self.seconds_passed = 0
         self.run(self._set_up())
         self.model = QueueModel(fair_jobs=[self.fair_job_id])
+        self.pushed: list[TaskRecord] = []
+        self.socket_up = True  # whether a push finds the worker's socket
+        self.pusher = TaskPusher(
+            self.db, Publisher(TaskWaiters()), lease_seconds=60, deliver=self._deliver
+        )
+
+    async def _deliver(self, _grant: Grant, records: list[TaskRecord]) -> bool:
+        self.pushed.extend(records)
+        return self.socket_up
 
     async def _set_up(self) -> None:
         self.users = []
@@ -232,6 +247,40 @@ class QueueMachine(ServiceMachine):
             )
         )
         return record
+
+    @rule(worker=st.integers(0, 2), slots=st.integers(0, 3), socket_up=st.booleans())
+    def push(self, worker: int, slots: int, socket_up: bool) -> None:
+        """The worker grants ``slots`` more (0: look again); the hub pushes what a
+        claim-and-start of every slot it holds would take, and holds on to the rest. If
+        the socket went meanwhile, its grants lapse, and the pushed tasks stay the
+        worker's until their lease runs out (``sweep_expired_leases``)."""
+        worker_id = self.workers[worker]
+        sid = f"socket-{worker}"
+        held = self.pusher.held(worker_id)
+        holds = min(held + slots, MAX_GRANTED_SLOTS)
+        expected = self._next_claims(worker_id, holds) if holds else []
+        self.pushed, self.socket_up = [], socket_up
+        assert self.run(self._grant(sid, worker_id, slots)) == holds
+        self._took(self.pushed, worker_id, expected, start=True)
+        if socket_up:
+            assert self.pusher.held(worker_id) == holds - len(self.pushed)
+        else:
+            self.pusher.forget_socket(sid)
+            assert self.pusher.held(worker_id) == 0
+
+    async def _grant(self, sid: str, worker_id: UUID, slots: int) -> int:
+        """The grant (as the socket event makes it), once its pushes are done."""
+        held = self.pusher.grant(sid, worker_id, self.owner, [FIFO_JOB, FAIR_JOB], slots)
+        await self.pusher.settled()
+        return held
+
+    @rule(worker=st.integers(0, 2))
+    def pause_pushes(self, worker: int) -> None:
+        """The worker takes its grant back: every slot not taken comes back to it."""
+        worker_id = self.workers[worker]
+        held = self.pusher.held(worker_id)
+        assert self.pusher.pause(worker_id, f"socket-{worker}") == held
+        assert self.pusher.held(worker_id) == 0
 
     @precondition(lambda self: self._held_with(S.CLAIMED))
     @rule(data=st.data())

@@ -14,21 +14,38 @@ from uuid import UUID
 
 import socketio
 
+from taskhub.json_codec import load_json
 from taskhub.observability import metrics
 from taskhub.observability.request_id import bound, socket_request_id
-from taskhub.rules.errors import DomainError, Unauthorized, ValidationFailed
+from taskhub.realtime.task_push import MAX_GRANTED_SLOTS, Grant, TaskPusher
+from taskhub.rules.errors import (
+    DomainError,
+    NotFound,
+    Unauthorized,
+    ValidationFailed,
+    WorkerNotJoined,
+)
 from taskhub.rules.naming import JobName, validate_room_id
-from taskhub.rules.records import Principal
+from taskhub.rules.records import Principal, TaskRecord
 from taskhub.runtime import Hub
 from taskhub.services.users import hash_token
 from taskhub.services.workers import check_serves, existing_workers, heartbeat
 from taskhub.store.database import DatabaseUnavailable
 from taskhub.transport.credentials import bearer_token
+from taskhub.transport.http.api import dump_body
 from taskhub.transport.http.problems import database_unavailable_body, problem_body
+from taskhub.transport.http.schemas import claimed_task_body
 
 log = logging.getLogger(__name__)
 Ack = Callable[[str, Any], Awaitable[dict[str, Any]]]
-CLIENT_EVENTS = ("join_job_room", "leave_job_room", "room_join", "room_leave")
+CLIENT_EVENTS = (
+    "join_job_room",
+    "leave_job_room",
+    "room_join",
+    "room_leave",
+    "worker_ready",
+    "worker_pause",
+)
 # The most rooms one socket may be in (``room:…`` from room_join, ``jobs:…`` and
 # ``worker:…`` from join_job_room; not the sid's own room). Each costs the server memory
 # for as long as the socket lives (about 0.7 KB with a long room id), so without a cap one
@@ -89,6 +106,16 @@ def _worker_id(data: Any) -> UUID:
         ) from None
 
 
+def _slots(data: Any) -> int:
+    value = data.get("slots") if isinstance(data, dict) else None
+    if type(value) is not int or not 0 <= value <= MAX_GRANTED_SLOTS:
+        raise ValidationFailed(
+            f"slots must be an integer from 0 to {MAX_GRANTED_SLOTS}.",
+            errors=[{"loc": ["data", "slots"], "msg": "an integer in range is required"}],
+        )
+    return value
+
+
 def _acknowledged(handler: Ack) -> Ack:
     """Every client event gets an answer: an unexpected error becomes a 500 problem (logged,
     no trace sent) instead of a client left waiting for an acknowledgement; a database that
@@ -128,6 +155,16 @@ class SocketHandlers:
         self.hub = hub
         self.sessions: dict[str, SocketSession] = {}
         self._recheck: asyncio.Task[None] | None = None
+        bus = hub.wake_bus
+        self.pusher = TaskPusher(
+            hub.db,
+            hub.publisher,
+            lease_seconds=hub.settings.task_lease_seconds,
+            deliver=self._deliver_push,
+            announce=bus.announce_available if bus is not None else None,
+        )
+        if bus is not None:
+            bus.on_available = self.pusher.wake
         sio.on("connect", self.connect)
         sio.on("disconnect", self.disconnect)
         for name in CLIENT_EVENTS:
@@ -205,6 +242,7 @@ class SocketHandlers:
         if session is None:
             return
         metrics.socket_disconnected()
+        self.pusher.forget_socket(sid)
         with bound(socket_request_id(sid)):
             log.debug("socket disconnected")
             if session.workers:
@@ -257,6 +295,7 @@ class SocketHandlers:
                 continue
             session.workers.discard(worker_id)
             session.rooms.discard(f"worker:{worker_id}")
+            self.pusher.forget_worker(worker_id)
             log.debug("socket lets go of removed worker %s", worker_id)
             await self.sio.leave_room(sid, f"worker:{worker_id}")
             await self.hub.presence.forget_socket(worker_id, sid)
@@ -298,3 +337,54 @@ class SocketHandlers:
         session = self.sessions.get(sid)
         if session is not None:
             session.rooms.discard(room)
+
+    async def worker_ready(self, sid: str, data: Any) -> dict[str, Any]:
+        """The socket's worker grants the hub ``slots`` more for pushed tasks
+        (``realtime/task_push.py``); answered with the slots the hub holds for it now. The
+        worker must have joined a job room through this socket (which proved it is the
+        caller's)."""
+        try:
+            self._pushing_enabled()
+            worker_id = _worker_id(data)
+            slots = _slots(data)
+            session = self._joined(sid, worker_id)
+        except DomainError as exc:
+            return _problem(exc)
+        jobs = [room.removeprefix("jobs:") for room in session.rooms if room.startswith("jobs:")]
+        held = self.pusher.grant(sid, worker_id, session.principal, jobs, slots)
+        return {"worker_id": str(worker_id), "slots": held}
+
+    async def worker_pause(self, sid: str, data: Any) -> dict[str, Any]:
+        """Take back what the socket's worker granted; answered with the slots returned (a
+        push under way may still deliver tasks for the others)."""
+        try:
+            self._pushing_enabled()
+            worker_id = _worker_id(data)
+            self._joined(sid, worker_id)
+        except DomainError as exc:
+            return _problem(exc)
+        return {"worker_id": str(worker_id), "slots": self.pusher.pause(worker_id, sid)}
+
+    def _pushing_enabled(self) -> None:
+        if not self.hub.settings.worker_shortcuts:
+            raise NotFound("Task push is turned off on this hub (TASKHUB_WORKER_SHORTCUTS).")
+
+    def _joined(self, sid: str, worker_id: UUID) -> SocketSession:
+        """The socket's session, if ``worker_id`` joined a job room through it (409)."""
+        session = self.sessions.get(sid)
+        if session is None or worker_id not in session.workers:
+            raise WorkerNotJoined(
+                f"Worker {worker_id} has not joined a job room on this socket: join_job_room first."
+            )
+        return session
+
+    async def _deliver_push(self, grant: Grant, records: list[TaskRecord]) -> bool:
+        """Send pushed tasks to the grant's socket; whether it was still connected."""
+        if grant.sid not in self.sessions:
+            return False
+        # Written exactly as a claim's answer writes them (datetimes with ``Z``; asyncpg's
+        # UUIDs too), then handed to Socket.IO, whose JSON writes that text again.
+        tasks = load_json(dump_body([claimed_task_body(record) for record in records]).decode())
+        payload = {"worker_id": str(grant.worker_id), "tasks": tasks}
+        await self.sio.emit("task_pushed", payload, to=grant.sid)
+        return True
