@@ -84,8 +84,8 @@ class Settings(DatabaseSettings):
         30 * DAY_SECONDS, allow_zero=True, most=MAX_RETENTION_SECONDS
     )
     retention_batch_size: int = Field(default=1000, gt=0)
-    # The optional worker shortcuts (claim with start, PATCH with claim_next); off, the hub
-    # ignores them as an older hub does.
+    # The optional worker shortcuts (claim with start, PATCH with claim_next, task push);
+    # off, the hub ignores them as an older hub does.
     worker_shortcuts: bool = True
 
     max_body_bytes: int = Field(default=1_048_576, gt=0)

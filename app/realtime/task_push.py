@@ -90,31 +90,39 @@ class TaskPusher:
         else:
             held.jobs = frozenset(jobs)
             held.principal = principal
-        held.slots = min(held.slots + slots, MAX_GRANTED_SLOTS)
+        # At most MAX_GRANTED_SLOTS held in all, counting those of a push under way.
+        held.slots = min(held.slots + slots, MAX_GRANTED_SLOTS - held.in_flight)
         self._push(held)
         return self.held(worker_id)
 
-    def pause(self, worker_id: UUID, sid: str) -> int:
-        """Take back what ``worker_id`` granted through ``sid``; the slots that were not
-        taken (a push under way may still deliver tasks for the others)."""
+    async def pause(self, worker_id: UUID, sid: str) -> int:
+        """Take back what ``worker_id`` granted through ``sid``: no push starts from now
+        on, and one under way ends first (its tasks are sent before this returns, so
+        before the answer); the slots no push took."""
         held = self._grants.get(worker_id)
         if held is None or held.sid != sid:
             return 0
-        del self._grants[worker_id]
-        held.live = False
+        self._drop(held)
+        if held.pushing is not None:
+            await asyncio.gather(held.pushing, return_exceptions=True)
         returned, held.slots = held.slots, 0
         return returned
 
     def forget_socket(self, sid: str) -> None:
         """The socket went: its grants lapse."""
-        for worker_id, held in list(self._grants.items()):
+        for held in list(self._grants.values()):
             if held.sid == sid:
-                self.pause(worker_id, sid)
+                self._drop(held)
 
     def forget_worker(self, worker_id: UUID) -> None:
         held = self._grants.get(worker_id)
         if held is not None:
-            self.pause(worker_id, held.sid)
+            self._drop(held)
+
+    def _drop(self, held: Grant) -> None:
+        held.live = False
+        if self._grants.get(held.worker_id) is held:
+            del self._grants[held.worker_id]
 
     def held(self, worker_id: UUID) -> int:
         """The slots ``worker_id`` granted that no delivered push took yet: those still
@@ -184,13 +192,11 @@ class TaskPusher:
             )
         except Exception as exc:  # the worker's own poll nudges again later
             log.warning("push to worker %s failed: %s", held.worker_id, exc)
-            held.live = False
-            self._grants.pop(held.worker_id, None)
+            self._drop(held)
             return 0
         finally:
             held.in_flight = len(records)
-            if held.live:
-                held.slots += asked - len(records)
+            held.slots += asked - len(records)
         if not records:
             return 0
         metrics.worker_shortcut("push", len(records))

@@ -279,7 +279,7 @@ class QueueMachine(ServiceMachine):
         """The worker takes its grant back: every slot not taken comes back to it."""
         worker_id = self.workers[worker]
         held = self.pusher.held(worker_id)
-        assert self.pusher.pause(worker_id, f"socket-{worker}") == held
+        assert self.run(self.pusher.pause(worker_id, f"socket-{worker}")) == held
         assert self.pusher.held(worker_id) == 0
 
     @precondition(lambda self: self._held_with(S.CLAIMED))

@@ -61,6 +61,7 @@ class SocketSession:
     token_digest: str
     workers: set[UUID] = field(default_factory=set)
     rooms: set[str] = field(default_factory=set)  # entered by its events, for the cap
+    jobs: dict[UUID, set[str]] = field(default_factory=dict)  # joined job names per worker
 
     def reserve(self, rooms: set[str]) -> bool:
         """Count ``rooms`` as the socket's if the cap leaves space for the new ones among
@@ -280,6 +281,7 @@ class SocketHandlers:
             return _SOCKET_GONE
         await self.sio.enter_room(sid, f"jobs:{job_name}")
         await self.sio.enter_room(sid, f"worker:{worker_id}")  # task_cancelled for this worker
+        session.jobs.setdefault(worker_id, set()).add(job_name)
         return {"job_name": job_name, "worker_id": str(worker_id)}
 
     async def _drop_removed_workers(self, sid: str, session: SocketSession) -> None:
@@ -294,6 +296,7 @@ class SocketHandlers:
             if worker_id not in session.workers:  # let go by a concurrent join meanwhile
                 continue
             session.workers.discard(worker_id)
+            session.jobs.pop(worker_id, None)
             session.rooms.discard(f"worker:{worker_id}")
             self.pusher.forget_worker(worker_id)
             log.debug("socket lets go of removed worker %s", worker_id)
@@ -306,6 +309,9 @@ class SocketHandlers:
         except DomainError as exc:
             return _problem(exc)
         self._forget(sid, f"jobs:{job_name}")
+        session = self.sessions.get(sid)
+        for jobs in session.jobs.values() if session is not None else ():
+            jobs.discard(job_name)
         await self.sio.leave_room(sid, f"jobs:{job_name}")
         return {"job_name": job_name}
 
@@ -350,7 +356,7 @@ class SocketHandlers:
             session = self._joined(sid, worker_id)
         except DomainError as exc:
             return _problem(exc)
-        jobs = [room.removeprefix("jobs:") for room in session.rooms if room.startswith("jobs:")]
+        jobs = session.jobs.get(worker_id, set())
         held = self.pusher.grant(sid, worker_id, session.principal, jobs, slots)
         return {"worker_id": str(worker_id), "slots": held}
 
@@ -363,7 +369,7 @@ class SocketHandlers:
             self._joined(sid, worker_id)
         except DomainError as exc:
             return _problem(exc)
-        return {"worker_id": str(worker_id), "slots": self.pusher.pause(worker_id, sid)}
+        return {"worker_id": str(worker_id), "slots": await self.pusher.pause(worker_id, sid)}
 
     def _pushing_enabled(self) -> None:
         if not self.hub.settings.worker_shortcuts:
