@@ -12,9 +12,9 @@ worker does not know the task, its heartbeats do not extend its lease, and the s
 retries it when the lease runs out.
 
 One task's wake-up goes to one grant (in turn among the grants of its job here), so a
-burst of tasks spreads over idle workers instead of every worker claiming for each task.
-Each replica pushes to its own sockets only; a claim takes the oldest task, whichever
-event woke it, and the grants of replicas race fairly in the database.
+burst of tasks spreads over idle workers instead of every worker claiming for each task;
+the other replicas hear of the task only if no grant here serves its job. Each replica
+pushes to its own sockets only; a claim takes the oldest task, whichever event woke it.
 """
 
 from __future__ import annotations
@@ -136,24 +136,29 @@ class TaskPusher:
             await asyncio.gather(*pushing, return_exceptions=True)
 
     async def __call__(self, batch: list[Event]) -> None:
-        """A publisher sink: wake grants here for every available task, and tell the other
-        replicas which jobs have some."""
+        """A publisher sink: wake grants here for every available task; tell the other
+        replicas of the tasks no grant here takes (a push here would take the task, and
+        theirs would claim in vain)."""
         jobs = [event.job_name for event in batch if isinstance(event, TaskAvailable)]
         if not jobs:
             return
-        self.wake(jobs)
-        if self._announce is not None:
-            self._announce(jobs)
+        elsewhere = [job_name for job_name in jobs if not self._wake_one(job_name)]
+        if elsewhere and self._announce is not None:
+            self._announce(elsewhere)
 
     def wake(self, job_names: Iterable[str]) -> None:
         """One push per available task, each to the next grant (in turn) of its job."""
         for job_name in job_names:
-            serving = [
-                g for g in self._grants.values() if g.slots + g.in_flight and job_name in g.jobs
-            ]
-            if serving:
-                self._turn += 1
-                self._push(serving[self._turn % len(serving)])
+            self._wake_one(job_name)
+
+    def _wake_one(self, job_name: str) -> bool:
+        """Wake the next grant (in turn) of ``job_name``; whether there was one."""
+        serving = [g for g in self._grants.values() if g.slots + g.in_flight and job_name in g.jobs]
+        if not serving:
+            return False
+        self._turn += 1
+        self._push(serving[self._turn % len(serving)])
+        return True
 
     def _push(self, held: Grant) -> None:
         """Push to ``held`` now, or once more after the push under way (whose claim may
@@ -166,11 +171,13 @@ class TaskPusher:
         held.pushing = asyncio.create_task(self._pushes(held), name="taskhub-push")
 
     async def _pushes(self, held: Grant) -> None:
+        """Push until no wake-up came in meanwhile (a push that took fewer tasks than its
+        slots found the queue empty: only a task made available since calls for another)."""
         try:
             while held.live and held.slots > 0:
                 held.wanted = False
-                got = await self._push_once(held)
-                if not held.wanted and got == 0:
+                await self._push_once(held)
+                if not held.wanted:
                     return
         finally:
             held.pushing = None
