@@ -78,21 +78,26 @@ class TaskPusher:
         self, sid: str, worker_id: UUID, principal: Principal, jobs: Iterable[str], slots: int
     ) -> int:
         """Add ``slots`` to what ``worker_id`` granted through socket ``sid`` (a grant
-        through another socket replaces the old one) and push at once if tasks wait; the
-        slots it holds now (at most ``MAX_GRANTED_SLOTS``). Zero slots only nudges: the
-        hub looks for tasks again for the slots it holds."""
+        through another socket replaces the old one); the slots it holds now (at most
+        ``MAX_GRANTED_SLOTS``). Zero slots only nudges: the hub looks for tasks again.
+
+        A grant that held no slots before looks for waiting tasks at once: a task that
+        became available meanwhile found no grant to wake. One that held some already
+        does not: every task since then woke a grant of its job (or of another replica's,
+        which takes it), so a worker handing back one slot at a time costs no claim."""
         held = self._grants.get(worker_id)
+        jobs = frozenset(jobs)
         if held is None or held.sid != sid:
             if held is not None:
                 held.live = False
-            held = Grant(sid, worker_id, principal, frozenset(jobs))
+            held = Grant(sid, worker_id, principal, jobs)
             self._grants[worker_id] = held
-        else:
-            held.jobs = frozenset(jobs)
-            held.principal = principal
+        look = slots == 0 or not held.slots + held.in_flight or held.jobs != jobs
+        held.jobs, held.principal = jobs, principal
         # At most MAX_GRANTED_SLOTS held in all, counting those of a push under way.
         held.slots = min(held.slots + slots, MAX_GRANTED_SLOTS - held.in_flight)
-        self._push(held)
+        if look:
+            self._push(held)
         return self.held(worker_id)
 
     async def pause(self, worker_id: UUID, sid: str) -> int:

@@ -425,6 +425,12 @@ class WorkerEngine:
         once it ends (none while stopping), which are launched at once."""
         worker_id = self.worker_id
         want = self._free_slots + 1  # the ending run's slot too
+        if self._granted:
+            # The hub holds slots of this worker: it pushed any task that waited, so a
+            # claim would come back empty. Report, then hand the slots over as well.
+            await self.api.update_task(run.task, body, retry_for=retry_for)
+            self._grant(want)
+            return
         if not self._claims_next or self._stopping.is_set() or worker_id is None or want < 1:
             await self.api.update_task(run.task, body, retry_for=retry_for)
             return

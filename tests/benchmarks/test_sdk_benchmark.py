@@ -1,6 +1,7 @@
 """Smoke test of ``python -m benchmarks.sdk --quick``: every system (the ceiling app, the
 zndraw-joblib reference server with its ``JobManager``, Taskhub served by that
-``JobManager`` and by ``taskhub worker`` processes, two PostgreSQL replicas) runs end to end
+``JobManager`` and by ``taskhub worker`` processes with and without push, two PostgreSQL
+replicas) runs end to end
 and reports well-formed results. No timing is asserted: only the shape of the output, and
 what the hub counted (the SDK's workers need fewer requests per task than the four-request
 protocol)."""
@@ -46,8 +47,9 @@ def test_requests_per_task_are_counted_at_the_hub(quick_run: dict) -> None:
     # The four-request protocol: a claim and two PATCHes per task from the workers.
     for system in ("ceiling", "reference", "taskhub-joblib"):
         assert saturation[system]["requests_per_task"] >= 3, saturation[system]
-    # The SDK: claims that start, end reports that claim the next.
-    for system in ("taskhub-sdk", "postgres-sdk"):
+    # The SDK: claims that start, end reports that claim the next (and, by default, tasks
+    # pushed into idle slots, which are no requests at all).
+    for system in ("taskhub-sdk", "taskhub-sdk-claims", "postgres-sdk", "postgres-sdk-claims"):
         line = saturation[system]
         assert line["requests_per_task"] < 3, line
         assert line["requests"].get("task_patch", 0) <= 1.0, line

@@ -13,9 +13,10 @@ SQLite and PostgreSQL, and checks after every step that the queue keeps its prom
 - the queue positions of a job's pending tasks are the model's places (1..n, in claim
   order, the tasks not yet due last);
 - the kept counts of pending and waiting tasks match the tasks;
-- a push (``realtime.task_push``: a worker grants slots, the hub claims and starts tasks
-  for it) takes what a claim-and-start of the slots held would take, keeps the slots it
-  found nothing for, and a push whose socket went leaves its tasks to their lease;
+- a push (``realtime.task_push``: a worker grants slots, or a task's wake-up reaches a
+  grant; the hub claims and starts tasks for it) takes what a claim-and-start of the
+  slots held would take, keeps the slots it found nothing for, and a push whose socket
+  went leaves its tasks to their lease;
 - a fair job's claims go round-robin over its submitters (``Rotation``, which counts the
   claims alone, not the model's turns).
 
@@ -250,29 +251,69 @@ class QueueMachine(ServiceMachine):
 
     @rule(worker=st.integers(0, 2), slots=st.integers(0, 3), socket_up=st.booleans())
     def push(self, worker: int, slots: int, socket_up: bool) -> None:
-        """The worker grants ``slots`` more (0: look again); the hub pushes what a
-        claim-and-start of every slot it holds would take, and holds on to the rest. If
-        the socket went meanwhile, its grants lapse, and the pushed tasks stay the
-        worker's until their lease runs out (``sweep_expired_leases``)."""
+        """The worker grants ``slots`` more (0: look again). A nudge, or a grant that held
+        no slots, pushes what a claim-and-start of every slot held would take; a grant that
+        held some already adds to them (every task since was a wake-up: ``wake``). The
+        rest stays held. If the socket went meanwhile, its grants lapse, and the pushed
+        tasks stay the worker's until their lease runs out (``sweep_expired_leases``)."""
         worker_id = self.workers[worker]
-        sid = f"socket-{worker}"
         held = self.pusher.held(worker_id)
         holds = min(held + slots, MAX_GRANTED_SLOTS)
-        expected = self._next_claims(worker_id, holds) if holds else []
+        looks = slots == 0 or held == 0
+        expected = self._next_claims(worker_id, holds) if holds and looks else []
+        self._pushed_by(worker, socket_up, self._grant(worker, slots), holds, expected)
+
+    @rule(job=st.sampled_from([FIFO_JOB, FAIR_JOB]), socket_up=st.booleans())
+    def wake(self, job: str, socket_up: bool) -> None:
+        """A task of ``job`` became available: the one worker whose grant serves it (when
+        only one does) gets what a claim-and-start of the slots it holds would take."""
+        serving = [
+            w for w, worker_id in enumerate(self.workers)
+            if self.pusher.held(worker_id) and job in self._job_names(worker_id)
+        ]  # fmt: skip
+        if len(serving) != 1:
+            return
+        (worker,) = serving
+        worker_id = self.workers[worker]
+        holds = self.pusher.held(worker_id)
+        expected = self._next_claims(worker_id, holds)
+        self._pushed_by(worker, socket_up, self._woken(job), holds, expected)
+
+    def _pushed_by(
+        self, worker: int, socket_up: bool, pushes: Any, holds: int, expected: list[UUID]
+    ) -> None:
+        """Run ``pushes`` (a coroutine) and check what it pushed to ``worker``."""
+        worker_id = self.workers[worker]
         self.pushed, self.socket_up = [], socket_up
-        assert self.run(self._grant(sid, worker_id, slots)) == holds
+        assert self.run(pushes) == holds
         self._took(self.pushed, worker_id, expected, start=True)
         if socket_up:
             assert self.pusher.held(worker_id) == holds - len(self.pushed)
         else:
-            self.pusher.forget_socket(sid)
+            self.pusher.forget_socket(f"socket-{worker}")
             assert self.pusher.held(worker_id) == 0
 
-    async def _grant(self, sid: str, worker_id: UUID, slots: int) -> int:
+    def _job_names(self, worker_id: UUID) -> list[str]:
+        names = {self.job_id: FIFO_JOB, self.fair_job_id: FAIR_JOB}
+        return [names[job_id] for job_id in self.serves[worker_id]]
+
+    async def _grant(self, worker: int, slots: int) -> int:
         """The grant (as the socket event makes it), once its pushes are done."""
-        held = self.pusher.grant(sid, worker_id, self.owner, [FIFO_JOB, FAIR_JOB], slots)
+        worker_id = self.workers[worker]
+        jobs = self._job_names(worker_id)
+        held = self.pusher.grant(f"socket-{worker}", worker_id, self.owner, jobs, slots)
         await self.pusher.settled()
         return held
+
+    async def _woken(self, job: str) -> int:
+        """The wake-up of a task of ``job``, once its pushes are done; what the woken
+        grant held."""
+        serving = [w for w in self.workers if self.pusher.held(w)]
+        held = {w: self.pusher.held(w) for w in serving}
+        self.pusher.wake([job])
+        await self.pusher.settled()
+        (worker_id,) = [w for w in serving if job in self._job_names(w)]
+        return held[worker_id]
 
     @rule(worker=st.integers(0, 2))
     def pause_pushes(self, worker: int) -> None:
