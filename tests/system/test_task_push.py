@@ -236,6 +236,35 @@ async def test_a_pushed_task_is_fenced_by_its_claim_token(
     assert (final["status"], final["result"], final["error"]) == ("completed", {"n": 1}, None)
 
 
+async def test_a_pushed_task_that_fails_for_a_retry_is_pushed_again_as_its_next_attempt(
+    alice: Owner, worker: SocketProbe
+) -> None:
+    """A pushed task reported failed with ``retry`` goes back to the queue (after the
+    retry backoff); when it is due again it is pushed to the worker's grant as attempt 2
+    with a fresh claim token, and attempt 1's token is refused from then on."""
+    assert await ready(worker, alice.worker_id, 2) == 2
+    start = worker.mark()
+    task = await alice.api.submit(alice.job, room=alice.room, max_attempts=2)
+    [first] = await pushed(worker, alice.worker_id, 1, after=start)
+    assert first["attempt"] == 1
+
+    start = worker.mark()
+    failed = await alice.api.transition(
+        task["id"], "failed", error="flaky", retry=True, claim_token=first["claim_token"]
+    )
+    assert failed.status_code == 200, failed.text
+    assert failed.json()["status"] == "pending"
+    [second] = await pushed(worker, alice.worker_id, 1, after=start)
+
+    assert second["id"] == task["id"] and second["attempt"] == 2
+    assert_started_for(second, alice.worker_id)
+    assert second["claim_token"] != first["claim_token"]
+    late = await alice.api.transition(task["id"], "completed", claim_token=first["claim_token"])
+    assert_problem(late, 409, "stale-claim")
+    done = await alice.api.transition(task["id"], "completed", claim_token=second["claim_token"])
+    assert done.status_code == 200, done.text
+
+
 async def test_the_hub_holds_at_most_100_slots_for_a_worker(
     alice: Owner, worker: SocketProbe
 ) -> None:
