@@ -52,6 +52,7 @@ from taskhub.store.queue_positions import (
     is_ready,
     joined_record,
     not_yet_due,
+    place_of,
     position_params,
     ready_position,
     second_after_subject,
@@ -318,5 +319,5 @@ async def with_positions(
         found = (await conn.execute(statement, params)).all()
         places = {task_id: position for task_id, position in found}
         for record in pending:
-            record.queue_position = places[record.id]
+            record.queue_position = place_of(places[record.id])
     return records

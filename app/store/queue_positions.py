@@ -324,13 +324,18 @@ async def queue_position(
     conn: Connection, record: TaskRecord, now: datetime | None = None, *, newest: bool = False
 ) -> int | None:
     """``record``'s place in its job's queue at ``now`` (None unless pending); ``newest``:
-    it was just submitted. The place is read after the record: a task claimed in between
-    is no longer counted, so it is given as the head it was (1), never 0."""
+    it was just submitted."""
     if record.status != TaskStatus.PENDING:
         return None
     statement, params = position_query(record, now or utcnow(), newest=newest)
-    position: int = await conn.scalar(statement, params)
-    return max(position, 1)
+    return place_of(await conn.scalar(statement, params))
+
+
+def place_of(counted: int) -> int:
+    """The place of a task read as pending, from the tasks counted up to it. The count is
+    read after the record: a task claimed in between no longer counts itself, and is
+    given as the head it was (1), never 0."""
+    return max(counted, 1)
 
 
 async def with_position(conn: Connection, row: Any, now: datetime | None = None) -> TaskRecord:
