@@ -100,6 +100,14 @@ async def pushed(
     return tasks
 
 
+async def both_refused(probe: SocketProbe, worker_id: str, status: int, slug: str) -> None:
+    """``worker_ready`` (2 slots) and ``worker_pause`` for ``worker_id`` are both answered
+    with the problem ``status`` / ``slug``."""
+    grant = {"worker_id": worker_id, "slots": 2}
+    assert_problem_ack(await probe.call("worker_ready", grant), status, slug)
+    assert_problem_ack(await probe.call("worker_pause", {"worker_id": worker_id}), status, slug)
+
+
 def assert_started_for(task: dict[str, Any], worker_id: str) -> None:
     """A pushed task is claimed and started for the worker, with a claim token."""
     assert task["status"] == "running", task
@@ -360,10 +368,7 @@ async def test_another_users_socket_cannot_grant_for_a_worker_it_does_not_own(
         await bob.connect(shared_server.base_url, shared_server.create_user(unique("bob")))
         join = {"job_name": alice.job, "worker_id": alice.worker_id}
         assert_problem_ack(await bob.call("join_job_room", join), 403, "forbidden")
-        grant = {"worker_id": alice.worker_id, "slots": 5}
-        assert_problem_ack(await bob.call("worker_ready", grant), 409, "worker-not-joined")
-        pause_data = {"worker_id": alice.worker_id}
-        assert_problem_ack(await bob.call("worker_pause", pause_data), 409, "worker-not-joined")
+        await both_refused(bob, alice.worker_id, 409, "worker-not-joined")
 
         await still_pending(alice, task["id"])
         assert bob.named("task_pushed") == []
@@ -446,10 +451,7 @@ async def test_a_hub_without_worker_shortcuts_answers_404_and_pushes_nothing(
             await worker.join_job_room(alice.job, alice.worker_id)
             task = await alice.api.submit(alice.job, room=alice.room)
 
-            grant = {"worker_id": alice.worker_id, "slots": 2}
-            assert_problem_ack(await worker.call("worker_ready", grant), 404, "not-found")
-            pause_data = {"worker_id": alice.worker_id}
-            assert_problem_ack(await worker.call("worker_pause", pause_data), 404, "not-found")
+            await both_refused(worker, alice.worker_id, 404, "not-found")
 
             await still_pending(alice, task["id"])
             assert worker.named("task_pushed") == []
