@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from typing import Any
+from uuid import UUID
 
 import orjson
 
@@ -32,6 +33,19 @@ def _big_integers_as_digits(value: Any) -> Any:
     if isinstance(value, int) and not _INT64_MIN <= value <= _UINT64_MAX:
         return orjson.Fragment(str(value))
     return value
+
+
+def wire_json(value: Any) -> bytes:
+    """JSON as pydantic writes it (datetimes with ``Z``), by ``exact_json``: HTTP answers
+    and Socket.IO packets alike, so that a record reads the same over both."""
+    return exact_json(value, orjson.OPT_UTC_Z, _uuid_subclass)
+
+
+def _uuid_subclass(value: Any) -> str:
+    """orjson writes ``uuid.UUID`` itself, not a subclass (asyncpg reads UUIDs as one)."""
+    if isinstance(value, UUID):
+        return str(value)
+    raise TypeError
 
 
 def dump_json(value: Any) -> str:

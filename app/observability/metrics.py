@@ -53,6 +53,11 @@ WORKER_SHORTCUTS = Counter(
     "and started for an idle worker and sent over its socket).",
     ["kind"],
 )
+SOCKET_TASK_UPDATES = Counter(
+    "taskhub_socket_task_updates",
+    "Task updates applied from the Socket.IO event task_update (docs/protocol.md), the "
+    "socket's stand-in for PATCH /tasks/{id}.",
+)
 LONG_POLL_SECONDS = Histogram(
     "taskhub_long_poll_seconds",
     "How long long-polls (GET /tasks/{id} with Prefer: wait) waited; outcome woken (the "
@@ -234,6 +239,10 @@ def long_poll() -> Iterator[Outcome]:
         LONG_POLL_WAITERS.dec()
         if outcome.value is not None:
             LONG_POLL_SECONDS.labels(outcome.value).observe(time.perf_counter() - started)
+
+
+def socket_task_update() -> None:
+    SOCKET_TASK_UPDATES.inc()
 
 
 def socket_connected() -> None:

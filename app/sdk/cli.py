@@ -46,6 +46,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--no-push", action="store_true", help="claim only: no tasks pushed over Socket.IO"
     )
     parser.add_argument(
+        "--no-socket-updates",
+        action="store_true",
+        help="report run ends by HTTP PATCH only, not over Socket.IO",
+    )
+    parser.add_argument(
         "--app-dir", default=".", help="directory put on sys.path first (default: cwd)"
     )
     parser.add_argument(
@@ -108,6 +113,7 @@ def run_worker(args: argparse.Namespace) -> int:
             drain_timeout=args.drain_timeout,
             sockets=not args.no_sockets,
             push=not args.no_push,
+            socket_updates=not args.no_socket_updates,
         )
     except (ImportError, TypeError, ValueError) as exc:
         print(f"taskhub worker: {exc}", file=sys.stderr)

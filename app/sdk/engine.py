@@ -18,6 +18,12 @@ no ``next``: the run then starts with ``PATCH running`` and the claimer claims a
 Slots asked for by a claim or an end report in flight are reserved, so the two never
 claim more than the concurrency between them.
 
+End reports go over the Socket.IO link while it listens (``task_update``, docs/protocol.md
+"Task updates over Socket.IO"): the same update as the PATCH, without an HTTP request.
+One with no answer is sent again by PATCH (a repeat of an applied outcome is refused 409
+and changes nothing); a result over ``LINK_RESULT_BYTES`` goes by PATCH at once, and a
+hub that does not know the event gets PATCHes from then on.
+
 Push (docs/protocol.md, "Task push"): slots a claim or an end report found nothing for are
 granted to the hub over the Socket.IO link (``worker_ready``); while it holds them, the
 hub claims and starts tasks for this worker as they are submitted and sends them over the
@@ -58,6 +64,11 @@ LEAVE_SECONDS = 5.0  # after the drain: fail what still runs, leave the rooms, d
 HARD_STOP_SECONDS = 5.0  # a stop without drain is done within this unless told otherwise
 CLOSE_MARGIN = 1.0  # of a stop's timeout, kept for closing the connections (at most)
 CLOSE_SECONDS = 5.0  # closing the connections after a stop without a timeout
+# An end report's answer over the link is awaited this long before the PATCH is sent.
+LINK_UPDATE_SECONDS = 5.0
+# Results larger than this go by PATCH: Engine.IO closes a connection whose message passes
+# its buffer size (1 MB by default), and a large message would hold up the link's events.
+LINK_RESULT_BYTES = 64 * 1024
 
 
 @dataclass(frozen=True)
@@ -74,6 +85,7 @@ class WorkerConfig:
     http_timeout: float
     server_timeout: float | None = None  # the hub's worker timeout, as configured
     push: bool = True  # grant idle slots to the hub for pushed tasks
+    socket_updates: bool = True  # report run ends over the Socket.IO link (task_update)
 
 
 class WorkerEngine:
@@ -99,6 +111,7 @@ class WorkerEngine:
         self._claims_start = True
         self._claims_next = True
         self._pushes = config.push
+        self._updates_over_link = config.socket_updates
         self._granted = 0  # slots the hub may push tasks into, as last known
         self._unanswered = 0  # slots granted by calls not answered yet
         self._kick = asyncio.Event()
@@ -428,23 +441,23 @@ class WorkerEngine:
         if self._granted:
             # The hub holds slots of this worker: it pushed any task that waited, so a
             # claim would come back empty. Report, then hand the slots over as well.
-            await self.api.update_task(run.task, body, retry_for=retry_for)
+            await self._report(run, body, None, retry_for)
             self._grant(want)
             return
         if not self._claims_next or self._stopping.is_set() or worker_id is None or want < 1:
-            await self.api.update_task(run.task, body, retry_for=retry_for)
+            await self._report(run, body, None, retry_for)
             return
         ask = {"worker_id": worker_id, "max_tasks": want, "start": self._claims_start}
         self._reserved += want
         try:
             try:
-                claimed = await self.api.end_task(run.task, body, ask, retry_for=retry_for)
+                claimed = await self._report(run, body, ask, retry_for)
             except ProblemError as exc:
                 if not _refuses_field(exc, "claim_next"):
                     raise  # (a refused result, say: ``TaskRun`` handles it as ever)
                 # A hub that refuses the unknown field: report again without it.
                 self._claims_next = False
-                await self.api.update_task(run.task, body, retry_for=retry_for)
+                await self._report(run, body, None, retry_for)
                 return
         finally:
             self._reserved -= want
@@ -455,6 +468,44 @@ class WorkerEngine:
         for task in claimed:
             self._launch(task, worker_id)
         self._grant(want - len(claimed))
+
+    async def _report(
+        self,
+        run: TaskRun,
+        body: dict[str, Any],
+        ask: dict[str, Any] | None,
+        retry_for: float,
+    ) -> list[ClaimedTask] | None:
+        """One end report (over the link if it can, else or failing that by PATCH), asking
+        for the next tasks with ``ask``: those tasks, or None from a hub that ignored the
+        ask (or when there was none)."""
+        sent = False
+        link = self.link
+        size = run.result_bytes if "result" in body else 0
+        if self._updates_over_link and link is not None and size <= LINK_RESULT_BYTES:
+            update = {**body, "claim_token": run.task.claim_token}
+            if ask is not None:
+                update["claim_next"] = ask
+            sent = link.listening
+            try:
+                reply = await link.update(run.task.id, update, LINK_UPDATE_SECONDS)
+            except ProblemError as exc:
+                if exc.status != 404 or exc.slug != "not-found":
+                    raise
+                log.info("The hub does not take task_update; reporting by PATCH")
+                self._updates_over_link = sent = False
+                reply = None
+            if reply is not None:
+                items = reply.get("next")
+                return None if ask is None or items is None else _claimed(items)
+        try:
+            if ask is None:
+                await self.api.update_task(run.task, body, retry_for=retry_for)
+                return None
+            return await self.api.end_task(run.task, body, ask, retry_for=retry_for)
+        except ProblemError as exc:
+            exc.retried = exc.retried or sent  # the link's update may have been applied
+            raise
 
     # -- push --------------------------------------------------------------------
 
@@ -610,6 +661,10 @@ class WorkerEngine:
                 timeout = max(remaining, 0.0) + self._close_margin / 2
             await self.link.close(within=timeout)
         await self._hub.aclose()
+
+
+def _claimed(items: Any) -> list[ClaimedTask]:
+    return [ClaimedTask.model_validate(item) for item in items] if isinstance(items, list) else []
 
 
 def _refuses_field(exc: ProblemError, field: str) -> bool:

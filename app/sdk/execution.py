@@ -147,15 +147,16 @@ def storable(text: str) -> str:
     return text.encode("utf-8", "replace").decode("utf-8")
 
 
-def json_ready(value: Any) -> Any:
-    """``value`` as plain JSON, or ``ValueError`` saying why it cannot be (not
-    serialisable, NaN or infinity, bytes that are not UTF-8, lone surrogates)."""
+def json_ready(value: Any) -> tuple[Any, int]:
+    """``value`` as plain JSON, and the bytes of its JSON text; or ``ValueError`` saying
+    why it cannot be (not serialisable, NaN or infinity, bytes that are not UTF-8, lone
+    surrogates)."""
     try:
         plain = to_jsonable_python(value)
-        json.dumps(plain, allow_nan=False, ensure_ascii=False).encode("utf-8")  # as sent
+        text = json.dumps(plain, allow_nan=False, ensure_ascii=False).encode("utf-8")  # as sent
     except (PydanticSerializationError, ValueError, TypeError) as exc:  # (UnicodeError too)
         raise ValueError(str(exc)) from None
-    return plain
+    return plain, len(text)
 
 
 def _log_sender(api: WorkerApi, task: ClaimedTask) -> Send | None:
@@ -195,6 +196,7 @@ class TaskRun:
         self._on_auth_lost = on_auth_lost
         self._reporter: ProgressReporter | None = None
         self._refusal: ProblemError | None = None  # why the hub refused the result
+        self.result_bytes = 0  # the size of the result's JSON, once the run has one
         # Task logs (``ctx.log`` and the run's ``logging`` records), shipped in batches.
         self.task_log = TaskLog(_log_sender(api, task), asyncio.get_running_loop())
         self.ctx = TaskContext(
@@ -306,7 +308,7 @@ class TaskRun:
             await self._report_end({**body, "retry": True} if outcome.retry else body)
             return
         try:
-            result = json_ready(outcome.result)
+            result, self.result_bytes = json_ready(outcome.result)
         except ValueError as exc:
             error = f"The result is not JSON-serialisable: {exc}"
             await self._report_end({"status": "failed", "error": error})

@@ -18,6 +18,7 @@ from typing import Any
 
 import socketio
 
+from taskhub.sdk.errors import problem_error
 from taskhub.sdk.http import Backoff
 
 log = logging.getLogger("taskhub.sdk")
@@ -188,6 +189,27 @@ class SocketLink:
             log.info("%s refused: %s", event, ack.get("detail") if isinstance(ack, dict) else ack)
             return None
         return slots
+
+    async def update(
+        self, task_id: str, body: dict[str, Any], within: float
+    ) -> dict[str, Any] | None:
+        """``PATCH /tasks/{task_id}`` with ``body`` over the link (``task_update``): the
+        hub's answer; None when none came within ``within`` seconds or the link is down
+        (then it may or may not have been applied). A refusal raises its ``ProblemError``
+        (404 ``not-found``: a hub without the event)."""
+        if not self.listening:
+            return None
+        try:
+            ack = await self._sio.call("task_update", {**body, "task_id": task_id}, timeout=within)
+        except Exception as exc:  # a timeout, a connection that dropped meanwhile
+            log.info("task_update %s got no answer: %s", task_id, exc)
+            return None
+        if not isinstance(ack, dict):
+            return None
+        status = ack.get("status")
+        if type(status) is int and "type" in ack:
+            raise problem_error(status, ack)
+        return ack
 
     async def _task_pushed(self, data: Any = None) -> None:
         if self._on_task_pushed is None or not isinstance(data, dict):

@@ -37,7 +37,9 @@ class Worker:
 
     ``push`` (with ``sockets``): slots left idle are granted to the hub, which then sends
     tasks over the Socket.IO link as they are submitted, already started (docs/protocol.md,
-    "Task push"); off, the worker only claims.
+    "Task push"); off, the worker only claims. ``socket_updates`` (with ``sockets``): run
+    ends are reported over the link (``task_update``) rather than by ``PATCH``, whenever
+    the hub offers it (docs/protocol.md, "Task updates over Socket.IO").
 
     ``server_timeout`` is the hub's ``TASKHUB_WORKER_TIMEOUT_SECONDS``; the heartbeat
     interval (default a quarter of it) may be at most a third of it.
@@ -58,6 +60,7 @@ class Worker:
         startup_timeout: float = 30.0,
         sockets: bool = True,
         push: bool = True,
+        socket_updates: bool = True,
         socketio_path: str = "socket.io",
         http_timeout: float = 10.0,
     ) -> None:
@@ -85,6 +88,7 @@ class Worker:
             http_timeout=http_timeout,
             server_timeout=server_timeout,
             push=push,
+            socket_updates=socket_updates,
         )
         self._specs: dict[str, JobSpec] = {}
         self._engine: WorkerEngine | None = None

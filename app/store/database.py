@@ -39,6 +39,13 @@ AUTOCOMMIT_OPTION = "taskhub_autocommit"
 SQLITE_WRITER_HANDLES = 64
 
 
+def _load_sqlite_json(stored: str | float) -> Any:
+    """A JSON column's value as SQLite returns it: a column declared ``JSON`` has numeric
+    affinity, so a document that is a bare number (a result of ``1``) comes back as that
+    number, not as its text."""
+    return stored if isinstance(stored, int | float) else load_json(stored)
+
+
 def _sqlite_engine(url: str, settings: Settings, *, writer: bool) -> AsyncEngine:
     engine = create_async_engine(
         make_url(url).set(drivername=sqlite_driver.DRIVER_NAME),
@@ -48,7 +55,7 @@ def _sqlite_engine(url: str, settings: Settings, *, writer: bool) -> AsyncEngine
         # The writer's pool "connections" are handles on one SQLite connection.
         connect_args={"taskhub_share": "writer"} if writer else {},
         json_serializer=dump_json,
-        json_deserializer=load_json,
+        json_deserializer=_load_sqlite_json,
     )
     begin_sql = "BEGIN IMMEDIATE" if writer else "BEGIN"
 

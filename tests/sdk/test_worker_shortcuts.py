@@ -30,7 +30,8 @@ def counter(hub: Hub, name: str, **labels: str) -> float:
     """A counter's value off the hub's ``/metrics`` (0 if the series is not there)."""
     text = httpx.get(f"{hub.url}/metrics", timeout=10, trust_env=False).text
     wanted = ",".join(f'{k}="{v}"' for k, v in labels.items())
-    match = re.search(rf"^{name}\{{{re.escape(wanted)}\}} (\S+)$", text, re.MULTILINE)
+    series = rf"{name}\{{{re.escape(wanted)}\}}" if labels else name
+    match = re.search(rf"^{series} (\S+)$", text, re.MULTILINE)
     return float(match.group(1)) if match else 0.0
 
 

@@ -38,6 +38,14 @@ def shared_server(
         yield server
 
 
+@pytest.fixture(scope="module")
+def hub_without_shortcuts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HubServer]:
+    """A SQLite hub with ``TASKHUB_WORKER_SHORTCUTS=false`` (as one from before them)."""
+    directory = tmp_path_factory.mktemp("no-shortcuts")
+    with running_hub("sqlite", directory, env={"TASKHUB_WORKER_SHORTCUTS": "false"}) as server:
+        yield server
+
+
 @pytest.fixture
 async def http(shared_server: HubServer) -> AsyncIterator[httpx.AsyncClient]:
     """An HTTP client of ``shared_server``."""

@@ -32,7 +32,7 @@ from tests.support.api import ApiClient, assert_problem
 from tests.support.databases import REDIS_URL
 from tests.support.metrics import Samples
 from tests.support.names import unique
-from tests.support.server import HubServer, running_hub, running_replicas
+from tests.support.server import HubServer, running_replicas
 from tests.support.sockets import SocketProbe, assert_problem_ack
 from tests.support.waiting import eventually
 
@@ -428,14 +428,6 @@ async def test_a_pushed_task_cancelled_over_rest_is_cancelled_on_the_socket(
 
 
 # -- a hub without the worker shortcuts -------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def hub_without_shortcuts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HubServer]:
-    """A SQLite hub with ``TASKHUB_WORKER_SHORTCUTS=false``."""
-    directory: Path = tmp_path_factory.mktemp("no-shortcuts")
-    with running_hub("sqlite", directory, env={"TASKHUB_WORKER_SHORTCUTS": "false"}) as server:
-        yield server
 
 
 async def test_a_hub_without_worker_shortcuts_answers_404_and_pushes_nothing(

@@ -311,6 +311,19 @@ async def test_stale_claim_token_is_rejected_and_changes_nothing(alice, job):
     assert ok.status_code == 200
 
 
+@pytest.mark.parametrize("result", [1, 2.5, -3, True, None, "x", [1]])
+async def test_a_repeated_outcome_is_409_whatever_the_stored_result(alice, job, result):
+    """The refusal of a second outcome reads the stored task: a result that is a bare
+    number (which SQLite's ``JSON`` column keeps as a number, not as text) reads too."""
+    task = await alice.submit(JOB)
+    token = (await alice.claim(job["worker_id"], start=True))["claim_token"]
+    done = await alice.transition(task["id"], "completed", result=result, claim_token=token)
+    assert done.status_code == 200, done.text
+    again = await alice.transition(task["id"], "completed", result=0, claim_token=token)
+    assert_problem(again, 409, "invalid-task-transition")
+    assert (await alice.task(task["id"]))["result"] == result
+
+
 async def test_only_the_workers_owner_may_drive_its_task(alice, bob, admin, job):
     task = await alice.submit(JOB)
     claimed = await alice.claim(job["worker_id"])

@@ -16,7 +16,7 @@ from starlette.convertors import Convertor, register_url_convertor
 from starlette.requests import Request
 from starlette.responses import Response
 
-from taskhub.json_codec import exact_json, has_long_digit_run
+from taskhub.json_codec import has_long_digit_run, wire_json
 from taskhub.rules.errors import PayloadTooLarge, Unauthorized, ValidationFailed
 from taskhub.rules.records import Principal
 from taskhub.runtime import Hub
@@ -57,17 +57,45 @@ def json_response(
     return Response(body, status_code=status, media_type=JSON_MEDIA_TYPE, headers=headers)
 
 
+def parse_body(raw: bytes, model: type[M]) -> M:
+    """A request body read into ``model``: JSON, an object, no NUL characters (but in the
+    model's ``NUL_REPLACED`` fields), nested at most ``MAX_JSON_DEPTH`` deep (422 else)."""
+    try:
+        data = read_json(raw) if raw else None
+    except (ValueError, RecursionError) as exc:
+        raise ValidationFailed(
+            "Request body is not valid JSON.",
+            errors=[{"loc": ["body"], "msg": f"Invalid JSON: {exc}"}],
+        ) from None
+    if not isinstance(data, dict):
+        raise ValidationFailed(
+            "Request body must be a JSON object.",
+            errors=[{"loc": ["body"], "msg": "Input should be a JSON object"}],
+        )
+    if b"\\u0000" in raw:
+        _replace_nul(data, getattr(model, "NUL_REPLACED", ()))
+    if b"\\u0000" in raw and _has_nul(data):
+        raise ValidationFailed(
+            "Request body must not contain NUL characters.",
+            errors=[{"loc": ["body"], "msg": "NUL characters (\\u0000) are not allowed"}],
+        )
+    if raw.count(b"{") + raw.count(b"[") > MAX_JSON_DEPTH and nested_deeper_than(
+        raw, MAX_JSON_DEPTH
+    ):
+        raise ValidationFailed(
+            f"Request body must not nest objects and arrays more than {MAX_JSON_DEPTH} deep.",
+            errors=[{"loc": ["body"], "msg": f"nested deeper than {MAX_JSON_DEPTH} levels"}],
+        )
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise ValidationFailed("Invalid request body.", errors=_errors(exc, "body")) from None
+
+
 def dump_body(content: Any) -> bytes:
-    """JSON as pydantic writes it (datetimes with ``Z``), by orjson (``exact_json``: integers
-    beyond 64 bits too, beside a stored document's text, ``StoredJSONText``)."""
-    return exact_json(content, orjson.OPT_UTC_Z, _uuid_subclass)
-
-
-def _uuid_subclass(value: Any) -> str:
-    """orjson writes ``uuid.UUID`` itself, not a subclass (asyncpg reads UUIDs as one)."""
-    if isinstance(value, UUID):
-        return str(value)
-    raise TypeError
+    """An answer's JSON (``wire_json``: integers beyond 64 bits too, beside a stored
+    document's text, ``StoredJSONText``)."""
+    return wire_json(content)
 
 
 def _errors(exc: ValidationError, where: str) -> list[dict[str, Any]]:
@@ -173,42 +201,10 @@ class ApiRequest:
     async def optional_body(self, model: type[M]) -> M | None:
         """Like ``body``, but an empty body is ``None`` (for bodies that are extensions)."""
         raw = await self._read_limited(self.hub.settings.max_body_bytes)
-        return self._parse(raw, model) if raw.strip() else None
+        return parse_body(raw, model) if raw.strip() else None
 
     async def body(self, model: type[M]) -> M:
-        return self._parse(await self._read_limited(self.hub.settings.max_body_bytes), model)
-
-    def _parse(self, raw: bytes, model: type[M]) -> M:
-        try:
-            data = read_json(raw) if raw else None
-        except (ValueError, RecursionError) as exc:
-            raise ValidationFailed(
-                "Request body is not valid JSON.",
-                errors=[{"loc": ["body"], "msg": f"Invalid JSON: {exc}"}],
-            ) from None
-        if not isinstance(data, dict):
-            raise ValidationFailed(
-                "Request body must be a JSON object.",
-                errors=[{"loc": ["body"], "msg": "Input should be a JSON object"}],
-            )
-        if b"\\u0000" in raw:
-            _replace_nul(data, getattr(model, "NUL_REPLACED", ()))
-        if b"\\u0000" in raw and _has_nul(data):
-            raise ValidationFailed(
-                "Request body must not contain NUL characters.",
-                errors=[{"loc": ["body"], "msg": "NUL characters (\\u0000) are not allowed"}],
-            )
-        if raw.count(b"{") + raw.count(b"[") > MAX_JSON_DEPTH and nested_deeper_than(
-            raw, MAX_JSON_DEPTH
-        ):
-            raise ValidationFailed(
-                f"Request body must not nest objects and arrays more than {MAX_JSON_DEPTH} deep.",
-                errors=[{"loc": ["body"], "msg": f"nested deeper than {MAX_JSON_DEPTH} levels"}],
-            )
-        try:
-            return model.model_validate(data)
-        except ValidationError as exc:
-            raise ValidationFailed("Invalid request body.", errors=_errors(exc, "body")) from None
+        return parse_body(await self._read_limited(self.hub.settings.max_body_bytes), model)
 
     async def _read_limited(self, limit: int) -> bytes:
         """The body, counted as it arrives (a declared oversize is refused before the

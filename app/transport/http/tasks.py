@@ -13,18 +13,15 @@ from starlette.types import Receive
 from taskhub.clock import utcnow
 from taskhub.observability import metrics
 from taskhub.rules.errors import ValidationFailed
-from taskhub.rules.events import EventBatch
 from taskhub.rules.naming import is_internal_job
 from taskhub.rules.records import TaskRecord
 from taskhub.rules.states import is_terminal
 from taskhub.rules.task_filter import DEFAULT_SORT
-from taskhub.services import claim, submit, task_reads, transitions
+from taskhub.services import claim, submit, task_reads
 from taskhub.services import task_listing as listings
 from taskhub.transport.http.api import Api, ApiRequest, capped_int, json_response
 from taskhub.transport.http.dashboard_schemas import RoomTaskQuery, summary_body
-from taskhub.transport.http.problems import problem_body
 from taskhub.transport.http.schemas import (
-    ClaimNextIn,
     PageOut,
     TaskClaimIn,
     TaskClaimOut,
@@ -37,6 +34,7 @@ from taskhub.transport.http.schemas import (
     task_body,
     task_listing_response,
 )
+from taskhub.transport.task_updates import apply_task_update
 
 api = Api()
 _PREFER_WAIT = re.compile(r"(?:^|[;,\s])wait=(\d+)\b")
@@ -216,51 +214,7 @@ async def update_task(req: ApiRequest) -> Response:
     claims the worker's next task(s) (answered in ``next``)."""
     task_id = req.uuid("task_id")
     body = await req.body(TaskUpdateIn)
-    record, events = await transitions.update_task(
-        req.hub.db,
-        req.principal,
-        task_id,
-        status=body.status,
-        error=body.error,
-        claim_token=body.claim_token,
-        result=body.result,
-        progress=body.progress,
-        progress_message=body.progress_message,
-        lease_seconds=req.hub.settings.task_lease_seconds,
-        retry=body.retry,
-        retry_policy=req.hub.settings.retry_policy,
-    )
-    if body.claim_next is None or not req.hub.settings.worker_shortcuts:
-        await req.hub.publisher.publish(events)
-        return json_response(task_body(record))
-    reply = task_body(record) | await _claim_next(req, body.claim_next, events)
-    await req.hub.publisher.publish(events)
-    return json_response(reply)
-
-
-async def _claim_next(req: ApiRequest, ask: ClaimNextIn, events: EventBatch) -> dict[str, Any]:
-    """The claim a terminal PATCH asked for, after its write (``claim.claim_next``); a
-    refusal is answered in ``next_problem`` beside the written task."""
-    with metrics.claim_latency() as outcome:
-        records, claimed, refused = await claim.claim_next(
-            req.hub.db,
-            req.principal,
-            ask.worker_id,
-            ask.max_tasks,
-            lease_seconds=req.hub.settings.task_lease_seconds,
-            start=ask.start,
-        )
-        outcome.value = "claimed" if records else "empty"
-    metrics.task_waits(records, utcnow())
-    if refused is not None:
-        problem = problem_body(refused.status, refused.slug, refused.title, refused.detail)
-        return {"next": [], "next_problem": problem}
-    events.extend(claimed)
-    metrics.worker_shortcut("claim_next", len(records))
-    reply: dict[str, Any] = {"next": [claimed_task_body(record) for record in records]}
-    if ask.start:
-        reply["next_started"] = True
-    return reply
+    return json_response(await apply_task_update(req.hub, req.principal, task_id, body))
 
 
 @api.route(

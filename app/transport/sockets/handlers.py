@@ -14,13 +14,14 @@ from uuid import UUID
 
 import socketio
 
-from taskhub.json_codec import load_json
+from taskhub.json_codec import wire_json
 from taskhub.observability import metrics
 from taskhub.observability.request_id import bound, socket_request_id
 from taskhub.realtime.task_push import MAX_GRANTED_SLOTS, Grant, TaskPusher
 from taskhub.rules.errors import (
     DomainError,
     NotFound,
+    PayloadTooLarge,
     Unauthorized,
     ValidationFailed,
     WorkerNotJoined,
@@ -32,9 +33,10 @@ from taskhub.services.users import hash_token
 from taskhub.services.workers import check_serves, existing_workers, heartbeat
 from taskhub.store.database import DatabaseUnavailable
 from taskhub.transport.credentials import bearer_token
-from taskhub.transport.http.api import dump_body
+from taskhub.transport.http.api import parse_body
 from taskhub.transport.http.problems import database_unavailable_body, problem_body
-from taskhub.transport.http.schemas import claimed_task_body
+from taskhub.transport.http.schemas import TaskUpdateIn, claimed_task_body
+from taskhub.transport.task_updates import apply_task_update
 
 log = logging.getLogger(__name__)
 Ack = Callable[[str, Any], Awaitable[dict[str, Any]]]
@@ -45,6 +47,7 @@ CLIENT_EVENTS = (
     "room_leave",
     "worker_ready",
     "worker_pause",
+    "task_update",
 )
 # The most rooms one socket may be in (``room:…`` from room_join, ``jobs:…`` and
 # ``worker:…`` from join_job_room; not the sid's own room). Each costs the server memory
@@ -104,6 +107,16 @@ def _worker_id(data: Any) -> UUID:
         raise ValidationFailed(
             "worker_id must be a UUID.",
             errors=[{"loc": ["data", "worker_id"], "msg": "Input should be a valid UUID"}],
+        ) from None
+
+
+def _task_id(data: Any) -> UUID:
+    try:
+        return UUID(_field(data, "task_id"))
+    except ValueError:
+        raise ValidationFailed(
+            "task_id must be a UUID.",
+            errors=[{"loc": ["data", "task_id"], "msg": "Input should be a valid UUID"}],
         ) from None
 
 
@@ -371,9 +384,33 @@ class SocketHandlers:
             return _problem(exc)
         return {"worker_id": str(worker_id), "slots": await self.pusher.pause(worker_id, sid)}
 
+    async def task_update(self, sid: str, data: Any) -> dict[str, Any]:
+        """``PATCH /tasks/{task_id}`` over the socket: the same body beside ``task_id``,
+        read by the same rules, answered with the same body (``transport/task_updates``),
+        with the socket's user as the caller. Offered with the worker shortcuts."""
+        try:
+            self._pushing_enabled()
+            session = self.sessions.get(sid)
+            if session is None:
+                return _SOCKET_GONE
+            task_id = _task_id(data)
+            raw = wire_json({key: value for key, value in data.items() if key != "task_id"})
+            if len(raw) > self.hub.settings.max_body_bytes:
+                raise PayloadTooLarge(
+                    f"An update may be at most {self.hub.settings.max_body_bytes} bytes."
+                )
+            body = parse_body(raw, TaskUpdateIn)
+            reply = await apply_task_update(self.hub, session.principal, task_id, body)
+        except DomainError as exc:
+            return _problem(exc)
+        metrics.socket_task_update()
+        return reply
+
     def _pushing_enabled(self) -> None:
         if not self.hub.settings.worker_shortcuts:
-            raise NotFound("Task push is turned off on this hub (TASKHUB_WORKER_SHORTCUTS).")
+            raise NotFound(
+                "Task push and task_update are turned off on this hub (TASKHUB_WORKER_SHORTCUTS)."
+            )
 
     def _joined(self, sid: str, worker_id: UUID) -> SocketSession:
         """The socket's session, if ``worker_id`` joined a job room through it (409)."""
@@ -388,9 +425,8 @@ class SocketHandlers:
         """Send pushed tasks to the grant's socket; whether it was still connected."""
         if grant.sid not in self.sessions:
             return False
-        # Written exactly as a claim's answer writes them (datetimes with ``Z``; asyncpg's
-        # UUIDs too), then handed to Socket.IO, whose JSON writes that text again.
-        tasks = load_json(dump_body([claimed_task_body(record) for record in records]).decode())
+        # (Written as a claim's answer writes them: Socket.IO's JSON is ``wire_json``.)
+        tasks = [claimed_task_body(record) for record in records]
         payload = {"worker_id": str(grant.worker_id), "tasks": tasks}
         await self.sio.emit("task_pushed", payload, to=grant.sid)
         return True
