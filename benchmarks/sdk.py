@@ -17,9 +17,14 @@ busy moment of a shared machine weighs on one round of each rather than on all o
   processes and submitters spread over them;
 - ``taskhub-sdk-claims``, ``postgres-sdk-claims``: the same with ``taskhub worker
   --no-push``: idle slots are not granted to the hub, so every task is claimed by its
-  worker (the difference push makes, side by side).
+  worker (the difference push makes, side by side);
+- ``taskhub-sdk-patch``: the SQLite hub's SDK workers with ``--no-socket-updates``: run
+  ends reported by ``PATCH`` instead of over the Socket.IO link (the difference that makes).
 
-Tasks are submitted by the SDK's ``AsyncClient`` (``--submitters`` at once). Per system and
+Tasks are submitted by the SDK's ``AsyncClient`` (``--submitters`` at once, 16 by default:
+with 4, an SDK hub on SQLite sat a quarter idle at "saturation", each submitter waiting for
+its answer before sending the next, so the figure was the submitters' round trip; the
+ceiling's raw client gets the same number). Per system and
 layout: the saturation rate (``--tasks`` submitted as fast as they go; tasks/s from the
 hub's own timestamps, first ``created_at`` to last ``completed_at``), the requests per task
 counted at the hub (an ASGI counter in front of every server, the benchmark's own submits
@@ -40,6 +45,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import resource
 import secrets
@@ -98,9 +104,16 @@ SYSTEMS = (
     "taskhub-sdk-claims",
     "postgres-sdk",
     "postgres-sdk-claims",
+    "taskhub-sdk-patch",
 )
 # Served by ``taskhub worker`` processes; the ``-claims`` ones with ``--no-push``.
-SDK_SYSTEMS = {"taskhub-sdk", "taskhub-sdk-claims", "postgres-sdk", "postgres-sdk-claims"}
+SDK_SYSTEMS = {
+    "taskhub-sdk",
+    "taskhub-sdk-claims",
+    "postgres-sdk",
+    "postgres-sdk-claims",
+    "taskhub-sdk-patch",
+}
 # The server each system runs against (one per round, shared by the systems on it).
 SERVERS = {
     "ceiling": "ceiling",
@@ -110,6 +123,7 @@ SERVERS = {
     "taskhub-sdk-claims": "sqlite",
     "postgres-sdk": "postgres",
     "postgres-sdk-claims": "postgres",
+    "taskhub-sdk-patch": "sqlite",
 }
 REDIS_URL = "redis://127.0.0.1:6379/0"
 DEFAULT_JOBLIB_POLL = 0.25  # seconds between an idle JobManager's claims
@@ -274,6 +288,8 @@ async def worker_processes(
                 argv += ["--room", room, "--concurrency", str(layout.concurrency)]
                 if system.endswith("-claims"):
                     argv.append("--no-push")
+                if system.endswith("-patch"):
+                    argv.append("--no-socket-updates")
                 env = {**_worker_env(), "TASKHUB_URL": url, "TASKHUB_TOKEN": server.token}
             else:
                 argv = [sys.executable, "-m", "benchmarks.sdk_joblib_worker", url, server.token]
@@ -376,15 +392,26 @@ async def submit_tasks(
     server: Server, room: str, count: int, submitters: int, rate: float | None
 ) -> list[str]:
     """Submit ``count`` tasks with the SDK's ``AsyncClient``, ``submitters`` at once (spread
-    over the replicas): as fast as they go, or paced to ``rate`` a second in all."""
-    from taskhub.sdk import AsyncClient
+    over the replicas): as fast as they go, or paced to ``rate`` a second in all. The clock
+    starts once every submitter has connected (a read of an unknown task each), so that no
+    connection set-up delays the first tasks into a burst."""
+    from taskhub.sdk import AsyncClient, NotFound
 
     ids: list[str] = []
-    start = time.perf_counter()
+    connected, all_connected = 0, asyncio.Event()
+    start = 0.0
     next_index = iter(range(count))
 
     async def submitter(index: int) -> None:
+        nonlocal connected, start
         async with AsyncClient(server.url(index), server.token, timeout=30.0) as client:
+            with contextlib.suppress(NotFound):
+                await client.get(str(uuid.uuid4()))
+            connected += 1
+            if connected == submitters:
+                start = time.perf_counter()
+                all_connected.set()
+            await all_connected.wait()
             for i in next_index:
                 if rate is not None:
                     delay = start + i / rate - time.perf_counter()
@@ -720,7 +747,7 @@ def table(results: Results) -> str:
 
 # -- command line ------------------------------------------------------------------------------
 
-FULL = Sizes(tasks=1000, rate_seconds=3.0, rates=[50.0], submitters=4, timeout=240.0)
+FULL = Sizes(tasks=1000, rate_seconds=3.0, rates=[50.0], submitters=16, timeout=240.0)
 QUICK = Sizes(tasks=60, rate_seconds=1.0, rates=[50.0], submitters=2, timeout=120.0)
 DEFAULT_LAYOUTS = [Layout(1, 1), Layout(1, 16), Layout(4, 4)]
 QUICK_LAYOUTS = [Layout(1, 2)]
@@ -741,6 +768,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--tasks", type=int, help="tasks per saturation run")
     parser.add_argument("--rate-seconds", type=float, help="seconds per fixed-rate run")
+    parser.add_argument("--submitters", type=int, help="submitting clients at once")
     parser.add_argument("--rounds", type=int, default=None, help="interleaved rounds")
     parser.add_argument(
         "--joblib-poll", type=float, default=DEFAULT_JOBLIB_POLL, help="JobManager poll s"
@@ -758,6 +786,8 @@ def sizes_of(args: argparse.Namespace) -> tuple[Sizes, list[Layout], int]:
         sizes = Sizes(args.tasks, sizes.rate_seconds, sizes.rates, sizes.submitters, sizes.timeout)
     if args.rate_seconds is not None:
         sizes = Sizes(sizes.tasks, args.rate_seconds, sizes.rates, sizes.submitters, sizes.timeout)
+    if args.submitters is not None:
+        sizes = Sizes(sizes.tasks, sizes.rate_seconds, sizes.rates, args.submitters, sizes.timeout)
     layouts = args.layouts or (QUICK_LAYOUTS if args.quick else DEFAULT_LAYOUTS)
     rounds = args.rounds or (1 if args.quick else 2)
     return sizes, layouts, rounds
