@@ -1,7 +1,7 @@
 """Smoke test of ``python -m benchmarks.sdk --quick``: every system (the ceiling app, the
 zndraw-joblib reference server with its ``JobManager``, Taskhub served by that
-``JobManager`` and by ``taskhub worker`` processes with and without push, two PostgreSQL
-replicas) runs end to end
+``JobManager`` and by ``taskhub worker`` processes with and without push, reporting run
+ends over Socket.IO or by PATCH, two PostgreSQL replicas) runs end to end
 and reports well-formed results. No timing is asserted: only the shape of the output, and
 what the hub counted (the SDK's workers need fewer requests per task than the four-request
 protocol)."""
@@ -49,12 +49,17 @@ def test_requests_per_task_are_counted_at_the_hub(quick_run: dict) -> None:
         assert saturation[system]["requests_per_task"] >= 3, saturation[system]
     # The SDK: claims that start, end reports that claim the next (and, by default, tasks
     # pushed into idle slots, which are no requests at all).
-    for system in ("taskhub-sdk", "taskhub-sdk-claims", "postgres-sdk", "postgres-sdk-claims"):
+    sdk_systems = ("taskhub-sdk", "taskhub-sdk-claims", "postgres-sdk", "postgres-sdk-claims")
+    for system in (*sdk_systems, "taskhub-sdk-patch"):
         line = saturation[system]
         assert line["requests_per_task"] < 3, line
         assert line["requests"].get("task_patch", 0) <= 1.0, line
         assert line["cpu_ms_workers"] > 0 and line["cpu_ms_hub"] > 0, line
     assert saturation["postgres-sdk"]["cpu_ms_database"] > 0
+    # Run ends go over the workers' Socket.IO links, but with --no-socket-updates.
+    for system in sdk_systems:
+        assert saturation[system]["requests"].get("task_patch", 0) < 0.5, saturation[system]
+    assert saturation["taskhub-sdk-patch"]["requests"]["task_patch"] >= 0.9
 
 
 def test_the_table_has_a_row_per_system_and_phase(quick_run: dict) -> None:
