@@ -18,6 +18,7 @@ from tests.support.metrics import Samples
 from tests.support.names import unique
 from tests.support.server import HubServer
 from tests.support.sockets import SocketProbe, assert_problem_ack
+from tests.support.waiting import eventually
 from tests.system.test_task_push import Owner, new_owner
 
 # A small body limit, so that a result past it is quick to send.
@@ -34,9 +35,12 @@ async def socket_updates(http: httpx.AsyncClient) -> float:
     return Samples((await http.get("/metrics")).text).count(UPDATES_METRIC)
 
 
-async def claimed_task(owner: Owner, **claim: Any) -> dict[str, Any]:
-    """A new task of the owner's job, claimed by its worker (with ``claim``'s fields)."""
-    task = await owner.api.submit(owner.job, room=owner.room)
+async def claimed_task(
+    owner: Owner, submit: dict[str, Any] | None = None, **claim: Any
+) -> dict[str, Any]:
+    """A new task of the owner's job (with ``submit``'s fields), claimed by its worker
+    (with ``claim``'s)."""
+    task = await owner.api.submit(owner.job, room=owner.room, **(submit or {}))
     got = await owner.api.claim(owner.worker_id, **claim)
     assert got is not None and got["id"] == task["id"], got
     return got
@@ -123,6 +127,36 @@ async def test_an_outcome_over_the_socket_is_fenced_and_accepted_once(
     assert by_patch.status_code == 409, by_patch.text
     final = await alice.api.task(task["id"])
     assert (final["status"], final["result"], final["error"]) == ("completed", 1, None)
+
+
+async def test_a_failure_with_retry_over_the_socket_queues_the_next_attempt(
+    alice: Owner, socket: SocketProbe
+) -> None:
+    """``failed`` with ``retry`` puts the task back in the queue, as the PATCH does: it is
+    claimed again (after the retry backoff) as attempt 2 with a fresh token, and attempt
+    1's token is refused from then on."""
+    first = await claimed_task(alice, {"max_attempts": 2}, start=True)
+    ack = await update(
+        socket,
+        first["id"],
+        status="failed",
+        error="flaky",
+        retry=True,
+        claim_token=first["claim_token"],
+    )
+    assert (ack["status"], ack["attempt"]) == ("pending", 1), ack
+
+    second = await eventually(
+        lambda: alice.api.claim(alice.worker_id, start=True),
+        15,
+        "the second attempt",
+        interval=0.1,
+    )
+    assert (second["id"], second["attempt"]) == (first["id"], 2)
+    late = await update(socket, first["id"], status="completed", claim_token=first["claim_token"])
+    assert_problem_ack(late, 409, "stale-claim")
+    done = await update(socket, first["id"], status="completed", claim_token=second["claim_token"])
+    assert (done["status"], done["attempt"]) == ("completed", 2)
 
 
 async def test_refused_updates_change_nothing(alice: Owner, socket: SocketProbe) -> None:

@@ -363,7 +363,7 @@ class SocketHandlers:
         worker must have joined a job room through this socket (which proved it is the
         caller's)."""
         try:
-            self._pushing_enabled()
+            self._shortcuts_enabled()
             worker_id = _worker_id(data)
             slots = _slots(data)
             session = self._joined(sid, worker_id)
@@ -377,7 +377,7 @@ class SocketHandlers:
         """Take back what the socket's worker granted; answered with the slots returned (a
         push under way may still deliver tasks for the others)."""
         try:
-            self._pushing_enabled()
+            self._shortcuts_enabled()
             worker_id = _worker_id(data)
             self._joined(sid, worker_id)
         except DomainError as exc:
@@ -389,7 +389,7 @@ class SocketHandlers:
         read by the same rules, answered with the same body (``transport/task_updates``),
         with the socket's user as the caller. Offered with the worker shortcuts."""
         try:
-            self._pushing_enabled()
+            self._shortcuts_enabled()
             session = self.sessions.get(sid)
             if session is None:
                 return _SOCKET_GONE
@@ -406,7 +406,7 @@ class SocketHandlers:
         metrics.socket_task_update()
         return reply
 
-    def _pushing_enabled(self) -> None:
+    def _shortcuts_enabled(self) -> None:
         if not self.hub.settings.worker_shortcuts:
             raise NotFound(
                 "Task push and task_update are turned off on this hub (TASKHUB_WORKER_SHORTCUTS)."
