@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from uuid import uuid4
 
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from taskhub.rules.fair_share import TURN_STEP, ClaimOrder, SubmitterClass, next_turn, share_key
@@ -81,10 +81,14 @@ def test_one_users_burst_does_not_hold_back_anothers_single_task():
     st.lists(st.sampled_from("ABCD"), min_size=1, max_size=60),
     st.lists(st.integers(min_value=0, max_value=3), min_size=1, max_size=60),
 )
+# C joins at the head's turn, which A's task claimed next already held; then A's next
+# task and C's second share a turn and go by age: A, C, A, A while both wait.
+@example(submits=list("AAACAAAC"), claims_between=[0, 0, 2, 1, 0, 0, 0, 3])
 def test_backlogged_shares_are_served_round_robin(submits, claims_between):
     """Whatever the submits and claims interleave, over any run of claims during which a
-    set of shares all kept tasks queued, no share of that set got more than one task more
-    than another: round-robin."""
+    set of shares all kept tasks queued, no share of that set got more than two tasks more
+    than another (``rules/fair_share``: one for the round a share joins in, one as equal
+    turns go by age): round-robin, give or take those."""
     queue = Queue()
     at = T0
     served: list[tuple[str, frozenset[str]]] = []  # who got it, who was waiting then
@@ -102,7 +106,7 @@ def test_backlogged_shares_are_served_round_robin(submits, claims_between):
             counts = Counter(share for share, _ in window if share in always)
             if len(always) > 1:
                 got = [counts.get(share, 0) for share in always]
-                assert max(got) - min(got) <= 1, (window, counts)
+                assert max(got) - min(got) <= 2, (window, counts)
 
 
 def test_a_fair_jobs_submitter_is_classed_by_whether_its_tasks_were_queued_already():
