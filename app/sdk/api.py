@@ -134,9 +134,15 @@ class WorkerApi:
             json={**body, "claim_token": task.claim_token, "claim_next": claim_next},
             retry_for=retry_for,
         )
-        items = response.json().get("next")
-        return None if items is None else [ClaimedTask.model_validate(i) for i in items]
+        return next_tasks(response.json())
 
     async def get_task(self, task_id: str) -> Task:
         response = await self.hub.request("GET", f"/tasks/{task_id}")
         return Task.model_validate(response.json())
+
+
+def next_tasks(reply: dict[str, Any]) -> list[ClaimedTask] | None:
+    """The tasks an end report's answer claimed (``next``); None from a hub that ignored
+    ``claim_next`` (an older one)."""
+    items = reply.get("next")
+    return None if items is None else [ClaimedTask.model_validate(item) for item in items]

@@ -50,7 +50,7 @@ from collections.abc import Callable, Coroutine, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from taskhub.sdk.api import WorkerApi
+from taskhub.sdk.api import WorkerApi, next_tasks
 from taskhub.sdk.errors import AuthError, HubUnavailable, NotFound, ProblemError, WorkerNotFound
 from taskhub.sdk.execution import TaskRun
 from taskhub.sdk.extension import JobSpec
@@ -496,8 +496,7 @@ class WorkerEngine:
                 self._updates_over_link = sent = False
                 reply = None
             if reply is not None:
-                items = reply.get("next")
-                return None if ask is None or items is None else _claimed(items)
+                return None if ask is None else next_tasks(reply)
         try:
             if ask is None:
                 await self.api.update_task(run.task, body, retry_for=retry_for)
@@ -661,10 +660,6 @@ class WorkerEngine:
                 timeout = max(remaining, 0.0) + self._close_margin / 2
             await self.link.close(within=timeout)
         await self._hub.aclose()
-
-
-def _claimed(items: Any) -> list[ClaimedTask]:
-    return [ClaimedTask.model_validate(item) for item in items] if isinstance(items, list) else []
 
 
 def _refuses_field(exc: ProblemError, field: str) -> bool:

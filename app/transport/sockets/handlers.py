@@ -100,23 +100,13 @@ def _field(data: Any, name: str) -> str:
     return value
 
 
-def _worker_id(data: Any) -> UUID:
+def _uuid_field(data: Any, name: str) -> UUID:
     try:
-        return UUID(_field(data, "worker_id"))
+        return UUID(_field(data, name))
     except ValueError:
         raise ValidationFailed(
-            "worker_id must be a UUID.",
-            errors=[{"loc": ["data", "worker_id"], "msg": "Input should be a valid UUID"}],
-        ) from None
-
-
-def _task_id(data: Any) -> UUID:
-    try:
-        return UUID(_field(data, "task_id"))
-    except ValueError:
-        raise ValidationFailed(
-            "task_id must be a UUID.",
-            errors=[{"loc": ["data", "task_id"], "msg": "Input should be a valid UUID"}],
+            f"{name} must be a UUID.",
+            errors=[{"loc": ["data", name], "msg": "Input should be a valid UUID"}],
         ) from None
 
 
@@ -269,7 +259,7 @@ class SocketHandlers:
             session = self.sessions[sid]
             job = JobName.parse(_field(data, "job_name"))
             job_name = job.full_name
-            worker_id = _worker_id(data)
+            worker_id = _uuid_field(data, "worker_id")
             rooms = {f"jobs:{job_name}", f"worker:{worker_id}"}
             if len(session.rooms | rooms) > MAX_ROOMS_PER_SOCKET:  # before any database work
                 return _TOO_MANY_ROOMS
@@ -364,7 +354,7 @@ class SocketHandlers:
         caller's)."""
         try:
             self._shortcuts_enabled()
-            worker_id = _worker_id(data)
+            worker_id = _uuid_field(data, "worker_id")
             slots = _slots(data)
             session = self._joined(sid, worker_id)
         except DomainError as exc:
@@ -378,7 +368,7 @@ class SocketHandlers:
         push under way may still deliver tasks for the others)."""
         try:
             self._shortcuts_enabled()
-            worker_id = _worker_id(data)
+            worker_id = _uuid_field(data, "worker_id")
             self._joined(sid, worker_id)
         except DomainError as exc:
             return _problem(exc)
@@ -393,7 +383,7 @@ class SocketHandlers:
             session = self.sessions.get(sid)
             if session is None:
                 return _SOCKET_GONE
-            task_id = _task_id(data)
+            task_id = _uuid_field(data, "task_id")
             raw = wire_json({key: value for key, value in data.items() if key != "task_id"})
             if len(raw) > self.hub.settings.max_body_bytes:
                 raise PayloadTooLarge(
