@@ -32,7 +32,7 @@ from taskhub.transport.http import dashboard, jobs, task_logs, tasks, users, wor
 from taskhub.transport.http.openapi import openapi_endpoint
 from taskhub.transport.http.problems import EXCEPTION_HANDLERS, problem_response
 from taskhub.transport.http.router import ApiRoutes
-from taskhub.transport.page_security import PageSecurity, security_headers
+from taskhub.transport.page_security import PageSecurity, SecurityHeaders, security_headers
 from taskhub.transport.sockets.handlers import SocketHandlers
 from taskhub.validation import payload_checks
 
@@ -108,7 +108,7 @@ class TaskhubApp(socketio.ASGIApp):
         self.web = create_web_app(hub, self._running)
         super().__init__(sio, other_asgi_app=self.web)
         self.api = ApiRoutes(ENDPOINTS, API_PREFIX, hub)
-        self._entry = RequestIdMiddleware(self._dispatch)
+        self._entry = SecurityHeaders(RequestIdMiddleware(self._dispatch))
         self._stop_signals = StopSignals(self.begin_shutdown) if drain_on_signals else None
         self._freeze_start_up = freeze_start_up
         self._draining = False

@@ -2,8 +2,9 @@
 // integer and boolean properties, enums, defaults, required, nested objects, $ref into
 // $defs, nullable fields (anyOf with null). Anything else (arrays, free objects) is a JSON
 // text field; so is the whole payload when the form would need more than MAX_FIELDS
-// fields. `read()` validates in the browser; `showErrors()` puts messages (the
-// browser's, or the hub's 422 `errors`) next to the field they concern.
+// fields. `read()` validates in the browser, all but patterns (the hub's, see
+// `checkString`); `showErrors()` puts messages (the browser's, or the hub's 422 `errors`)
+// next to the field they concern.
 
 import { h, setFieldError } from "./dom.js";
 
@@ -447,15 +448,11 @@ function checkString(s, v) {
     return s.minLength === 1 ? "Required." : `At least ${s.minLength} characters.`;
   }
   if (s.maxLength != null && length > s.maxLength) return `At most ${s.maxLength} characters.`;
-  if (typeof s.pattern === "string") {
-    let pattern = null;
-    try {
-      pattern = new RegExp(s.pattern, "u");
-    } catch {
-      return null; // not an ECMAScript pattern: the hub checks it
-    }
-    if (!pattern.test(v)) return `Must match the pattern ${s.pattern}.`;
-  }
+  // No `pattern` here (nor `patternProperties` keys, nor `format: "regex"`): the browser's
+  // RegExp backtracks, and the hub accepts any RE2 pattern, so a job's `^(a+)+$` against
+  // its own default "aaaa…a!" would freeze the tab on Submit (time doubling with each
+  // character). The hub matches patterns with RE2, in linear time; its 422 names the
+  // field, and `showServerErrors` puts the message next to it.
   return null;
 }
 

@@ -1,10 +1,16 @@
-"""Security headers of the room page and its assets (``/``, ``/static/*``, ``/vendor/*``).
+"""Security headers: the room page's and its assets' (``/``, ``/static/*``, ``/vendor/*``),
+and a default set on every other response the hub writes.
 
-A strict Content-Security-Policy: scripts only from the hub itself, plus the page's one
-inline script, its import map, allowed by the SHA-256 of its exact text (read from
-index.html when the app starts, so an edit of the map never needs a hand-made hash); no
-inline styles, no plugins, no framing, no other origins. With it, the usual hardening
+The page: a strict Content-Security-Policy: scripts only from the hub itself, plus the
+page's one inline script, its import map, allowed by the SHA-256 of its exact text (read
+from index.html when the app starts, so an edit of the map never needs a hand-made hash);
+no inline styles, no plugins, no framing, no other origins. With it, the usual hardening
 headers: no MIME sniffing, no referrer, no framing (for browsers without CSP level 2).
+
+Everything else (API JSON, problems, 404s, metrics, health, Socket.IO polling answers):
+the same hardening headers and a policy allowing nothing (``SecurityHeaders``, around the
+whole app), so that no answer can be sniffed into HTML, framed, or run anything if a
+browser is ever pointed at it.
 """
 
 from __future__ import annotations
@@ -45,13 +51,24 @@ def content_security_policy(index_html: Path) -> str:
     )
 
 
+# Sent with every response, the page's included.
+_HARDENING: tuple[tuple[bytes, bytes], ...] = (
+    (b"x-content-type-options", b"nosniff"),
+    (b"referrer-policy", b"no-referrer"),
+    (b"x-frame-options", b"DENY"),
+)
+# The policy of every response but the page and its assets: nothing may load or frame it.
+DEFAULT_HEADERS: tuple[tuple[bytes, bytes], ...] = (
+    (b"content-security-policy", b"default-src 'none'; frame-ancestors 'none'"),
+    *_HARDENING,
+)
+
+
 def security_headers(index_html: Path) -> list[tuple[bytes, bytes]]:
     """Every header the page and its assets are served with."""
     return [
         (b"content-security-policy", content_security_policy(index_html).encode("ascii")),
-        (b"x-content-type-options", b"nosniff"),
-        (b"referrer-policy", b"no-referrer"),
-        (b"x-frame-options", b"DENY"),
+        *_HARDENING,
     ]
 
 
@@ -73,6 +90,34 @@ class PageSecurity:
             if message["type"] == "http.response.start":
                 kept = [(k, v) for k, v in message.get("headers", ()) if k not in self._names]
                 message["headers"] = kept + self.headers
+            await send(message)
+
+        await self.app(scope, receive, send_secured)
+
+
+class SecurityHeaders:
+    """ASGI wrapper of the whole app: every HTTP response gets ``DEFAULT_HEADERS``, but for
+    those it already carries (the page's own policy, set by ``PageSecurity``, stays).
+    Pure ASGI, so long-polls and streamed answers pass through untouched."""
+
+    def __init__(
+        self, app: ASGIApp, headers: tuple[tuple[bytes, bytes], ...] = DEFAULT_HEADERS
+    ) -> None:
+        self.app = app
+        self.headers = headers
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def send_secured(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = list(message.get("headers", ()))
+                # Engine.IO writes its header names capitalised ("Content-Type").
+                present = {bytes(name).lower() for name, _ in headers}
+                headers.extend(h for h in self.headers if h[0] not in present)
+                message["headers"] = headers
             await send(message)
 
         await self.app(scope, receive, send_secured)

@@ -1,16 +1,17 @@
 """The generated form and optional fields, as pydantic writes them: an optional nested object
 (`window: Range | None = None`) and a nullable boolean (`override: bool | None = None`) are
-sent only when the user gave them a value."""
+sent only when the user gave them a value. Patterns are the hub's to check (RE2, linear
+time), never the browser's backtracking RegExp: its 422 is shown on the field."""
 
 from __future__ import annotations
 
 import json
 
-from playwright.sync_api import Request, expect
+from playwright.sync_api import Page, Request, Response, expect
 
 from tests.page.browser import Pages, field_error
 from tests.page.conftest import PageHub
-from tests.page.test_room_page import open_form_of, submit
+from tests.page.test_room_page import UNPROCESSABLE, open_form_of, submit
 
 SCHEMA = {
     "type": "object",
@@ -140,3 +141,78 @@ def test_a_schema_too_wide_for_a_form_gets_one_json_field_for_the_payload(
     assert task["payload"] == sent, task
     assert hub.task(task["id"])["payload"] == sent
     pages.assert_no_console_errors()
+
+
+# Catastrophic for a backtracking matcher: on a string of a's and one other character, it
+# tries every way of splitting the a's (2**n). RE2, the hub's, answers in linear time.
+NESTED_QUANTIFIER = "^(a+)+$"
+# 32 characters: about 45 s of a frozen tab in a browser that ran the pattern.
+EVIL_DEFAULT = "a" * 31 + "!"
+# Well past what the answer takes, far short of the freeze.
+WITHIN_SECONDS = 5_000
+
+
+def submit_is_answered(page: Page) -> Response:
+    """Click "Submit task" and return the hub's answer, both within a few seconds: a tab
+    frozen in a pattern match neither gets the click through nor sends the request."""
+    with page.expect_response(
+        lambda r: r.request.method == "POST" and "/v1/joblib/rooms/" in r.url,
+        timeout=WITHIN_SECONDS,
+    ) as answer:
+        page.get_by_role("button", name="Submit task").click(timeout=WITHIN_SECONDS)
+    return answer.value
+
+
+def test_a_pattern_that_backtracks_is_left_to_the_hub_and_its_error_shown(
+    hub: PageHub, room: str, pages: Pages
+) -> None:
+    schema = {
+        "type": "object",
+        "properties": {
+            "word": {
+                "type": "string",
+                "title": "Word",
+                "pattern": NESTED_QUANTIFIER,
+                "default": EVIL_DEFAULT,
+            },
+        },
+    }
+    page = open_form_of(hub, pages, room, "Backtrack", schema)
+    expect(page.get_by_label("Word", exact=True)).to_have_value(EVIL_DEFAULT)
+
+    answer = submit_is_answered(page)
+    assert answer.status == 422, answer.text()
+    error = field_error(page, "payload-word")
+    expect(error).to_contain_text("does not match", timeout=WITHIN_SECONDS)
+    expect(error).to_contain_text(NESTED_QUANTIFIER)
+    expect(page.locator("#submit-status")).to_contain_text("The hub rejected the input")
+
+    page.get_by_label("Word", exact=True).fill("aaaa")  # matches: the task is submitted
+    task = submit(page)
+    assert task["payload"] == {"word": "aaaa"}, task
+    expect(error).to_be_hidden()
+    pages.assert_no_console_errors(allowed=[UNPROCESSABLE])
+
+
+def test_a_value_off_its_pattern_is_sent_and_the_hubs_error_shown(
+    hub: PageHub, room: str, pages: Pages
+) -> None:
+    """An ordinary pattern the browser could have run: still the hub's to check."""
+    schema = {
+        "type": "object",
+        "properties": {"code": {"type": "string", "title": "Code", "pattern": "^[a-z]{3}$"}},
+    }
+    page = open_form_of(hub, pages, room, "Codes", schema)
+    code = page.get_by_label("Code", exact=True)
+    code.fill("ABCD")
+    answer = submit_is_answered(page)
+    assert answer.status == 422, answer.text()
+    assert answer.request.post_data_json == {"payload": {"code": "ABCD"}}
+    error = field_error(page, "payload-code")
+    expect(error).to_contain_text("'ABCD' does not match '^[a-z]{3}$'")
+    expect(code).to_have_attribute("aria-invalid", "true")
+
+    code.fill("abc")
+    assert submit(page)["payload"] == {"code": "abc"}
+    expect(error).to_be_hidden()
+    pages.assert_no_console_errors(allowed=[UNPROCESSABLE])
