@@ -1,0 +1,11 @@
+-- task-update-completed-by-superuser (postgresql), from tests/store/test_sql_snapshots.py
+-- parameters in order (= the value the statement holds):
+--   1 v_status
+--   2 v_completed_at
+--   3 v_result
+--   4 version_1 = 1
+--   5 b_task_id
+--   6 status_1 = 'running'
+UPDATE task SET status=$1::VARCHAR, completed_at=$2::TIMESTAMP WITH TIME ZONE, result=$3::JSON, version=(task.version + $4::INTEGER) WHERE task.id = $5::UUID AND task.status = $6::VARCHAR RETURNING task.id, task.job_id, task.room_id, task.status, CAST(task.payload AS TEXT) AS payload, task.created_at, task.started_at, task.completed_at, task.worker_id, task.error, task.submitted_by, task.claim_token, task.attempt, task.progress, task.progress_message, task.lease_expires_at, task.idempotency_key, task.priority, task.max_attempts, task.run_at, task.version, task.claim_key, task.waiting, task.request_digest, task.rerun_of, task.turn_at, task.share_key, task.share_backlogged, task.limited, NULL AS result, EXISTS (SELECT *
+FROM worker_job_link
+WHERE worker_job_link.job_id = task.job_id) AS job_served

@@ -1,0 +1,15 @@
+-- task-update-progress (postgresql), from tests/store/test_sql_snapshots.py
+-- parameters in order (= the value the statement holds):
+--   1 v_progress
+--   2 v_progress_message
+--   3 v_lease_expires_at
+--   4 version_1 = 1
+--   5 b_task_id
+--   6 status_1 = 'running'
+--   7 b_claim_token
+--   8 b_user_id
+UPDATE task SET progress=$1::FLOAT, progress_message=$2::VARCHAR, lease_expires_at=$3::TIMESTAMP WITH TIME ZONE, version=(task.version + $4::INTEGER) WHERE task.id = $5::UUID AND task.status = $6::VARCHAR AND task.claim_token = $7::UUID AND (EXISTS (SELECT *
+FROM worker
+WHERE worker.id = task.worker_id AND worker.user_id = $8::UUID)) RETURNING task.id, task.job_id, task.room_id, task.status, CAST(task.payload AS TEXT) AS payload, task.created_at, task.started_at, task.completed_at, task.worker_id, task.error, task.submitted_by, task.claim_token, task.attempt, task.progress, task.progress_message, task.lease_expires_at, task.idempotency_key, task.priority, task.max_attempts, task.run_at, task.version, task.claim_key, task.waiting, task.request_digest, task.rerun_of, task.turn_at, task.share_key, task.share_backlogged, task.limited, NULL AS result, EXISTS (SELECT *
+FROM worker_job_link
+WHERE worker_job_link.job_id = task.job_id) AS job_served
