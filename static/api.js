@@ -1,9 +1,17 @@
+// @ts-check
 // The hub's REST API (/v1/joblib), with the bearer token. Errors are RFC 9457 problems.
+
+/** @import { BulkResult, Job, LogPage, Page, Place, Problem } from "./types.js" */
+/** @import { Stats, Task, TaskFilter, User, Worker } from "./types.js" */
 
 const BASE = "/v1/joblib";
 
 /** A failed request: `status` (0 when the hub could not be reached) and the problem body. */
 export class ApiError extends Error {
+  /**
+   * @param {number} status
+   * @param {Problem | null} [problem]
+   */
   constructor(status, problem) {
     super(problem?.detail || problem?.title || `HTTP ${status}`);
     this.status = status;
@@ -13,33 +21,48 @@ export class ApiError extends Error {
 
 const enc = encodeURIComponent;
 
-/** A task filter as query parameters (status as a comma-separated list); empty ones left out. */
+/**
+ * A task filter as the hub takes it, in a query or the bulk endpoint's `filter` object:
+ * status as a comma-separated list, empty fields left out.
+ * @param {Partial<TaskFilter>} [filter]
+ * @returns {Record<string, string>}
+ */
 export function filterQuery(filter = {}) {
+  /** @type {Record<string, string>} */
   const query = {};
   if (filter.status?.length) query.status = filter.status.join(",");
-  for (const key of ["job", "submitted_by", "worker_id", "q"]) {
-    if (filter[key]) query[key] = filter[key];
+  for (const key of /** @type {const} */ (["job", "submitted_by", "worker_id", "q"])) {
+    const value = filter[key];
+    if (value) query[key] = value;
   }
   return query;
 }
 
-/** A task filter as the bulk endpoint's `filter` object (status comma-separated too). */
-function filterBody(filter = {}) {
-  const body = {};
-  if (filter.status?.length) body.status = filter.status.join(",");
-  for (const key of ["job", "submitted_by", "worker_id", "q"]) {
-    if (filter[key]) body[key] = filter[key];
-  }
-  return body;
+/**
+ * Query parameters: numbers as their digits.
+ * @param {Record<string, string | number>} values
+ */
+function query(values) {
+  return new URLSearchParams(Object.entries(values).map(([key, value]) => [key, String(value)]));
 }
 
 export class Api {
+  /** @param {string} token */
   constructor(token) {
     this.token = token;
   }
 
+  /**
+   * The answer's JSON (null for a 204); an ApiError for anything but a 2xx.
+   * @param {string} method
+   * @param {string} path
+   * @param {unknown} [body]
+   * @returns {Promise<any>}
+   */
   async request(method, path, body) {
+    /** @type {Record<string, string>} */
     const headers = { Authorization: `Bearer ${this.token}`, Accept: "application/json" };
+    /** @type {RequestInit} */
     const init = { method, headers };
     if (body !== undefined) {
       headers["Content-Type"] = "application/json";
@@ -59,7 +82,8 @@ export class Api {
 
   /** The token's user: `{id, name, is_superuser}`, or null from a hub too old to say (a
    * replica of the version before, mid-upgrade: the token is checked all the same); a 401
-   * when the hub refuses the token. */
+   * when the hub refuses the token.
+   * @returns {Promise<User | null>} */
   async me() {
     try {
       return await this.request("GET", "/users/me");
@@ -70,72 +94,119 @@ export class Api {
     }
   }
 
+  /**
+   * @param {string} room
+   * @returns {Promise<Page<Job>>}
+   */
   jobs(room) {
     return this.request("GET", `/rooms/${enc(room)}/jobs?limit=500`);
   }
 
+  /**
+   * @param {string} room
+   * @param {string} fullName
+   * @returns {Promise<Job>}
+   */
   job(room, fullName) {
     return this.request("GET", `/rooms/${enc(room)}/jobs/${enc(fullName)}`);
   }
 
+  /**
+   * @param {string} room
+   * @returns {Promise<Page<Worker>>}
+   */
   workers(room) {
     return this.request("GET", `/rooms/${enc(room)}/workers?limit=500`);
   }
 
-  tasks(room, { status = "", limit = 50, offset = 0 } = {}) {
-    const query = new URLSearchParams({ limit, offset });
-    if (status) query.set("status", status);
-    return this.request("GET", `/rooms/${enc(room)}/tasks?${query}`);
-  }
-
   /** A page of the room's tasks without payload and result (`view=summary`), filtered
-   * (`{status: [..], job, submitted_by, worker_id, q}`) and sorted (`-created_at`, …). */
+   * (`{status: [..], job, submitted_by, worker_id, q}`) and sorted (`-created_at`, …).
+   * @param {string} room
+   * @param {Partial<TaskFilter>} filter
+   * @param {{ sort?: string, limit?: number, offset?: number }} [page]
+   * @returns {Promise<Page<Task>>}
+   */
   taskSummaries(room, filter, { sort = "-created_at", limit = 50, offset = 0 } = {}) {
-    const query = new URLSearchParams({ view: "summary", sort, limit, offset });
-    for (const [key, value] of Object.entries(filterQuery(filter))) query.set(key, value);
-    return this.request("GET", `/rooms/${enc(room)}/tasks?${query}`);
+    const params = query({ view: "summary", sort, limit, offset, ...filterQuery(filter) });
+    return this.request("GET", `/rooms/${enc(room)}/tasks?${params}`);
   }
 
-  /** The room's counts and per-bucket figures over `window` (from `since` only, if given). */
+  /**
+   * The room's counts and per-bucket figures over `window` (from `since` only, if given).
+   * @param {string} room
+   * @param {string} window
+   * @param {string | null} [since]
+   * @returns {Promise<Stats>}
+   */
   stats(room, window, since = null) {
-    const query = new URLSearchParams({ window });
-    if (since) query.set("since", since);
-    return this.request("GET", `/rooms/${enc(room)}/stats?${query}`);
+    const params = query(since ? { window, since } : { window });
+    return this.request("GET", `/rooms/${enc(room)}/stats?${params}`);
   }
 
+  /**
+   * @param {string} id
+   * @param {number | null} [after]
+   * @param {number} [limit]
+   * @returns {Promise<LogPage>}
+   */
   logs(id, after = null, limit = 500) {
-    const query = new URLSearchParams({ limit });
-    if (after != null) query.set("after", after);
-    return this.request("GET", `/tasks/${enc(id)}/logs?${query}`);
+    const params = query(after != null ? { limit, after } : { limit });
+    return this.request("GET", `/tasks/${enc(id)}/logs?${params}`);
   }
 
+  /**
+   * @param {string} id
+   * @returns {Promise<Task>} the new task
+   */
   rerun(id) {
     return this.request("POST", `/tasks/${enc(id)}/rerun`);
   }
 
-  /** Cancel or re-run `ids`, or every task matching `filter`; with dryRun, only count. */
+  /**
+   * Cancel or re-run `ids`, or every task matching `filter`; with dryRun, only count.
+   * @param {string} room
+   * @param {"cancel" | "rerun"} action
+   * @param {{ ids?: string[] | null, filter?: Partial<TaskFilter> | null, dryRun?: boolean }} target
+   * @returns {Promise<BulkResult>}
+   */
   bulk(room, action, { ids = null, filter = null, dryRun = false }) {
-    const body = { action, dry_run: dryRun };
-    if (ids) body.ids = ids;
-    else body.filter = filterBody(filter);
+    const selection = ids ? { ids } : { filter: filterQuery(filter ?? {}) };
+    const body = { action, dry_run: dryRun, ...selection };
     return this.request("POST", `/rooms/${enc(room)}/tasks/bulk`, body);
   }
 
+  /**
+   * @param {string} id
+   * @returns {Promise<Task>}
+   */
   task(id) {
     return this.request("GET", `/tasks/${enc(id)}`);
   }
 
   /** Where a task stands in its job's queue and why it waits: `{status, queue_position,
    * claim_order, max_running_per_submitter, max_running_per_room, held_back}`, held_back
-   * null or `{scope: "submitter" | "room", running, limit}`. */
+   * null or `{scope: "submitter" | "room", running, limit}`.
+   * @param {string} id
+   * @returns {Promise<Place>}
+   */
   place(id) {
     return this.request("GET", `/tasks/${enc(id)}/place`);
   }
 
+  /**
+   * @param {string} room
+   * @param {string} fullName
+   * @param {unknown} payload
+   * @returns {Promise<Task>}
+   */
   submit(room, fullName, payload) {
     return this.request("POST", `/rooms/${enc(room)}/tasks/${enc(fullName)}`, { payload });
   }
 
+  /**
+   * @param {string} id
+   * @returns {Promise<Task>}
+   */
   cancel(id) {
     return this.request("PATCH", `/tasks/${enc(id)}`, { status: "cancelled" });
   }

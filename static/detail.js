@@ -1,3 +1,4 @@
+// @ts-check
 // A task's detail panel: its payload, result, error and progress, its attempts as a
 // timeline, its log (read from the hub when opened, then live from task_log events), and
 // for a pending task why it waits: its place in line, its job's claim order and the
@@ -6,10 +7,27 @@
 // Everything the task carries goes into the DOM as text. Escape closes it; the focus
 // returns to the row (or button) that opened it.
 
-import { h } from "./dom.js";
-import { clock, duration, jobLabel, json, ordinal, shortId } from "./format.js";
+import { $, $$, h } from "./dom.js";
+import { clock, duration, jobLabel, json, messageOf, ordinal, shortId } from "./format.js";
 import { claimOrderText, limitTexts } from "./jobs.js";
-import { ACTIVE, LABELS, RERUNNABLE, notOlder, taskFromEvent } from "./tasks.js";
+import { RERUNNABLE, UNFINISHED, label, notOlder, taskFromEvent } from "./statuses.js";
+import { throttle } from "./throttle.js";
+
+/** @import { LogLine, LogPage, Place, Task, TaskEvent, TaskLogEvent } from "./types.js" */
+
+/**
+ * @typedef {object} DetailHandlers
+ * @property {(id: string) => Promise<Task>} load
+ * @property {(id: string, after: number | null) => Promise<LogPage>} logs
+ * @property {(id: string) => Promise<Place>} [place] where a pending task stands
+ * @property {(task: Task) => Promise<Task>} cancel
+ * @property {(task: Task) => Promise<Task>} rerun
+ * @property {(task: Task) => boolean} [mayCancel]
+ * @property {(task: Task) => string} [submitterName]
+ * @property {(task: Task) => boolean} [isMine] the viewer submitted it
+ * @property {(id: string) => void} openTask
+ * @property {() => void} [closed]
+ */
 
 const LOG_KEEP = 2000; // lines the panel keeps (the oldest go)
 // A task of the open pending task's job came, went or ended: its place is read again after
@@ -20,21 +38,34 @@ const PLACE_SOON_MS = 250;
 const PLACE_POLL_MS = 5000;
 
 export class Detail {
-  /** handlers: { load(id) → task, logs(id, after) → {items, next}, place(id) → where a
-   *   pending task stands, cancel(task), rerun(task), mayCancel(task), submitterName(task),
-   *   isMine(task) — the viewer submitted it, openTask(id), closed() } */
+  /**
+   * @param {HTMLElement} panel
+   * @param {HTMLElement} body
+   * @param {HTMLElement} closeButton
+   * @param {DetailHandlers} handlers
+   */
   constructor(panel, body, closeButton, handlers) {
     this.panel = panel;
     this.body = body;
     this.handlers = handlers;
+    /** @type {Task | null} */
     this.task = null;
+    /** @type {Element | null} */
     this.returnFocus = null;
-    this.lines = new Map(); // log line id -> line
+    /** @type {Map<number, LogLine>} log line id -> line */
+    this.lines = new Map();
     this.request = 0;
-    this.place = null; // the open task's GET place answer, while it is pending
+    /** @type {Place | null} the open task's GET place answer, while it is pending */
+    this.place = null;
     this.placeRequest = 0; // bumped on every read of the place: an older answer is dropped
-    this.placeTimer = null;
+    this.placeSoon = throttle(() => this.#loadPlace(), { delay: PLACE_SOON_MS });
     this.placeShown = ""; // what the place box shows (rebuilt only when that changes)
+    // Built by #render: the panel's parts that change without a rebuild.
+    this.status = h("p");
+    this.timeline = h("ol");
+    this.logList = h("ol");
+    this.logStatus = h("p");
+    this.placeBox = h("div");
     closeButton.addEventListener("click", () => this.close());
     panel.addEventListener("keydown", (event) => {
       if (event.key === "Escape") {
@@ -43,7 +74,7 @@ export class Detail {
       }
     });
     setInterval(() => {
-      if (this.#waiting() && !document.hidden) this.#placeSoon();
+      if (this.#waiting() && !document.hidden) this.placeSoon.schedule();
     }, PLACE_POLL_MS);
   }
 
@@ -51,12 +82,19 @@ export class Detail {
     return this.panel.hidden ? null : this.task?.id ?? null;
   }
 
-  /** Open `id`'s details; `from` gets the focus back on close. */
+  /**
+   * Open `id`'s details; `from` gets the focus back on close.
+   * @param {string} id
+   * @param {Element | null} [from]
+   * @param {Task | null} [known] what the page knows of it already
+   */
   async open(id, from = document.activeElement, known = null) {
     this.request += 1;
     const request = this.request;
     this.returnFocus = from;
-    this.task = known ? { ...known, id } : { id };
+    /** @type {Task} */
+    let task = known ? { ...known, id } : { id };
+    this.task = task;
     this.lines = new Map();
     this.#forgetPlace();
     this.panel.hidden = false;
@@ -64,15 +102,16 @@ export class Detail {
     this.#render();
     this.panel.focus();
     try {
-      const task = await this.handlers.load(id);
+      const loaded = await this.handlers.load(id);
       if (request !== this.request) return;
-      this.task = notOlder(task, this.task) ? { ...this.task, ...task } : { ...task, ...this.task };
+      task = notOlder(loaded, task) ? { ...task, ...loaded } : { ...loaded, ...task };
+      this.task = task;
       this.#render();
       this.#loadPlace();
     } catch (error) {
-      if (request === this.request) this.#message(`Could not load the task: ${error.message}`);
+      if (request === this.request) this.#message(`Could not load the task: ${messageOf(error)}`);
     }
-    await this.#loadLogs(request);
+    await this.#loadLogs(task.id, request);
   }
 
   close() {
@@ -84,13 +123,14 @@ export class Detail {
     this.#forgetPlace();
     const back = this.returnFocus;
     this.returnFocus = null;
-    if (back?.isConnected) back.focus();
+    if (back instanceof HTMLElement && back.isConnected) back.focus();
     this.handlers.closed?.();
   }
 
   /** Read the log again (after a reconnect: lines may have been missed). */
   async reloadLogs() {
-    if (this.openId) await this.#loadLogs(this.request);
+    const id = this.openId;
+    if (id) await this.#loadLogs(id, this.request);
   }
 
   /** Read again where the open task stands, if it waits (after a reconnect). */
@@ -98,12 +138,15 @@ export class Detail {
     this.#loadPlace();
   }
 
-  /** A task_status_event: the open task's state, if it is this one; another task of its
-   * job moves its place (or frees a share) while it waits. */
+  /**
+   * A task_status_event: the open task's state, if it is this one; another task of its
+   * job moves its place (or frees a share) while it waits.
+   * @param {TaskEvent} event
+   */
   onStatus(event) {
-    if (!this.openId) return;
+    if (!this.openId || !this.task) return;
     if (event.id !== this.openId) {
-      if (this.#waiting() && event.name === this.task.job_name) this.#placeSoon();
+      if (this.#waiting() && event.name === this.task.job_name) this.placeSoon.schedule();
       return;
     }
     const task = taskFromEvent(event);
@@ -111,7 +154,7 @@ export class Detail {
     this.task = { ...this.task, ...task };
     if (this.task.status !== "pending") this.#forgetPlace();
     this.#render();
-    if (this.#waiting()) this.#placeSoon();
+    if (this.#waiting()) this.placeSoon.schedule();
   }
 
   #waiting() {
@@ -121,22 +164,12 @@ export class Detail {
   #forgetPlace() {
     this.place = null;
     this.placeRequest += 1;
-    clearTimeout(this.placeTimer);
-    this.placeTimer = null;
-  }
-
-  #placeSoon() {
-    if (this.placeTimer) return;
-    this.placeTimer = setTimeout(() => {
-      this.placeTimer = null;
-      this.#loadPlace();
-    }, PLACE_SOON_MS);
+    this.placeSoon.cancel();
   }
 
   async #loadPlace() {
-    clearTimeout(this.placeTimer);
-    this.placeTimer = null;
-    if (!this.#waiting() || !this.handlers.place) return;
+    this.placeSoon.cancel();
+    if (!this.#waiting() || !this.handlers.place || !this.task) return;
     this.placeRequest += 1;
     const request = this.placeRequest;
     const id = this.task.id;
@@ -156,6 +189,7 @@ export class Detail {
     const box = this.placeBox;
     if (!box) return;
     const place = this.place;
+    /** @type {[string, string][]} */
     const lines = [];
     if (this.task?.status === "pending" && place?.status === "pending") {
       const where = place.queue_position != null ? [`${ordinal(place.queue_position)} in line`] : [];
@@ -172,23 +206,32 @@ export class Detail {
       ...lines.map(([cls, text]) => h("p", { class: cls }, text)));
   }
 
+  /** @param {NonNullable<Place["held_back"]>} heldBack */
   #heldBackText({ scope, running, limit }) {
     const whose = scope === "room" ? "of this room's tasks"
-      : this.handlers.isMine?.(this.task) ? "of yours" : "of this submitter's tasks";
+      : this.task && this.handlers.isMine?.(this.task) ? "of yours" : "of this submitter's tasks";
     return `Limited: ${running} ${whose} running (limit ${limit})`;
   }
 
-  /** A task_log event: its lines, if of the open task. */
+  /**
+   * A task_log event: its lines, if of the open task.
+   * @param {TaskLogEvent} event
+   */
   onLog(event) {
     if (event.task_id !== this.openId) return;
     this.#addLines(event.lines ?? []);
   }
 
-  async #loadLogs(request) {
+  /**
+   * @param {string} id the open task's
+   * @param {number} request
+   */
+  async #loadLogs(id, request) {
+    /** @type {number | null} */
     let after = null;
     try {
       for (let page = 0; page < 20; page += 1) {
-        const answer = await this.handlers.logs(this.task.id, after);
+        const answer = await this.handlers.logs(id, after);
         if (request !== this.request) return;
         this.#addLines(answer.items ?? []);
         if (answer.next == null || !(answer.items ?? []).length) break;
@@ -196,10 +239,11 @@ export class Detail {
       }
       this.logStatus.textContent = this.lines.size ? "" : "No log lines yet.";
     } catch (error) {
-      if (request === this.request) this.logStatus.textContent = `Log not available: ${error.message}`;
+      if (request === this.request) this.logStatus.textContent = `Log not available: ${messageOf(error)}`;
     }
   }
 
+  /** @param {LogLine[]} lines */
   #addLines(lines) {
     let added = false;
     for (const line of lines) {
@@ -209,7 +253,7 @@ export class Detail {
     }
     if (!added) return;
     const sorted = [...this.lines.values()].sort((a, b) => a.id - b.id);
-    while (sorted.length > LOG_KEEP) this.lines.delete(sorted.shift().id);
+    for (const old of sorted.splice(0, Math.max(0, sorted.length - LOG_KEEP))) this.lines.delete(old.id);
     const stick = this.logList.scrollTop + this.logList.clientHeight >= this.logList.scrollHeight - 4;
     this.logList.replaceChildren(...sorted.map(logLine));
     if (stick) this.logList.scrollTop = this.logList.scrollHeight;
@@ -217,29 +261,31 @@ export class Detail {
     this.#renderTimeline();
   }
 
+  /** @param {string} text */
   #message(text) {
     this.status.textContent = text;
   }
 
   #render() {
     const task = this.task;
+    if (!task) return;
     const { name, scope } = jobLabel(task.job_name ?? "");
-    this.panel.querySelector("#detail-title").textContent = task.job_name
+    $("#detail-title", HTMLElement, this.panel).textContent = task.job_name
       ? `${name} ${shortId(task.id)}` : `Task ${shortId(task.id)}`;
     this.status = h("p", { class: "task-message", role: "alert" });
     const actions = h("div", { class: "detail-actions" });
-    if (ACTIVE.has(task.status) && (this.handlers.mayCancel?.(task) ?? true)) {
+    if (UNFINISHED.has(task.status ?? "") && (this.handlers.mayCancel?.(task) ?? true)) {
       actions.append(h("button", {
         type: "button", class: "danger small", onclick: () => this.#act("cancel"),
       }, "Cancel task"));
     }
-    if (RERUNNABLE.has(task.status)) {
+    if (RERUNNABLE.has(task.status ?? "")) {
       actions.append(h("button", {
         type: "button", class: "small", onclick: () => this.#act("rerun"),
       }, "Re-run task"));
     }
     const facts = [
-      ["Status", LABELS[task.status] ?? task.status ?? "…"],
+      ["Status", label(task.status) || "…"],
       ["Job", task.job_name ? `${name} (${scope})` : ""],
       ["Id", task.id],
       ["Submitted by", this.handlers.submitterName?.(task) ?? task.submitter ?? ""],
@@ -248,10 +294,11 @@ export class Detail {
     ].filter(([, value]) => value);
     const meta = h("dl", { class: "meta detail-meta" },
       ...facts.map(([term, value]) => h("div", {}, h("dt", {}, term), h("dd", {}, value))));
-    if (task.rerun_of) {
+    const rerunOf = task.rerun_of;
+    if (rerunOf) {
       meta.append(h("div", {}, h("dt", {}, "Re-run of"), h("dd", {},
-        h("button", { type: "button", class: "link", onclick: () => this.handlers.openTask(task.rerun_of) },
-          shortId(task.rerun_of)))));
+        h("button", { type: "button", class: "link", onclick: () => this.handlers.openTask(rerunOf) },
+          shortId(rerunOf)))));
     }
     const progress = task.progress != null || task.status === "running"
       ? h("p", { class: "detail-progress" },
@@ -263,9 +310,10 @@ export class Detail {
     this.logStatus = h("p", { class: "hint log-status", role: "status" }, "Loading the log…");
     this.placeBox = h("div", { class: "task-place", "aria-live": "polite", hidden: true });
     this.placeShown = "";
+    /** @type {(HTMLElement | null)[]} */
     const sections = [
       h("div", { class: "detail-top" },
-        h("span", { class: "badge", dataset: { status: task.status ?? "" } }, LABELS[task.status] ?? ""),
+        h("span", { class: "badge", dataset: { status: task.status ?? "" } }, label(task.status)),
         actions),
       this.status,
       meta,
@@ -290,11 +338,11 @@ export class Detail {
     this.logList.replaceChildren(...previous.map(logLine));
     if (previous.length) this.logStatus.textContent = "";
     // Keep the focus where it was when the body is rebuilt (a live update).
-    const focusedText = this.body.contains(document.activeElement)
-      ? document.activeElement.textContent : null;
-    this.body.replaceChildren(...sections.filter(Boolean));
+    const focused = document.activeElement;
+    const focusedText = focused && this.body.contains(focused) ? focused.textContent : null;
+    this.body.replaceChildren(...sections.filter((section) => section !== null));
     if (focusedText != null) {
-      const same = [...this.body.querySelectorAll("button")].find((b) => b.textContent === focusedText);
+      const same = $$("button", HTMLButtonElement, this.body).find((b) => b.textContent === focusedText);
       (same ?? this.panel).focus();
     }
     this.#renderPlace();
@@ -306,8 +354,10 @@ export class Detail {
   #renderTimeline() {
     const task = this.task;
     if (!this.timeline || !task) return;
+    /** @type {[string, string, string][]} */
     const items = [];
     if (task.created_at) items.push(["Created", clock(task.created_at), ""]);
+    /** @type {Map<number, { first: string, last: string }>} */
     const byAttempt = new Map();
     for (const line of this.lines.values()) {
       const span = byAttempt.get(line.attempt) ?? { first: line.at, last: line.at };
@@ -324,19 +374,21 @@ export class Detail {
       const waited = task.created_at ? ` (waited ${duration(task.created_at, task.started_at)})` : "";
       items.push([current > 0 ? `Attempt ${current} started` : "Started", clock(task.started_at) + waited,
         task.worker_id ? `on worker ${shortId(task.worker_id)}` : ""]);
-    } else if (ACTIVE.has(task.status)) {
+    } else if (UNFINISHED.has(task.status ?? "")) {
       items.push([task.status === "claimed" ? "Claimed" : "Waiting", "", task.worker_id ? `by ${shortId(task.worker_id)}` : ""]);
     }
     if (task.completed_at) {
       const from = task.started_at ?? task.created_at;
-      items.push([LABELS[task.status] ?? "Ended", clock(task.completed_at),
+      items.push([label(task.status) || "Ended", clock(task.completed_at),
         from ? `after ${duration(from, task.completed_at)}` : ""]);
     }
     this.timeline.replaceChildren(...items.map(([what, when, note]) => h("li", {},
       h("strong", {}, what), " ", h("time", {}, when), note ? h("span", { class: "hint" }, ` ${note}`) : null)));
   }
 
+  /** @param {"cancel" | "rerun"} action */
   async #act(action) {
+    if (!this.task) return;
     this.#message("");
     try {
       const task = await this.handlers[action](this.task);
@@ -350,11 +402,12 @@ export class Detail {
         this.#render();
       }
     } catch (error) {
-      this.#message(`Could not ${action === "rerun" ? "re-run" : "cancel"}: ${error.message}`);
+      this.#message(`Could not ${action === "rerun" ? "re-run" : "cancel"}: ${messageOf(error)}`);
     }
   }
 }
 
+/** @param {LogLine} line */
 function logLine(line) {
   return h("li", { class: "log-line", dataset: { level: String(line.level ?? "").toLowerCase(), id: String(line.id) } },
     h("time", { datetime: line.at }, clock(line.at)),

@@ -1,38 +1,54 @@
+// @ts-check
 // The room's job list (its own jobs, then @global and @internal ones, with worker
 // counts) and its worker list.
 
-import { h } from "./dom.js";
+import { $$, h } from "./dom.js";
 import { ago, shortId } from "./format.js";
+import { GLOBAL_ROOM, INTERNAL_ROOM, isInternalJob, jobRoom } from "./naming.js";
+
+/** @import { Job, Place, Worker } from "./types.js" */
 
 const GROUPS = [
   ["room", "In this room"],
-  ["@global", "Global"],
-  ["@internal", "Run by the hub"],
+  [GLOBAL_ROOM, "Global"],
+  [INTERNAL_ROOM, "Run by the hub"],
 ];
 
+/**
+ * @param {Job} job
+ * @param {string} room
+ */
 function groupOf(job, room) {
-  const owner = job.full_name.split(":")[0];
+  const owner = jobRoom(job.full_name);
   return owner === room ? "room" : owner;
 }
 
+/** @param {Job} job */
 function workerCount(job) {
-  if (job.full_name.startsWith("@internal:")) return { text: "server-side", idle: false };
+  if (isInternalJob(job.full_name)) return { text: "server-side", idle: false };
   const n = job.workers.length;
   return { text: n === 1 ? "1 worker" : n ? `${n} workers` : "no worker", idle: n === 0 };
 }
 
+/** @type {Record<string, string>} */
 const ORDERS = {
   fifo: "Oldest first",
   "fair-by-submitter": "Fair: one task per submitter in turn",
   "fair-by-room": "Fair: one task per room in turn",
 };
 
-/** A job's claim order in words ("Oldest first", "Fair: one task per submitter in turn"). */
+/**
+ * A job's claim order in words ("Oldest first", "Fair: one task per submitter in turn").
+ * @param {string | null | undefined} order
+ */
 export function claimOrderText(order) {
   return ORDERS[order ?? "fifo"] ?? `Order: ${order}`;
 }
 
-/** A job's running limits in words (none: []): "At most 2 running per submitter". */
+/**
+ * A job's running limits in words (none: []): "At most 2 running per submitter".
+ * @param {Pick<Place, "max_running_per_submitter" | "max_running_per_room">} limits
+ */
 export function limitTexts({ max_running_per_submitter: perSubmitter, max_running_per_room: perRoom }) {
   const texts = [];
   if (perSubmitter != null) texts.push(`At most ${perSubmitter} running per submitter`);
@@ -40,7 +56,11 @@ export function limitTexts({ max_running_per_submitter: perSubmitter, max_runnin
   return texts;
 }
 
-/** Show a job's sharing policy (claim order, then its limits, if any) in `container`. */
+/**
+ * Show a job's sharing policy (claim order, then its limits, if any) in `container`.
+ * @param {HTMLElement} container
+ * @param {Job | null} job
+ */
 export function renderPolicy(container, job) {
   if (!job) {
     container.replaceChildren();
@@ -51,14 +71,22 @@ export function renderPolicy(container, job) {
     h("span", { class: "visually-hidden" }, "Sharing: "),
     h("span", { class: "policy-order", dataset: { order: job.claim_order ?? "fifo" } },
       claimOrderText(job.claim_order)),
-    ...limitTexts(job).map((text) => h("span", { class: "policy-limit" }, text)),
+    ...limitTexts({
+      max_running_per_submitter: job.max_running_per_submitter ?? null,
+      max_running_per_room: job.max_running_per_room ?? null,
+    }).map((text) => h("span", { class: "policy-limit" }, text)),
   );
   container.hidden = false;
 }
 
-/** Render the jobs into `container` as toggle buttons; `onSelect(full_name)` on click. */
+/**
+ * Render the jobs into `container` as toggle buttons; `onSelect(full_name)` on click.
+ * @param {HTMLElement} container
+ * @param {Job[]} jobs
+ * @param {{ room: string, selected: string | null, onSelect: (fullName: string) => void }} options
+ */
 export function renderJobs(container, jobs, { room, selected, onSelect }) {
-  const focused = document.activeElement?.dataset?.job;
+  const focused = document.activeElement instanceof HTMLElement ? document.activeElement.dataset.job : undefined;
   const sections = [];
   for (const [key, title] of GROUPS) {
     const members = jobs
@@ -90,12 +118,16 @@ export function renderJobs(container, jobs, { room, selected, onSelect }) {
   }
   container.replaceChildren(...sections);
   container.setAttribute("aria-busy", "false");
-  if (focused) container.querySelector(`[data-job="${CSS.escape(focused)}"]`)?.focus();
+  if (focused) $$(`[data-job="${CSS.escape(focused)}"]`, HTMLElement, container)[0]?.focus();
 }
 
 /** Render the workers serving jobs visible from the room: owner, jobs, last heartbeat
  * (relative: `tickWorkers` keeps it current), slots used and free, the tasks each runs
- * now (buttons opening their details). */
+ * now (buttons opening their details).
+ * @param {HTMLElement} container
+ * @param {Worker[]} workers
+ * @param {{ openTask?: (id: string) => void }} [options]
+ */
 export function renderWorkers(container, workers, { openTask } = {}) {
   if (!workers.length) {
     container.replaceChildren(h("li", { class: "empty" }, "No worker is connected."));
@@ -104,10 +136,10 @@ export function renderWorkers(container, workers, { openTask } = {}) {
   container.replaceChildren(...workers.map((worker) => {
     const running = worker.running ?? [];
     const used = worker.used ?? running.length;
-    const slots = worker.slots;
+    const slots = worker.slots ?? 0;
     const bar = h("span", { class: "bar-fill" });
     if (slots) bar.style.width = `${Math.round(Math.min(1, used / slots) * 100)}%`;
-    const jobs = (worker.jobs ?? []).map((job) => (typeof job === "string" ? job : job.full_name ?? job.name));
+    const jobs = (worker.jobs ?? []).map((job) => (typeof job === "string" ? job : job.full_name ?? job.name ?? ""));
     const jobNames = jobs.map((job) => job.split(":").slice(2).join(":") || job);
     const slotText = slots ? `${used} of ${slots} slots used, ${Math.max(0, slots - used)} free`
       : `${used} running`;
@@ -135,10 +167,13 @@ export function renderWorkers(container, workers, { openTask } = {}) {
   }));
 }
 
-/** Bring every "seen … ago" up to date (once a second). */
+/**
+ * Bring every "seen … ago" up to date (once a second).
+ * @param {HTMLElement} container
+ */
 export function tickWorkers(container) {
   const now = Date.now();
-  for (const el of container.querySelectorAll(".seen[data-at]")) {
+  for (const el of $$(".seen[data-at]", HTMLElement, container)) {
     if (!el.dataset.at) continue;
     const text = `seen ${ago(el.dataset.at, now)}`;
     if (el.textContent !== text) el.textContent = text;

@@ -1,19 +1,35 @@
+// @ts-check
 // The Socket.IO connection: authenticates with the token, keeps the wanted rooms joined
 // (again after every reconnect) and reports its state: connecting / connected /
 // reconnecting / offline.
 
 import { io } from "socket.io-client";
 
+/** @import { TaskEvent, TaskLogEvent } from "./types.js" */
+
+/** @typedef {"connecting" | "connected" | "reconnecting" | "offline"} ConnectionState */
+
+/**
+ * @typedef {object} LiveHandlers
+ * @property {(state: ConnectionState, detail: string) => void} [state]
+ * @property {(event: TaskEvent) => void} [taskStatus]
+ * @property {(event: unknown) => void} [jobsInvalidate]
+ * @property {(event: TaskLogEvent) => void} [taskLog]
+ * @property {() => void} [synced] rooms (re)joined after a connect: refetch what may be missed
+ * @property {(message: string) => void} [refused] the hub refused the token
+ * @property {(room: string, error: Error) => void} [joinFailed]
+ */
+
 export class Live {
   /**
-   * handlers: { state(state, detail), taskStatus(event), jobsInvalidate(event),
-   *             taskLog(event),
-   *             synced() — rooms (re)joined after a connect: refetch what may be missed,
-   *             refused(message) — the hub refused the token }
+   * @param {string} token
+   * @param {LiveHandlers} handlers
    */
   constructor(token, handlers) {
     this.handlers = handlers;
+    /** @type {Set<string>} */
     this.rooms = new Set();
+    /** @type {ConnectionState} */
     this.state = "connecting";
     this.socket = io({ auth: { token }, reconnectionDelayMax: 4000 });
     this.socket.on("connect", () => this.#connected());
@@ -29,7 +45,10 @@ export class Live {
     if (!navigator.onLine) this.onOffline();
   }
 
-  /** Join exactly these rooms (room:{id} on the hub); leaves the others. */
+  /**
+   * Join exactly these rooms (room:{id} on the hub); leaves the others.
+   * @param {string[]} ids
+   */
   async setRooms(ids) {
     const wanted = new Set(ids);
     const leaving = [...this.rooms].filter((id) => !wanted.has(id));
@@ -47,12 +66,14 @@ export class Live {
     this.socket.disconnect();
   }
 
+  /** @param {string} id */
   async #join(id) {
     try {
+      /** @type {{ status?: number, detail?: string, title?: string } | null} */
       const ack = await this.socket.timeout(5000).emitWithAck("room_join", { room_id: id });
       if (ack?.status) throw new Error(ack.detail || ack.title);
     } catch (error) {
-      this.handlers.joinFailed?.(id, error);
+      this.handlers.joinFailed?.(id, error instanceof Error ? error : new Error(String(error)));
     }
   }
 
@@ -63,6 +84,7 @@ export class Live {
     this.handlers.synced?.();
   }
 
+  /** @param {string} reason */
   #disconnected(reason) {
     if (reason === "io client disconnect") return;
     if (reason === "io server disconnect") {
@@ -72,6 +94,7 @@ export class Live {
     this.#setState(navigator.onLine ? "reconnecting" : "offline");
   }
 
+  /** @param {Error} error */
   #failed(error) {
     if (!this.socket.active) {
       // Refused by the hub's connect handler: the token is not (or no longer) valid.
@@ -82,6 +105,10 @@ export class Live {
     this.#setState(navigator.onLine ? "reconnecting" : "offline");
   }
 
+  /**
+   * @param {ConnectionState} state
+   * @param {string} [detail]
+   */
   #setState(state, detail = "") {
     if (state === this.state && !detail) return;
     this.state = state;

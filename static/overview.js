@@ -1,3 +1,4 @@
+// @ts-check
 // The room's overview: tasks by job and status (a compact table), and charts over a window
 // (15 min, 1 h, 24 h) of completed and failed tasks, queue depth, waiting and running
 // times, drawn with uPlot. uPlot draws on a canvas: next to each chart, a collapsible
@@ -8,8 +9,29 @@
 import uPlot from "uplot";
 import { h } from "./dom.js";
 import { clock, jobLabel } from "./format.js";
-import { STATUSES } from "./tasks.js";
+import { moveCount } from "./state.js";
+import { STATUSES } from "./statuses.js";
 
+/** @import { CountsRow } from "./state.js" */
+/** @import { Bucket, BucketFigures, JobCounts, Stats, Status } from "./types.js" */
+
+/**
+ * @typedef {object} ChartSpec
+ * @property {string} key
+ * @property {string} title
+ * @property {string} unit
+ * @property {[keyof BucketFigures, string, string][]} series bucket key, label, CSS colour variable
+ */
+
+/**
+ * @typedef {object} Chart
+ * @property {ChartSpec} spec
+ * @property {HTMLElement} plotEl
+ * @property {HTMLElement} tbody
+ * @property {uPlot | null} plot
+ */
+
+/** @type {ChartSpec[]} */
 const CHARTS = [
   {
     key: "throughput",
@@ -32,22 +54,35 @@ const CHARTS = [
   },
 ];
 
+/** @param {string} variable */
 function cssColor(variable) {
   return getComputedStyle(document.documentElement).getPropertyValue(variable).trim() || "#888";
 }
 
-/** A figure as the table shows it: counts as they are, seconds to the millisecond. */
+/**
+ * A figure as the table shows it: counts as they are, seconds to the millisecond.
+ * @param {unknown} value
+ * @param {string} unit
+ */
 function figure(value, unit) {
   if (value == null) return "–";
-  return unit === "s" ? value.toFixed(3) : String(value);
+  return unit === "s" && typeof value === "number" ? value.toFixed(3) : String(value);
 }
 
+
 export class Overview {
+  /**
+   * @param {HTMLElement} chartsEl
+   * @param {HTMLElement} countsBody
+   */
   constructor(chartsEl, countsBody) {
     this.chartsEl = chartsEl;
     this.countsBody = countsBody;
+    /** @type {Stats | null} */
     this.stats = null;
-    this.counts = new Map(); // job -> {status: n}
+    /** @type {Map<string, CountsRow>} job -> {status: n} */
+    this.counts = new Map();
+    /** @type {Chart[]} */
     this.charts = [];
     this.build();
     this.resize = new ResizeObserver(() => this.#fit());
@@ -73,7 +108,10 @@ export class Overview {
     });
   }
 
-  /** A whole window's stats (a window change, a reconnect). */
+  /**
+   * A whole window's stats (a window change, a reconnect).
+   * @param {Stats} stats
+   */
   setStats(stats) {
     this.stats = stats;
     this.#setCounts(stats.counts ?? []);
@@ -81,7 +119,9 @@ export class Overview {
   }
 
   /** The buckets from `stats.since` on replace those the page has (the last one, still
-   * filling) and new ones are added; the oldest go so the window keeps its length. */
+   * filling) and new ones are added; the oldest go so the window keeps its length.
+   * @param {Stats} stats
+   */
   mergeTail(stats) {
     if (!this.stats || stats.window !== this.stats.window) return;
     const buckets = this.stats.buckets;
@@ -107,25 +147,28 @@ export class Overview {
     return this.stats?.buckets?.at(-1)?.start ?? null;
   }
 
-  /** A task moved from one status to another (from null: a new task). */
+  /**
+   * A task moved from one status to another (from null: a new task).
+   * @param {string} job
+   * @param {Status | null} from
+   * @param {Status | null} to
+   */
   applyDelta(job, from, to) {
     if (!this.stats) return;
-    const row = this.counts.get(job) ?? Object.fromEntries(STATUSES.map((s) => [s, 0]));
-    if (from && row[from] > 0) row[from] -= 1;
-    if (to) row[to] = (row[to] ?? 0) + 1;
-    this.counts.set(job, row);
+    this.counts.set(job, moveCount(this.counts.get(job), from, to));
     this.#renderCounts();
   }
 
+  /** @param {JobCounts[]} counts */
   #setCounts(counts) {
-    this.counts = new Map(counts.map((row) => [row.job, { ...row }]));
+    this.counts = new Map(counts.map(({ job, ...row }) => [job, row]));
     this.#renderCounts();
   }
 
   #renderCounts() {
     const jobs = [...this.counts.keys()].sort();
     const rows = jobs.map((job) => {
-      const counts = this.counts.get(job);
+      const counts = this.counts.get(job) ?? {};
       const { name, scope } = jobLabel(job);
       return h("tr", { dataset: { job } },
         h("th", { scope: "row", title: job }, name, h("span", { class: "scope" }, ` ${scope}`)),
@@ -142,6 +185,7 @@ export class Overview {
     const xs = buckets.map((bucket) => Date.parse(bucket.start) / 1000);
     for (const chart of this.charts) {
       const { spec } = chart;
+      /** @type {uPlot.AlignedData} */
       const data = [xs, ...spec.series.map(([key]) => buckets.map((bucket) => bucket[key] ?? null))];
       if (!chart.plot) {
         chart.plot = new uPlot({
@@ -168,6 +212,10 @@ export class Overview {
     }
   }
 
+  /**
+   * @param {Chart} chart
+   * @param {Bucket[]} buckets
+   */
   #table(chart, buckets) {
     const { spec, tbody } = chart;
     const rows = buckets.map((bucket) => h("tr", { dataset: { start: bucket.start } },
@@ -178,6 +226,7 @@ export class Overview {
     tbody.replaceChildren(...rows);
   }
 
+  /** @param {HTMLElement} el */
   #width(el) {
     return Math.max(200, Math.floor(el.clientWidth || el.parentElement?.clientWidth || 300));
   }

@@ -1,3 +1,4 @@
+// @ts-check
 // A form generated from a job's JSON Schema (as pydantic writes it): string, number,
 // integer and boolean properties, enums, defaults, required, nested objects, $ref into
 // $defs, nullable fields (anyOf with null). Anything else (arrays, free objects) is a JSON
@@ -7,6 +8,41 @@
 // next to the field they concern.
 
 import { h, setFieldError } from "./dom.js";
+import { messageOf } from "./format.js";
+
+/** @import { JsonSchema } from "./types.js" */
+
+/**
+ * A problem with the payload: where (the path into it) and what.
+ * @typedef {{ path: (string | number)[], msg: string }} FieldError
+ */
+
+/**
+ * What a field holds: nothing (`present` false: left out of the payload), a value, or an
+ * input that is no value at all (`error`: "Enter a number.").
+ * @typedef {{ present: boolean, value?: unknown, error?: string }} Reading
+ */
+
+/**
+ * A field or group of the form, for reading it and placing its errors.
+ * @typedef {object} FormNode
+ * @property {(string | number)[]} path
+ * @property {HTMLElement} [input]
+ * @property {HTMLElement} errorEl
+ * @property {HTMLElement | null} [focusTarget]
+ * @property {(errors: FieldError[]) => Reading} read adds what is wrong to `errors`
+ */
+
+/**
+ * How to build one field.
+ * @typedef {object} FieldSpec
+ * @property {JsonSchema} prop its schema, resolved
+ * @property {string[]} path
+ * @property {string} label
+ * @property {HTMLElement} container
+ * @property {boolean} required
+ * @property {unknown} [dflt]
+ */
 
 const MAX_DEPTH = 5;
 // The most fields (inputs and groups) one form builds. MAX_DEPTH bounds nesting, not
@@ -24,14 +60,21 @@ export class SchemaForm {
   #taken = new Set();
   #fields = 0; // built so far, for MAX_FIELDS
 
+  /**
+   * @param {unknown} schema
+   * @param {string} [idPrefix]
+   */
   constructor(schema, idPrefix = "field") {
+    /** @type {JsonSchema} */
     this.root = schema && typeof schema === "object" ? schema : {};
     this.idPrefix = idPrefix;
-    this.nodes = []; // every field and group, for placing errors
+    /** @type {FormNode[]} every field and group, for placing errors */
+    this.nodes = [];
     this.element = h("div", { class: "schema-form" });
     const top = this.#resolve(this.root);
     if (Object.keys(top.properties ?? {}).length) {
       try {
+        /** @type {Pick<FormNode, "path" | "read">} the payload's field or group */
         this.top = this.#object(top, [], this.element, top.default, 0);
       } catch (error) {
         if (!(error instanceof TooManyFields)) throw error;
@@ -47,7 +90,10 @@ export class SchemaForm {
     }
   }
 
-  /** Too many fields for a form: start again with the whole payload as JSON. */
+  /**
+   * Too many fields for a form: start again with the whole payload as JSON.
+   * @param {JsonSchema} top
+   */
   #wholePayload(top) {
     this.nodes = [];
     this.#ids.clear();
@@ -60,8 +106,12 @@ export class SchemaForm {
     this.top = this.#json({ ...f, dflt: top.default });
   }
 
-  /** The payload and the browser-side errors: `{ value, errors: [{path, msg}] }`. */
+  /**
+   * The payload and the browser-side errors.
+   * @returns {{ value: unknown, errors: FieldError[] }}
+   */
   read() {
+    /** @type {FieldError[]} */
     const errors = [];
     const { value } = this.top.read(errors);
     return { value: value ?? {}, errors };
@@ -72,10 +122,14 @@ export class SchemaForm {
   }
 
   /** Show `[{path, msg}]` next to the deepest field each path is inside; returns the
-   * messages that belong to no field (e.g. about the payload as a whole). */
+   * messages that belong to no field (e.g. about the payload as a whole).
+   * @param {FieldError[]} errors
+   */
   showErrors(errors) {
     this.clearErrors();
+    /** @type {Map<FormNode, string[]>} */
     const byNode = new Map();
+    /** @type {string[]} */
     const unplaced = [];
     for (const { path, msg } of errors) {
       const node = this.#nodeFor(path);
@@ -97,9 +151,14 @@ export class SchemaForm {
     return unplaced;
   }
 
-  /** The hub's 422 `errors` (`loc` = ["body", "payload", ...path]) → `showErrors`. */
+  /**
+   * The hub's 422 `errors` (`loc` = ["body", "payload", ...path]) → `showErrors`.
+   * @param {{ loc?: (string | number)[], msg?: string }[]} problemErrors
+   */
   showServerErrors(problemErrors) {
+    /** @type {FieldError[]} */
     const errors = [];
+    /** @type {string[]} */
     const elsewhere = [];
     for (const { loc = [], msg = "invalid" } of problemErrors ?? []) {
       if (loc[0] !== "body" || loc[1] !== "payload") {
@@ -114,7 +173,12 @@ export class SchemaForm {
     return [...elsewhere, ...this.showErrors(errors)];
   }
 
+  /**
+   * The deepest field or group `path` is inside, if any.
+   * @param {(string | number)[]} path
+   */
   #nodeFor(path) {
+    /** @type {FormNode | null} */
     let best = null;
     for (const node of this.nodes) {
       const inside = node.path.length <= path.length
@@ -128,8 +192,14 @@ export class SchemaForm {
 
   // -- schema handling -----------------------------------------------------------------
 
+  /**
+   * What a local `$ref` ("#/$defs/X") points to ({} when nothing).
+   * @param {unknown} ref
+   * @returns {JsonSchema}
+   */
   #lookup(ref) {
     if (typeof ref !== "string" || !ref.startsWith("#/")) return {};
+    /** @type {any} */
     let target = this.root;
     for (const raw of ref.slice(2).split("/")) {
       target = target?.[raw.replaceAll("~1", "/").replaceAll("~0", "~")];
@@ -137,8 +207,13 @@ export class SchemaForm {
     return target && typeof target === "object" ? target : {};
   }
 
-  /** Follow $ref / single allOf; turn "X or null" into X with `nullable`. */
+  /**
+   * Follow $ref / single allOf; turn "X or null" into X with `nullable`.
+   * @param {unknown} schema
+   * @returns {JsonSchema}
+   */
   #resolve(schema) {
+    /** @type {JsonSchema} */
     let s = schema && typeof schema === "object" ? schema : {};
     for (let hops = 0; hops < 16; hops += 1) {
       if (s.$ref) {
@@ -151,21 +226,23 @@ export class SchemaForm {
     }
     const alternatives = s.anyOf ?? s.oneOf;
     if (Array.isArray(alternatives)) {
-      const real = alternatives.filter((alt) => alt?.type !== "null");
+      const real = alternatives.filter((/** @type {JsonSchema} */ alt) => alt?.type !== "null");
       if (real.length === 1 && real.length < alternatives.length) {
         const { anyOf, oneOf, ...rest } = s;
         return { ...this.#resolve(real[0]), ...rest, nullable: true };
       }
     }
     if (Array.isArray(s.type)) {
-      const types = s.type.filter((t) => t !== "null");
+      const types = s.type.filter((/** @type {unknown} */ t) => t !== "null");
       if (types.length === 1) return { ...s, type: types[0], nullable: s.type.includes("null") };
     }
     return s;
   }
 
   /** The element id of the field at `path`: readable, and unique even when two property
-   * names differ only in characters an id cannot hold ("名前" and "年齢"). */
+   * names differ only in characters an id cannot hold ("名前" and "年齢").
+   * @param {string[]} path
+   */
   #id(path) {
     const key = JSON.stringify(path);
     let id = this.#ids.get(key);
@@ -183,8 +260,18 @@ export class SchemaForm {
   // -- building ---------------------------------------------------------------------
   // A field spec `f`: { prop (resolved schema), path, label, container, required, dflt }.
 
+  /**
+   * The fields of an object's properties, into `container`.
+   * @param {JsonSchema} s
+   * @param {string[]} path
+   * @param {HTMLElement} container
+   * @param {any} fallbackDefault the object's default, whose members are its fields'
+   * @param {number} depth
+   * @returns {Pick<FormNode, "path" | "read">}
+   */
   #object(s, path, container, fallbackDefault, depth) {
     const required = new Set(s.required ?? []);
+    /** @type {[string, FormNode][]} */
     const children = [];
     for (const [key, raw] of Object.entries(s.properties ?? {})) {
       const prop = this.#resolve(raw);
@@ -201,6 +288,7 @@ export class SchemaForm {
     return {
       path,
       read(errors) {
+        /** @type {Record<string, unknown>} */
         const value = {};
         let present = false;
         for (const [key, child] of children) {
@@ -215,6 +303,11 @@ export class SchemaForm {
     };
   }
 
+  /**
+   * @param {FieldSpec} f
+   * @param {number} depth
+   * @returns {FormNode}
+   */
   #field(f, depth) {
     this.#fields += 1;
     if (this.#fields > MAX_FIELDS) throw new TooManyFields();
@@ -228,6 +321,12 @@ export class SchemaForm {
     return this.#json(f);
   }
 
+  /**
+   * A fieldset of a nested object's fields.
+   * @param {FieldSpec} f
+   * @param {number} depth
+   * @returns {FormNode}
+   */
   #group({ prop, path, label, container, required, dflt }, depth) {
     const id = this.#id(path);
     const errorEl = h("p", { class: "field-error", id: `${id}-error`, hidden: true });
@@ -243,6 +342,7 @@ export class SchemaForm {
     const touch = () => { touched = true; };
     fieldset.addEventListener("input", touch);
     fieldset.addEventListener("change", touch);
+    /** @type {FormNode} */
     const node = {
       path,
       errorEl,
@@ -258,7 +358,13 @@ export class SchemaForm {
   }
 
   /** Label, hint and error paragraph around `input`; registers the field's node, whose
-   * `read(errors)` reads the value with `read()` and checks it against the schema. */
+   * `read(errors)` reads the value with `read()` and checks it against the schema.
+   * @param {FieldSpec} f
+   * @param {HTMLInputElement | HTMLSelectElement | HTMLTextAreaElement} input
+   * @param {() => Reading} read
+   * @param {{ inline?: boolean }} [options]
+   * @returns {FormNode}
+   */
   #wrap(f, input, read, { inline = false } = {}) {
     const { prop, path, label, container, required } = f;
     const hintText = [prop.description, constraintHint(prop)].filter(Boolean).join(" ");
@@ -270,6 +376,7 @@ export class SchemaForm {
     if (inline) field.append(h("div", { class: "check" }, input, labelEl), hint ?? "", errorEl);
     else field.append(labelEl, input, hint ?? "", errorEl);
     container.append(field);
+    /** @type {FormNode} */
     const node = {
       path,
       input,
@@ -290,10 +397,15 @@ export class SchemaForm {
     return node;
   }
 
+  /**
+   * @param {FieldSpec} f
+   * @param {Record<string, unknown>} attributes
+   */
   #input(f, attributes) {
     return h("input", { id: this.#id(f.path), name: f.path.join("."), ...attributes });
   }
 
+  /** @param {FieldSpec} f */
   #text(f) {
     const input = this.#input(f, {
       type: f.prop.format === "password" ? "password" : "text",
@@ -304,6 +416,7 @@ export class SchemaForm {
     return this.#wrap(f, input, () => ({ present: input.value !== "", value: input.value }));
   }
 
+  /** @param {FieldSpec} f */
   #number(f) {
     const integer = f.prop.type === "integer";
     const input = this.#input(f, {
@@ -327,15 +440,20 @@ export class SchemaForm {
     });
   }
 
+  /** @param {FieldSpec} f */
   #boolean(f) {
     const input = this.#input(f, { type: "checkbox", checked: f.dflt === true });
     const read = () => ({ present: true, value: input.checked });
     return this.#wrap({ ...f, required: false }, input, read, { inline: true });
   }
 
-  /** true, false or not set: a checkbox cannot leave a nullable boolean unset. */
+  /**
+   * true, false or not set: a checkbox cannot leave a nullable boolean unset.
+   * @param {FieldSpec} f
+   */
   #nullableBoolean(f) {
     const select = h("select", { id: this.#id(f.path), name: f.path.join(".") });
+    /** @type {[string, string, boolean | null][]} */
     const options = [["", "(not set)", null], ["true", "Yes", true], ["false", "No", false]];
     for (const [value, label, meaning] of options) {
       select.append(h("option", { value, selected: f.dflt === meaning }, label));
@@ -346,7 +464,9 @@ export class SchemaForm {
     });
   }
 
+  /** @param {FieldSpec} f */
   #choice(f) {
+    /** @type {unknown[]} */
     const values = Array.isArray(f.prop.enum) ? f.prop.enum : [f.prop.const];
     const select = h("select", {
       id: this.#id(f.path),
@@ -367,7 +487,10 @@ export class SchemaForm {
     });
   }
 
-  /** A JSON text field: arrays, free-form objects, anything the form has no control for. */
+  /**
+   * A JSON text field: arrays, free-form objects, anything the form has no control for.
+   * @param {FieldSpec} f
+   */
   #json(f) {
     const kind = f.prop.type ? `JSON ${[].concat(f.prop.type).join(" or ")}` : "JSON";
     const textarea = h("textarea", {
@@ -386,7 +509,7 @@ export class SchemaForm {
       try {
         return { present: true, value: JSON.parse(textarea.value) };
       } catch (error) {
-        return { present: true, error: `Not valid JSON (${error.message}).` };
+        return { present: true, error: `Not valid JSON (${messageOf(error)}).` };
       }
     };
     return this.#wrap({ ...f, label: `${f.label} (${kind})` }, textarea, read);
@@ -395,6 +518,7 @@ export class SchemaForm {
 
 // -- validation ---------------------------------------------------------------------------
 
+/** @type {Record<string, (value: unknown) => boolean>} */
 const JSON_TYPES = {
   array: Array.isArray,
   object: (v) => v !== null && typeof v === "object" && !Array.isArray(v),
@@ -405,8 +529,16 @@ const JSON_TYPES = {
   null: (v) => v === null,
 };
 
-/** The first constraint of `s` that `value` breaks, as a message; null when none. */
+/**
+ * The first constraint of `s` that `value` breaks, as a message; null when none. The
+ * form's quick answer (types, enums, bounds, lengths): the hub checks the payload again,
+ * patterns included, and its 422 is the one that counts.
+ * @param {JsonSchema} s
+ * @param {unknown} value
+ * @returns {string | null}
+ */
 export function check(s, value) {
+  /** @type {string[]} */
   const types = [].concat(s.type ?? []);
   if (s.nullable && value === null) return null;
   if (types.length && !types.some((t) => JSON_TYPES[t]?.(value) ?? true)) {
@@ -426,6 +558,10 @@ export function check(s, value) {
   return null;
 }
 
+/**
+ * @param {JsonSchema} s
+ * @param {number} v
+ */
 function checkNumber(s, v) {
   if (s.minimum != null && v < s.minimum) return `Must be at least ${s.minimum}.`;
   if (s.maximum != null && v > s.maximum) return `Must be at most ${s.maximum}.`;
@@ -442,6 +578,10 @@ function checkNumber(s, v) {
   return null;
 }
 
+/**
+ * @param {JsonSchema} s
+ * @param {string} v
+ */
 function checkString(s, v) {
   const length = [...v].length;
   if (s.minLength != null && length < s.minLength) {
@@ -456,6 +596,10 @@ function checkString(s, v) {
   return null;
 }
 
+/**
+ * The bounds of a field in words, for its hint.
+ * @param {JsonSchema} s
+ */
 function constraintHint(s) {
   const parts = [];
   if (s.minimum != null && s.maximum != null) parts.push(`${s.minimum} to ${s.maximum}.`);
@@ -472,12 +616,20 @@ function requiredMark() {
     h("span", { class: "visually-hidden" }, " (required)"));
 }
 
+/**
+ * A property name as a label: "max_items" → "Max items", "maxItems" → "Max Items".
+ * @param {string} key
+ */
 export function humanize(key) {
   const words = String(key).replace(/[_-]+/g, " ").replace(/([a-z])([A-Z])/g, "$1 $2").trim();
   return words.charAt(0).toUpperCase() + words.slice(1);
 }
 
+/** @type {(a: unknown, b: unknown) => boolean} */
 const same = (a, b) => JSON.stringify(a) === JSON.stringify(b);
+/** @type {(v: unknown) => string} */
 const display = (v) => (typeof v === "string" ? v : JSON.stringify(v));
+/** @type {Record<string, string>} */
 const ARTICLES = { array: "a list", object: "an object", integer: "an integer", null: "null" };
+/** @type {(type: string) => string} */
 const article = (type) => ARTICLES[type] ?? `a ${type}`;

@@ -1,3 +1,4 @@
+// @ts-check
 // The room's task table: one line per task, a page the hub chose (server-side filters,
 // sort and pagination: view=summary), kept live by task_status_event. Events are queued
 // and applied once per animation frame, and only the rows that changed are touched, so a
@@ -5,69 +6,67 @@
 
 import { h } from "./dom.js";
 import { clock, duration, jobLabel, shortId } from "./format.js";
+import { RERUNNABLE, UNFINISHED, label, notOlder, taskFromEvent } from "./statuses.js";
 
-export const ACTIVE = new Set(["pending", "claimed", "running"]);
-export const RERUNNABLE = new Set(["failed", "cancelled"]);
-export const STATUSES = ["pending", "claimed", "running", "completed", "failed", "cancelled"];
-const RANK = { pending: 0, claimed: 1, running: 2, completed: 3, failed: 3, cancelled: 3 };
-export const LABELS = {
-  pending: "Pending",
-  claimed: "Claimed",
-  running: "Running",
-  completed: "Completed",
-  failed: "Failed",
-  cancelled: "Cancelled",
-};
+/** @import { Task, TaskEvent } from "./types.js" */
 
-/** A task_status_event payload as a task (the event calls the job's full name `name`). */
-export function taskFromEvent(event) {
-  const { name, ...rest } = event;
-  return { ...rest, job_name: name };
-}
+/**
+ * @typedef {object} TableHandlers
+ * @property {(task: Task, row: Row) => void} open
+ * @property {(task: Task, row: Row) => void} cancel
+ * @property {(task: Task, row: Row) => void} rerun
+ * @property {(task: Task) => boolean} [mayCancel]
+ * @property {(task: Task) => string} [submitterName]
+ * @property {(ids: string[], shown: number) => void} [selection]
+ * @property {(task: Task, previous: Task) => void} [changed] a row shown changed
+ * @property {(tasks: Task[]) => void} [added] new tasks went on top
+ * @property {() => void} [outOfPage] an event changed what the page should hold: read it again
+ */
 
-/** Is a state of a task (a REST snapshot or an event) at least as recent as what we know?
- * Events of one task may come from several processes out of order: the hub counts each
- * task's writes in `version`; without it (an older hub), attempts and the order of statuses
- * decide. */
-export function notOlder(state, known) {
-  if (!known) return true;
-  if (state.version != null && known.version != null) return state.version >= known.version;
-  const attempts = (state.attempt ?? 0) - (known.attempt ?? 0);
-  return attempts !== 0 ? attempts > 0 : RANK[state.status] >= RANK[known.status];
-}
-
-/** "1.2 s" from one timestamp to another, or "" when either is missing. */
+/**
+ * "1.2 s" from one timestamp to another, or "" when either is missing.
+ * @param {string | null | undefined} from
+ * @param {string | null | undefined} to
+ */
 function span(from, to) {
   return from && to ? duration(from, to) : "";
 }
 
 export class TaskTable {
-  /** handlers: { open(task, row), cancel(task, row), rerun(task, row), mayCancel(task),
-   *   submitterName(task), selection(ids, shown), changed(task, previous) — a row shown
-   *   changed, added(tasks) — new tasks went on top, outOfPage() — an event changed what
-   *   the page should hold: read it again } */
-  constructor(tbody, handlers) {
+  /**
+   * @param {HTMLElement} tbody
+   * @param {TableHandlers} handlers
+   * @param {(task: Task) => boolean} [matches] does a task match the filter (as far as the
+   *   page can tell)? Every task does, unless given.
+   */
+  constructor(tbody, handlers, matches = () => true) {
     this.tbody = tbody;
     this.handlers = handlers;
-    this.rows = new Map(); // task id -> Row, in page order in the DOM
+    this.matches = matches;
+    /** @type {Map<string, Row>} task id -> Row, in page order in the DOM */
+    this.rows = new Map();
+    /** @type {Set<string>} */
     this.selected = new Set();
-    this.queue = new Map(); // task id -> its latest queued event
+    /** @type {Map<string, TaskEvent>} task id -> its latest queued event */
+    this.queue = new Map();
     this.frame = 0;
-    this.matches = () => true; // does a task match the filter (as far as the page can tell)?
     this.newOnTop = true; // the first page, newest first: new tasks go on top
     this.limit = 50;
     this.applied = 0; // events applied so far (see `mark`)
-    this.addedAt = new Map(); // task id -> `applied` when an event put it on top
+    /** @type {Map<string, number>} task id -> `applied` when an event put it on top */
+    this.addedAt = new Map();
   }
 
   get size() {
     return this.rows.size;
   }
 
+  /** @param {string} id */
   has(id) {
     return this.rows.has(id);
   }
 
+  /** @param {string} id */
   task(id) {
     return this.rows.get(id)?.task;
   }
@@ -80,7 +79,10 @@ export class TaskTable {
   /** Show a fetched page, in its order; rows of tasks already shown are updated in place
    * (keeping a newer state an event brought), others built, the rest removed. New tasks
    * events put on top after `since` (a `mark()` taken before the request: the answer may
-   * not know them yet) stay there while they match. Returns how many were kept so. */
+   * not know them yet) stay there while they match. Returns how many were kept so.
+   * @param {Task[]} items
+   * @param {number} [since]
+   */
   setPage(items, since = Infinity) {
     const listed = new Set(items.map((task) => task.id));
     const late = this.newOnTop
@@ -112,7 +114,10 @@ export class TaskTable {
     return late.length;
   }
 
-  /** Queue a live event; applied with the others on the next animation frame. */
+  /**
+   * Queue a live event; applied with the others on the next animation frame.
+   * @param {TaskEvent} event
+   */
   push(event) {
     const known = this.queue.get(event.id);
     if (known && known.version != null && event.version != null && event.version < known.version) {
@@ -129,6 +134,7 @@ export class TaskTable {
     const events = [...this.queue.values()];
     this.queue.clear();
     let outOfPage = false;
+    /** @type {Task[]} */
     const added = [];
     for (const event of events) {
       const task = taskFromEvent(event);
@@ -147,8 +153,12 @@ export class TaskTable {
     }
     if (added.length) {
       // Newest first, on top; the page keeps its size.
-      added.sort((a, b) => (a.created_at < b.created_at ? 1 : a.created_at > b.created_at ? -1 : 0));
+      added.sort((a, b) => {
+        const [x, y] = [a.created_at ?? "", b.created_at ?? ""];
+        return x < y ? 1 : x > y ? -1 : 0;
+      });
       const first = this.tbody.firstElementChild;
+      /** @type {Map<string, Row>} */
       const fresh = new Map();
       for (const task of added) {
         const row = new Row(task, this.handlers, this);
@@ -157,8 +167,7 @@ export class TaskTable {
         this.tbody.insertBefore(row.root, first);
       }
       this.rows = new Map([...fresh, ...this.rows]);
-      while (this.rows.size > this.limit) {
-        const [lastId, last] = [...this.rows].at(-1);
+      for (const [lastId, last] of [...this.rows].slice(this.limit)) {
         last.root.remove();
         this.rows.delete(lastId);
         this.selected.delete(lastId);
@@ -168,7 +177,10 @@ export class TaskTable {
     if (outOfPage) this.handlers.outOfPage?.();
   }
 
-  /** Newer snapshots of tasks (e.g. their queue places): only rows shown change. */
+  /**
+   * Newer snapshots of tasks (e.g. their queue places): only rows shown change.
+   * @param {Task[]} items
+   */
   updateShown(items) {
     for (const task of items) {
       const row = this.rows.get(task.id);
@@ -180,6 +192,10 @@ export class TaskTable {
     for (const row of this.rows.values()) row.refreshActions();
   }
 
+  /**
+   * @param {string} id
+   * @param {boolean} on
+   */
   select(id, on) {
     if (on) this.selected.add(id);
     else this.selected.delete(id);
@@ -187,6 +203,7 @@ export class TaskTable {
     this.#selectionChanged();
   }
 
+  /** @param {boolean} on */
   selectPage(on) {
     for (const [id, row] of this.rows) {
       if (on) this.selected.add(id);
@@ -208,10 +225,17 @@ export class TaskTable {
 }
 
 /** One task's table row; built once, then updated in place (only what changed). */
-class Row {
+export class Row {
+  /**
+   * @param {Task} task
+   * @param {TableHandlers} handlers
+   * @param {TaskTable} table
+   */
   constructor(task, handlers, table) {
     this.handlers = handlers;
     this.table = table;
+    this.task = task;
+    this.cancelForbidden = false;
     this.check = h("input", { type: "checkbox", class: "row-select" });
     this.check.addEventListener("change", () => table.select(this.task.id, this.check.checked));
     this.job = h("span", { class: "job" });
@@ -245,7 +269,7 @@ class Row {
       h("td", { class: "col-actions" }, this.cancelButton, this.rerunButton, this.message),
     );
     this.root.addEventListener("click", (event) => {
-      if (event.target.closest("button, input, a")) return;
+      if (event.target instanceof Element && event.target.closest("button, input, a")) return;
       handlers.open(this.task, this);
     });
     this.root.addEventListener("keydown", (event) => {
@@ -255,18 +279,21 @@ class Row {
         handlers.open(this.task, this);
       }
     });
-    this.update(task);
+    this.update(task, null);
     this.setSelected(table.selected.has(task.id));
   }
 
-  update(task) {
-    const previous = this.task;
+  /**
+   * @param {Task} task
+   * @param {Task | null} [previous] what the row showed (null: nothing yet)
+   */
+  update(task, previous = this.task) {
     this.task = task;
-    const set = (el, text) => {
+    const set = (/** @type {HTMLElement} */ el, /** @type {string} */ text) => {
       if (el.textContent !== text) el.textContent = text;
     };
-    if (previous?.job_name !== task.job_name) {
-      const { name, scope } = jobLabel(task.job_name);
+    if (!previous || previous.job_name !== task.job_name) {
+      const { name, scope } = jobLabel(task.job_name ?? "");
       this.job.textContent = name;
       this.scope.textContent = ` ${scope} · ${shortId(task.id)}`;
       this.check.setAttribute("aria-label", `Select ${name} ${shortId(task.id)}`);
@@ -274,9 +301,10 @@ class Row {
       this.cancelButton.setAttribute("aria-label", `Cancel ${name} ${shortId(task.id)}`);
       this.rerunButton.setAttribute("aria-label", `Re-run ${name} ${shortId(task.id)}`);
     }
-    if (this.root.dataset.status !== task.status) this.root.dataset.status = task.status;
-    set(this.badge, LABELS[task.status] ?? task.status);
-    this.badge.dataset.status = task.status;
+    const status = task.status ?? "";
+    if (this.root.dataset.status !== status) this.root.dataset.status = status;
+    set(this.badge, label(task.status));
+    this.badge.dataset.status = status;
     set(this.queuePlace, task.status === "pending" && task.queue_position != null
       ? `#${task.queue_position} in queue` : "");
     this.#updateProgress(task);
@@ -292,6 +320,7 @@ class Row {
     this.refreshActions();
   }
 
+  /** @param {Task} task */
   #updateProgress(task) {
     // In the table: while it runs, and where a failed or cancelled one stopped.
     const shown = task.status === "running"
@@ -310,23 +339,28 @@ class Row {
 
   /** Cancel while active and the viewer may; Re-run on failed and cancelled tasks. */
   refreshActions() {
-    const cancellable = ACTIVE.has(this.task.status) && !this.cancelForbidden
+    const cancellable = UNFINISHED.has(this.task.status ?? "") && !this.cancelForbidden
       && (this.handlers.mayCancel?.(this.task) ?? true);
     if (!cancellable && document.activeElement === this.cancelButton) this.root.focus();
     this.cancelButton.hidden = !cancellable;
-    this.rerunButton.hidden = !RERUNNABLE.has(this.task.status);
+    this.rerunButton.hidden = !RERUNNABLE.has(this.task.status ?? "");
   }
 
+  /** @param {boolean} on */
   setSelected(on) {
     this.check.checked = on;
     this.root.classList.toggle("selected", on);
   }
 
+  /** @param {string} text */
   showMessage(text) {
     this.message.textContent = text;
   }
 
-  /** The hub refused to cancel this task for this person: no more Cancel. */
+  /**
+   * The hub refused to cancel this task for this person: no more Cancel.
+   * @param {string} reason
+   */
   forbidCancel(reason) {
     this.cancelForbidden = true;
     this.refreshActions();
