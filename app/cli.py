@@ -52,7 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
             stand_in.add_argument("rest", nargs=argparse.REMAINDER)
             stand_in.set_defaults(func=lambda args, missing=hub: _needs_server(args, missing))
     else:
-        hub.add_commands(commands)
+        hub.add_commands(commands, SERVER_COMMANDS)
     worker = commands.add_parser("worker", help="serve Extension classes as a worker")
     add_worker_arguments(worker)
     worker.set_defaults(func=run_worker)

@@ -28,12 +28,15 @@ from taskhub.realtime.socket_sink import SocketSink
 from taskhub.runtime import Hub
 from taskhub.settings import Settings
 from taskhub.shutdown import StopSignals
-from taskhub.transport.http import dashboard, jobs, task_logs, tasks, users, workers
+from taskhub.transport.http import dashboard, jobs, providers, task_logs, tasks, users, workers
 from taskhub.transport.http.openapi import openapi_endpoint
 from taskhub.transport.http.problems import EXCEPTION_HANDLERS, problem_response
 from taskhub.transport.http.router import ApiRoutes
 from taskhub.transport.page_security import PageSecurity, SecurityHeaders, security_headers
+from taskhub.transport.sockets.admission import SocketAdmission
 from taskhub.transport.sockets.handlers import SocketHandlers
+from taskhub.transport.sockets.packet_queue import PacketQueue
+from taskhub.transport.sockets.providers import ProviderSocketHandlers
 from taskhub.validation import payload_checks
 
 API_PREFIX = "/v1/joblib"
@@ -50,6 +53,7 @@ ENDPOINTS = [
     *jobs.api.endpoints,
     *workers.api.endpoints,
     *users.api.endpoints,
+    *providers.api.endpoints,
 ]
 # uvicorn stops accepting within 0.1 s of the signal; polls are answered after that.
 POLL_RELEASE_DELAY_SECONDS = 0.5
@@ -121,6 +125,8 @@ class TaskhubApp(socketio.ASGIApp):
         (Socket.IO, the page, health, metrics) to Starlette."""
         if self.api.owns(scope):
             await self.api(scope, receive, send)
+        elif self.sockets.admission.owns(scope):  # Engine.IO: handshakes counted, bounded
+            await self.sockets.admission(scope, receive, send, super().__call__)
         else:
             await super().__call__(scope, receive, send)
 
@@ -199,12 +205,23 @@ def create_app(
         logger=logging.getLogger("socketio.server"),
         engineio_logger=logging.getLogger("engineio.server"),
         json=socket_json,
+        # A message past it closes its connection (docs/operations.md, "Limits").
+        max_http_buffer_size=settings.max_socket_message_bytes,
     )
-    sockets = SocketHandlers(sio, hub)
+    # Each session's outgoing packets: 3 KiB a socket less than engineio's asyncio.Queue.
+    sio.eio.create_queue = PacketQueue
+    admission = SocketAdmission(
+        sio,
+        connect_timeout=settings.socket_connect_timeout_seconds,
+        max_per_address=settings.max_unauthenticated_per_address,
+    )
+    sockets = SocketHandlers(sio, hub, admission)
+    ProviderSocketHandlers(sockets)
     if settings.worker_shortcuts:
         hub.publisher.add_sink(sockets.pusher)  # first: a pushed task goes out soonest
     hub.publisher.add_sink(SocketSink(sio))
     payload_checks.PROCESS_CHECKS.deadline_seconds = settings.payload_validation_seconds
+    payload_checks.PROCESS_CHECKS.most_waiting_per_user = settings.user_max_costly_validations
     payload_checks.PROCESS_CHECKS.observe(metrics.PayloadThreadMetrics())
     return TaskhubApp(
         sio, hub, sockets, drain_on_signals=drain_on_signals, freeze_start_up=freeze_start_up

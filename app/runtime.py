@@ -12,11 +12,19 @@ from taskiq import AsyncBroker
 from taskhub.dispatch.broker import ResilientStreamBroker, make_broker
 from taskhub.dispatch.dispatcher import InternalDispatcher
 from taskhub.dispatch.executor import InternalRuntime
+from taskhub.dispatch.providers import (
+    InternalProviderDispatcher,
+    InternalProviders,
+    ProviderRuntime,
+    ensure_internal_providers,
+)
 from taskhub.dispatch.registry import BUILT_IN_MODULES, InternalRegistry
 from taskhub.duties.due_announcer import DueTaskAnnouncer
-from taskhub.duties.outbox import SHUTDOWN_SEND_SECONDS
 from taskhub.duties.presence import SharedSockets, WorkerPresence
 from taskhub.duties.sweeper import Sweeper
+from taskhub.observability import metrics
+from taskhub.realtime.outbox import SHUTDOWN_SEND_SECONDS
+from taskhub.realtime.provider_results import LocalProviderResults, RedisProviderResults
 from taskhub.realtime.publisher import Publisher
 from taskhub.realtime.waiters import TaskWaiters
 from taskhub.realtime.wake_bus import RedisWakeBus
@@ -45,6 +53,8 @@ class Hub:
     log_rates: LogRates = field(default_factory=LogRates)  # task logs' bounds and rates
     draining: bool = False  # a graceful shutdown has begun (``/readyz`` answers 503)
     presence: WorkerPresence = field(init=False)
+    provider_results: LocalProviderResults | RedisProviderResults = field(init=False)
+    internal_providers: InternalProviderDispatcher = field(init=False)
     sweeper: Sweeper = field(init=False)
     due_announcer: DueTaskAnnouncer = field(init=False)
 
@@ -70,6 +80,30 @@ class Hub:
             self.db, self.publisher, dispatch=self.internal.dispatch_due
         )
         self.publisher.add_sink(self.due_announcer)
+        self._set_up_providers()
+
+    def _set_up_providers(self) -> None:
+        """Providers' results (in Redis across replicas, else here) and the ``@internal``
+        providers' dispatch; the embedded broker answers those here."""
+        settings = self.settings
+        self.provider_results = (
+            RedisProviderResults(
+                settings.redis_url, settings.redis_namespace, settings.provider_cache_max_bytes
+            )
+            if settings.redis_url
+            else LocalProviderResults(settings.provider_cache_max_bytes)
+        )
+        registry = InternalProviders.from_modules(
+            [*BUILT_IN_MODULES, *settings.internal_job_modules]
+        )
+        self.internal_providers = InternalProviderDispatcher(registry, self.broker)
+        self.broker.state.taskhub_providers = ProviderRuntime(
+            self.db,
+            self.provider_results,
+            self.publisher,
+            registry,
+            settings.provider_result_ttl_seconds,
+        )
 
     @classmethod
     def create(cls, settings: Settings) -> Hub:
@@ -92,7 +126,12 @@ class Hub:
         return cls(
             settings=settings,
             db=db,
-            auth=Authenticator(db, settings.auth_cache_seconds),
+            auth=Authenticator(
+                db,
+                settings.auth_cache_seconds,
+                settings.auth_miss_cache_seconds,
+                on_miss=metrics.auth_miss,
+            ),
             waiters=waiters,
             publisher=publisher,
             broker=broker,
@@ -111,10 +150,14 @@ class Hub:
                 f"{job.category}:{job.job_name()}": job.json_schema()
                 for job in self.internal.registry
             },
+            {f"{job.category}:{job.job_name()}" for job in self.internal.registry if job.costly},
         )
+        await ensure_internal_providers(self.db, self.internal_providers.registry)
         await self.broker.startup()
         if self.wake_bus is not None:
             await self.wake_bus.start()
+        if isinstance(self.provider_results, RedisProviderResults):
+            await self.provider_results.start()
         self.presence.start()
         if self.settings.sweeper_enabled:
             self.sweeper.start()
@@ -126,6 +169,7 @@ class Hub:
         self.draining = True
         self.presence.stop_grace_periods()
         self.waiters.release_all()
+        self.provider_results.release_all()
         await self.sweeper.stop()
         await self.due_announcer.stop()
 
@@ -134,11 +178,14 @@ class Hub:
         await self.due_announcer.stop()
         self.waiters.release_all()
         await self.presence.close()
+        await self.auth.close()
         await self.executor.drain(self.settings.graceful_shutdown_seconds)
         await self.publisher.drain(SHUTDOWN_SEND_SECONDS)
         await self.broker.shutdown()
         if self.wake_bus is not None:
             await self.wake_bus.close(SHUTDOWN_SEND_SECONDS)
+        if isinstance(self.provider_results, RedisProviderResults):
+            await self.provider_results.close()
         await self.db.dispose()
 
     async def _remove_disconnected_worker(self, worker_id: UUID, since: datetime) -> bool:

@@ -6,14 +6,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from asyncpg import PostgresError
 from pydantic import ValidationError
 from sqlalchemy.exc import DBAPIError
 
-from taskhub.cli import SERVER_COMMANDS
 from taskhub.rules.errors import DomainError
 from taskhub.services import users
 from taskhub.settings import Settings, setting_errors
@@ -223,8 +222,12 @@ def _user_name(value: str) -> str:
     return value
 
 
-def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """The hub's subcommands, each run through :func:`run` (which reads the settings)."""
+def add_commands(
+    commands: argparse._SubParsersAction[argparse.ArgumentParser], summaries: Mapping[str, str]
+) -> None:
+    """The hub's subcommands, each run through :func:`run` (which reads the settings).
+    ``summaries``: each command's one-line help, by name (``taskhub.cli`` owns them: it shows
+    them without the server extra too)."""
     defaults = Settings.model_fields
 
     def command(name: str, func: Callable[[Settings, argparse.Namespace], int], **kw: Any) -> Any:
@@ -232,7 +235,7 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
         parser.set_defaults(func=run, server_func=func)
         return parser
 
-    serve = command("serve", cmd_serve, help=SERVER_COMMANDS["serve"])
+    serve = command("serve", cmd_serve, help=summaries["serve"])
     serve.add_argument(
         "--host",
         default=None,
@@ -253,9 +256,9 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
         f"TASKHUB_WORKERS, else {defaults['workers'].default})",
     )
 
-    command("migrate", cmd_migrate, help=SERVER_COMMANDS["migrate"])
+    command("migrate", cmd_migrate, help=summaries["migrate"])
 
-    users_cmd = commands.add_parser("users", help=SERVER_COMMANDS["users"])
+    users_cmd = commands.add_parser("users", help=summaries["users"])
     users_sub = users_cmd.add_subparsers(dest="action", required=True)
     create = users_sub.add_parser("create", help="create a user and print its first token")
     create.add_argument("name", type=_user_name)
@@ -273,7 +276,7 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     )
     update.set_defaults(func=run, server_func=cmd_users_update)
 
-    tokens_cmd = commands.add_parser("tokens", help=SERVER_COMMANDS["tokens"])
+    tokens_cmd = commands.add_parser("tokens", help=summaries["tokens"])
     tokens_sub = tokens_cmd.add_subparsers(dest="action", required=True)
     token_create = tokens_sub.add_parser("create", help="issue another token for a user")
     token_create.add_argument("name")

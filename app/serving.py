@@ -159,6 +159,10 @@ def serve(settings: Settings) -> int:
         "log_config": log_config(settings.log_format, settings.log_level, settings.access_log),
         "access_log": settings.access_log,
         "timeout_graceful_shutdown": settings.graceful_shutdown_seconds,
+        # The largest websocket message uvicorn reads (its payload, in bytes; uvicorn's
+        # default is 16 MiB): past it the connection is closed with 1009 before more is
+        # buffered, where Engine.IO would refuse the message only once read whole.
+        "ws_max_size": settings.max_socket_message_bytes,
     }
     # The metrics module is imported only once the multiprocess directory is ready (its
     # metrics open their files on import); the supervisor of several workers never does.

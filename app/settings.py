@@ -22,6 +22,28 @@ DAY_SECONDS = 24 * 3600
 MAX_DURATION_SECONDS = 366 * DAY_SECONDS
 MAX_RETENTION_SECONDS = 100 * 366 * DAY_SECONDS
 MAX_SQLITE_BUSY_TIMEOUT_MS = DAY_SECONDS * 1000  # SQLite takes 0 for more than 2**31 - 1
+# TASKHUB_ADMIN_TOKEN is a superuser's secret: it must be at least this long, made of at
+# least this many different characters, all of them visible ASCII (a bearer token has no
+# spaces). What ``taskhub users create`` issues (``th_`` + 43 random URL-safe characters)
+# passes; so does ``openssl rand -base64 32``.
+ADMIN_TOKEN_MIN_LENGTH = 32
+ADMIN_TOKEN_MIN_DISTINCT = 16
+ADMIN_TOKEN_RULE = (
+    f"use at least {ADMIN_TOKEN_MIN_LENGTH} visible ASCII characters without spaces, at least "
+    f"{ADMIN_TOKEN_MIN_DISTINCT} of them different"
+)
+MAKE_ADMIN_TOKEN_COMMAND = (
+    """python3 -c 'import secrets; print("th_" + secrets.token_urlsafe(32))'"""
+)
+
+
+def admin_token_is_strong(token: str) -> bool:
+    """Whether ``token`` keeps ``ADMIN_TOKEN_RULE``."""
+    return (
+        len(token) >= ADMIN_TOKEN_MIN_LENGTH
+        and all(33 <= ord(char) <= 126 for char in token)
+        and len(set(token)) >= ADMIN_TOKEN_MIN_DISTINCT
+    )
 
 
 def duration(
@@ -100,6 +122,82 @@ class Settings(DatabaseSettings):
     sqlite_cache_size_mb: int = Field(default=64, ge=1)
     sqlite_mmap_size_mb: int = Field(default=256, ge=0)
     auth_cache_seconds: float = duration(5.0, allow_zero=True)
+    # How long a wrong token is remembered as wrong (no database read per attempt).
+    auth_miss_cache_seconds: float = duration(5.0, allow_zero=True, most=3600)
+
+    # Sockets before they are someone's (docs/operations.md, "Connections before sign-in"):
+    # an Engine.IO session that has not completed an authenticated Socket.IO CONNECT within
+    # ``socket_connect_timeout_seconds`` is closed; at most ``max_unauthenticated_per_address``
+    # such sessions per client address at once.
+    socket_connect_timeout_seconds: float = duration(5.0, most=300)
+    max_unauthenticated_per_address: int = Field(default=32, gt=0)
+    # The largest Socket.IO message the hub reads (Engine.IO closes the connection past it).
+    max_socket_message_bytes: int = Field(default=512 * 1024, ge=1024, le=64 * 1024 * 1024)
+
+    # Per-user limits (docs/operations.md, "Per-user limits"); 0 turns one off. Users named
+    # in ``limits_exempt_users`` (and superusers, unless ``limits_exempt_superusers`` is
+    # false) are not held to them.
+    user_max_sockets: int = Field(default=200, ge=0)
+    user_submit_rate: float = Field(default=100.0, ge=0, allow_inf_nan=False)
+    user_submit_burst: int = Field(default=1000, ge=0)
+    user_max_pending_tasks: int = Field(default=10_000, ge=0)
+    user_max_stored_bytes: int = Field(default=2 * 1024**3, ge=0)
+    user_max_costly_validations: int = Field(default=2, gt=0)
+    limits_exempt_users: Annotated[list[str], NoDecode] = []
+    limits_exempt_superusers: bool = True
+
+    # Providers (docs/protocol.md, "Providers"): zndraw-joblib's provider settings under
+    # Taskhub's names, and the hub's bounds on what it caches. ``allowed_provider_categories``
+    # None: any category; ``provider_superuser_categories``: only superusers register, see
+    # and read providers of these.
+    allowed_provider_categories: Annotated[list[str] | None, NoDecode] = None
+    provider_superuser_categories: Annotated[list[str], NoDecode] = []
+    provider_result_ttl_seconds: float = duration(300)
+    provider_inflight_ttl_seconds: float = duration(30)
+    provider_long_poll_default_seconds: int = Field(default=5, ge=0, le=MAX_DURATION_SECONDS)
+    provider_long_poll_max_seconds: int = Field(default=30, ge=0, le=MAX_DURATION_SECONDS)
+    provider_max_result_bytes: int = Field(default=8 * 1024**2, gt=0)
+    provider_cache_max_bytes: int = Field(default=128 * 1024**2, gt=0)
+    # A submit to a (non-``@internal``) job no live worker serves is refused with 409
+    # ``no-workers-available`` instead of waiting for one.
+    submit_requires_live_worker: bool = False
+
+    @field_validator("allowed_provider_categories", "provider_superuser_categories", mode="before")
+    @classmethod
+    def _split_provider_categories(cls, value: object, info: ValidationInfo) -> object:
+        """A comma or JSON list; an empty ``TASKHUB_ALLOWED_PROVIDER_CATEGORIES`` is None
+        (any category)."""
+        if isinstance(value, str):
+            stripped = value.strip()
+            if not stripped:
+                return None if info.field_name == "allowed_provider_categories" else []
+            if stripped.startswith("["):
+                import json
+
+                return json.loads(stripped)
+            return [part.strip() for part in stripped.split(",") if part.strip()]
+        return value
+
+    @field_validator("allowed_provider_categories", "provider_superuser_categories")
+    @classmethod
+    def _check_provider_categories(cls, value: list[str] | None) -> list[str] | None:
+        for category in value or ():
+            if not 0 < len(category) <= MAX_CATEGORY_LENGTH or ":" in category:
+                raise ValueError(
+                    f"{category!r}: a category is 1 to {MAX_CATEGORY_LENGTH} characters "
+                    "without ':' (it is part of a provider's full name)"
+                )
+        return value
+
+    @field_validator("provider_cache_max_bytes")
+    @classmethod
+    def _cache_holds_a_result(cls, value: int, info: ValidationInfo) -> int:
+        largest = info.data.get("provider_max_result_bytes")
+        if largest is not None and value < largest:
+            raise ValueError(
+                "must be at least TASKHUB_PROVIDER_MAX_RESULT_BYTES (the cache holds results)"
+            )
+        return value
 
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=1, le=65535)
@@ -114,7 +212,9 @@ class Settings(DatabaseSettings):
     def _lower_case_level(cls, value: object) -> object:
         return value.strip().lower() if isinstance(value, str) else value
 
-    @field_validator("allowed_categories", "internal_job_modules", mode="before")
+    @field_validator(
+        "allowed_categories", "internal_job_modules", "limits_exempt_users", mode="before"
+    )
     @classmethod
     def _split_categories(cls, value: object, info: ValidationInfo) -> object:
         """A comma or JSON list; an empty ``TASKHUB_ALLOWED_CATEGORIES`` (an unset compose
@@ -171,6 +271,19 @@ class Settings(DatabaseSettings):
             ConnectionPool.from_url(value).make_connection()
         except (TypeError, ValueError) as exc:
             raise ValueError(f"redis-py cannot use it ({exc}); {forms}") from None
+        return value
+
+    @field_validator("admin_token")
+    @classmethod
+    def _check_admin_token(cls, value: str | None) -> str | None:
+        """A superuser's secret, so a strong one (``ADMIN_TOKEN_RULE``); empty = unset. The
+        message never repeats the value."""
+        if value is None or not value.strip():
+            return None
+        if not admin_token_is_strong(value):
+            raise ValueError(
+                f"too weak: {ADMIN_TOKEN_RULE}; make one with {MAKE_ADMIN_TOKEN_COMMAND}"
+            )
         return value
 
     @field_validator("sqlite_synchronous")

@@ -11,4 +11,4 @@ if [ ! -x node_modules/.bin/tsc ]; then
   exit 1
 fi
 npx --no -- tsc --noEmit -p tsconfig.json
-node --test tests/page/js/*.test.mjs
+node --test --test-reporter=dot tests/page/js/*.test.mjs

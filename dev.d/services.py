@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import functools
+import importlib.util
 import os
 import pwd
 import shutil
@@ -35,6 +36,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import ModuleType
 
 HOST = "127.0.0.1"
 POSTGRES_URL_VAR = "TASKHUB_TEST_POSTGRES_URL"
@@ -136,75 +138,41 @@ class Server:
             self.process.wait()
 
 
-def postgres_bindir() -> Path:
-    """The newest installed PostgreSQL's server binaries (Debian's layout)."""
-    found = sorted(
-        (path.parent for path in Path("/usr/lib/postgresql").glob("*/bin/initdb")),
-        key=lambda bindir: int(bindir.parent.name) if bindir.parent.name.isdigit() else 0,
-    )
-    if not found:
-        raise ServiceError(
-            "no PostgreSQL server in /usr/lib/postgresql/*/bin (apt-get install postgresql)"
-        )
-    return found[-1]
-
-
-def _as_server_user() -> dict[str, object]:
-    """Popen options that run a PostgreSQL program as ``postgres`` when we are root."""
-    if os.geteuid() != 0:
-        return {}
-    try:
-        user = pwd.getpwnam(SERVER_USER)
-    except KeyError:
-        raise ServiceError(
-            f"PostgreSQL will not run as root and there is no {SERVER_USER!r} user to run it"
-        ) from None
-    env = {**os.environ, "HOME": user.pw_dir, "USER": SERVER_USER, "LOGNAME": SERVER_USER}
-    return {"user": user.pw_uid, "group": user.pw_gid, "extra_groups": [], "env": env}
-
-
-def _postgres_answers(bindir: Path, port: int) -> bool:
-    ready = [str(bindir / "pg_isready"), "-q", "-h", HOST, "-p", str(port)]
-    return subprocess.run(ready, check=False).returncode == 0
+def _postgres_cluster() -> ModuleType:
+    """``benchmarks/harness/postgres_cluster.py``, the throwaway cluster the benchmarks use
+    too, loaded by its path (standard library only, as this script)."""
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "harness" / "postgres_cluster.py"
+    spec = importlib.util.spec_from_file_location("_dev_postgres_cluster", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
 
 
 def start_postgres(root: Path) -> tuple[Server, str]:
-    bindir = postgres_bindir()
-    data = root / "postgres"
+    clusters = _postgres_cluster()
     server = Server("PostgreSQL", root / "postgres.log")
-    as_user = _as_server_user()
-    initdb = [str(bindir / "initdb"), "-D", str(data), "-A", "trust", "-U", "postgres"]
-    initdb += ["-E", "UTF8", "--locale=C.UTF-8", "--no-sync"]
-    with server.log_path.open("ab") as out:
-        done = subprocess.run(
-            initdb,
-            cwd=root,
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            check=False,
-            **as_user,
+    try:
+        cluster = clusters.PostgresCluster(
+            root / "postgres",
+            server.log_path,
+            settings=POSTGRES_SETTINGS,
+            spawn_options={"preexec_fn": _die_with_parent(signal.SIGINT)},  # SIGINT: fast
+            start_timeout=START_TIMEOUT_SECONDS,
+            stop_timeout=STOP_TIMEOUT_SECONDS,
         )
-    if done.returncode != 0:
-        raise ServiceError(f"initdb failed: {_tail(server.log_path)}")
-    for _ in range(START_ATTEMPTS):
-        server.port = free_port()
-        argv = [str(bindir / "postgres"), "-D", str(data), "-h", HOST, "-p", str(server.port)]
-        argv += ["-k", ""]  # TCP only: no Unix socket (nor its directory) to care about
-        for name, value in POSTGRES_SETTINGS.items():
-            argv += ["-c", f"{name}={value}"]
-        server.spawn(argv, signal.SIGINT, cwd=root, **as_user)  # SIGINT: fast shutdown
-        (root / "postgres.pid").write_text(str(server.process.pid))
-        if server.wait_ready(functools.partial(_postgres_answers, bindir, server.port)):
-            break
-    else:
-        raise ServiceError(f"PostgreSQL did not start: {_tail(server.log_path)}")
-    createdb = [str(bindir / "createdb"), "-h", HOST, "-p", str(server.port)]
-    createdb += ["-U", "postgres", "test"]
-    done = subprocess.run(createdb, capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        raise ServiceError(f"createdb test failed: {done.stderr.strip()}")
-    return server, f"postgresql+asyncpg://postgres@{HOST}:{server.port}/test"
+    except clusters.ClusterError as exc:
+        raise ServiceError(str(exc)) from None
+    try:
+        cluster.init().start()
+        server.process, server.port = cluster.process, cluster.port
+        (root / "postgres.pid").write_text(str(cluster.pid))
+        cluster.create_database("test")
+    except clusters.ClusterError as exc:
+        cluster.stop()
+        raise ServiceError(str(exc)) from None
+    return server, cluster.url("test", "postgresql+asyncpg")
 
 
 def _redis_answers(port: int) -> bool:

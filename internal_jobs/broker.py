@@ -10,8 +10,10 @@ from taskiq import TaskiqEvents, TaskiqState
 
 from taskhub.dispatch.broker import make_broker
 from taskhub.dispatch.executor import InternalRuntime
+from taskhub.dispatch.providers import InternalProviders, ProviderRuntime
 from taskhub.dispatch.registry import BUILT_IN_MODULES, InternalRegistry
-from taskhub.duties.outbox import SHUTDOWN_SEND_SECONDS
+from taskhub.realtime.outbox import SHUTDOWN_SEND_SECONDS
+from taskhub.realtime.provider_results import LocalProviderResults, RedisProviderResults
 from taskhub.realtime.publisher import Publisher
 from taskhub.realtime.redis_clients import socket_manager
 from taskhub.realtime.socket_sink import SocketSink
@@ -25,6 +27,7 @@ from taskhub.validation import payload_checks
 settings = Settings()
 broker = make_broker(settings)
 payload_checks.PROCESS_CHECKS.deadline_seconds = settings.payload_validation_seconds
+payload_checks.PROCESS_CHECKS.most_waiting_per_user = settings.user_max_costly_validations
 
 
 @broker.on_event(TaskiqEvents.WORKER_STARTUP)
@@ -41,6 +44,17 @@ async def start_runtime(state: TaskiqState) -> None:
         publisher.add_sink(SocketSink(manager))
     registry = InternalRegistry.from_modules([*BUILT_IN_MODULES, *settings.internal_job_modules])
     state.taskhub = InternalRuntime(db=db, publisher=publisher, registry=registry)
+    providers = InternalProviders.from_modules([*BUILT_IN_MODULES, *settings.internal_job_modules])
+    results = (
+        RedisProviderResults(
+            settings.redis_url, settings.redis_namespace, settings.provider_cache_max_bytes
+        )
+        if settings.redis_url
+        else LocalProviderResults(settings.provider_cache_max_bytes)
+    )
+    state.taskhub_providers = ProviderRuntime(
+        db, results, publisher, providers, settings.provider_result_ttl_seconds
+    )
     state.taskhub_bus = bus
     freeze_start_up()
 
@@ -50,4 +64,6 @@ async def stop_runtime(state: TaskiqState) -> None:
     await state.taskhub.publisher.drain(SHUTDOWN_SEND_SECONDS)
     if state.taskhub_bus is not None:
         await state.taskhub_bus.close(SHUTDOWN_SEND_SECONDS)
+    if isinstance(state.taskhub_providers.results, RedisProviderResults):
+        await state.taskhub_providers.results.close()
     await state.taskhub.db.dispose()

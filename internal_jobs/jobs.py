@@ -62,9 +62,15 @@ class RoomSummary(InternalJob):
 
 
 class ValidatePayload(InternalJob):
-    """Check ``payload`` against the JSON schema of ``job`` (a job visible from the room)."""
+    """Check ``payload`` against the JSON schema of ``job`` (a job visible from the room).
+
+    Costly: each unfinished task counts against its submitter's bound of costly validations
+    (a submit past it is refused, 503 ``validation-busy``), and a costly payload takes one
+    of its submitter's places on the payload thread, waiting for it if the submitter's own
+    submits hold them: one user's validations never take more than their share."""
 
     category: ClassVar[str] = "analysis"
+    costly: ClassVar[bool] = True
     job: str = Field(description="full name of the job, e.g. @global:modifiers:Rotate")
     payload: dict[str, Any] = Field(default_factory=dict)
 
@@ -73,7 +79,9 @@ class ValidatePayload(InternalJob):
             row = await find_visible_job(conn, ctx.room_id, self.job)
         # The hub's own validation (RE2 patterns, a budget, a costly payload beside the event
         # loop, which the hub's requests may share): the job's schema is any user's.
-        errors = await payload_errors_here((row.id, row.updated_at), row.schema, self.payload)
+        errors = await payload_errors_here(
+            (row.id, row.updated_at), row.schema, self.payload, ctx.submitted_by
+        )
         return {"job": self.job, "valid": not errors, "errors": errors}
 
 

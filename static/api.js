@@ -3,6 +3,7 @@
 
 /** @import { BulkResult, Job, LogPage, Page, Place, Problem } from "./types.js" */
 /** @import { Stats, Task, TaskFilter, User, Worker } from "./types.js" */
+/** @import { Provider, ProviderAnswer } from "./types.js" */
 
 const BASE = "/v1/joblib";
 
@@ -201,6 +202,44 @@ export class Api {
    */
   submit(room, fullName, payload) {
     return this.request("POST", `/rooms/${enc(room)}/tasks/${enc(fullName)}`, { payload });
+  }
+
+  /**
+   * @param {string} room
+   * @returns {Promise<Page<Provider>>}
+   */
+  providers(room) {
+    return this.request("GET", `/rooms/${enc(room)}/providers?limit=500`);
+  }
+
+  /**
+   * Read from a provider (its answer for `params`), waiting up to `wait` seconds for it.
+   * @param {string} room
+   * @param {string} fullName
+   * @param {Record<string, string>} params
+   * @param {number} [wait]
+   * @returns {Promise<ProviderAnswer>}
+   */
+  async read(room, fullName, params, wait = 10) {
+    const path = `${BASE}/rooms/${enc(room)}/providers/${enc(fullName)}?${query(params)}`;
+    let response;
+    try {
+      response = await fetch(path, {
+        headers: { Authorization: `Bearer ${this.token}`, Prefer: `wait=${wait}` },
+      });
+    } catch {
+      throw new ApiError(0, { title: "Network error", detail: "The hub could not be reached." });
+    }
+    const contentType = (response.headers.get("content-type") ?? "").split(";")[0].trim();
+    if (!response.ok) {
+      const problem = await response.json().catch(() => null);
+      throw new ApiError(response.status, problem ?? { title: response.statusText });
+    }
+    const blob = await response.blob();
+    if (contentType === "application/json") {
+      return { contentType, json: JSON.parse(await blob.text()), size: blob.size };
+    }
+    return { contentType, blob, size: blob.size };
   }
 
   /**

@@ -15,6 +15,7 @@ import { $ } from "./dom.js";
 import { tickWorkers } from "./jobs.js";
 import { refreshSharedQueues } from "./live-events.js";
 import { onRoomForm } from "./lobby.js";
+import { onRead } from "./providers-panel.js";
 import { show } from "./router.js";
 import { signIn, signOut, start, storedToken } from "./session.js";
 import { scheduleStatsTail, wireWindowSelect } from "./stats-panel.js";
@@ -33,6 +34,7 @@ function init() {
   $("#room-form").addEventListener("submit", onRoomForm);
   $("#submit-form").addEventListener("submit", onSubmit);
   $("#reset-form").addEventListener("click", resetForm);
+  $("#read-form").addEventListener("submit", onRead);
   wireTableControls();
   wireBulkActions();
   wireWindowSelect();

@@ -14,6 +14,7 @@ import { io } from "socket.io-client";
  * @property {(state: ConnectionState, detail: string) => void} [state]
  * @property {(event: TaskEvent) => void} [taskStatus]
  * @property {(event: unknown) => void} [jobsInvalidate]
+ * @property {(event: unknown) => void} [providersInvalidate]
  * @property {(event: TaskLogEvent) => void} [taskLog]
  * @property {() => void} [synced] rooms (re)joined after a connect: refetch what may be missed
  * @property {(message: string) => void} [refused] the hub refused the token
@@ -37,6 +38,7 @@ export class Live {
     this.socket.on("connect_error", (error) => this.#failed(error));
     this.socket.on("task_status_event", (event) => handlers.taskStatus?.(event));
     this.socket.on("jobs_invalidate", (event) => handlers.jobsInvalidate?.(event));
+    this.socket.on("providers_invalidate", (event) => handlers.providersInvalidate?.(event));
     this.socket.on("task_log", (event) => handlers.taskLog?.(event));
     this.onOnline = () => this.#setState(this.socket.connected ? "connected" : "reconnecting");
     this.onOffline = () => this.#setState("offline", "This device is offline.");

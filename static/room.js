@@ -8,6 +8,7 @@ import { $ } from "./dom.js";
 import { refreshJobs } from "./jobs-panel.js";
 import { rememberRoom } from "./lobby.js";
 import { SHARED_ROOMS } from "./naming.js";
+import { clearProviders, refreshProviders } from "./providers-panel.js";
 import { enterRoom, leaveRoom, state } from "./state.js";
 import { loadStats } from "./stats-panel.js";
 import { readTableState } from "./table-controls.js";
@@ -22,6 +23,7 @@ export function openRoom(room) {
   $("#jobs").replaceChildren();
   $("#jobs").setAttribute("aria-busy", "true");
   $("#submit-panel").hidden = true;
+  clearProviders();
   $("#bulk-result").textContent = "";
   detail.close();
   taskTable.clearSelection();
@@ -41,6 +43,7 @@ export function closeRoom() {
 /** Everything the room shows (on open, and after a reconnect). */
 export function refreshAll() {
   refreshJobs();
+  refreshProviders();
   loadPage();
   loadStats();
 }

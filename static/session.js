@@ -10,6 +10,7 @@ import { messageOf } from "./format.js";
 import { scheduleJobsRefresh } from "./jobs-panel.js";
 import { onTaskStatus } from "./live-events.js";
 import { Live } from "./live.js";
+import { scheduleProvidersRefresh } from "./providers-panel.js";
 import { refreshAll } from "./room.js";
 import { routeFromUrl, show } from "./router.js";
 import { mayCancel, nameOfSubmitter, state } from "./state.js";
@@ -101,6 +102,7 @@ export function start(token, me = null) {
     taskStatus: onTaskStatus,
     taskLog: (event) => detail.onLog(event),
     jobsInvalidate: () => scheduleJobsRefresh(), // a worker came or left: jobs and workers
+    providersInvalidate: () => scheduleProvidersRefresh(), // a provider came, changed or left
     synced: () => {
       if (!state.session.me) learnWhoIAm(); // the hub was out of reach at the start
       if (state.session.room) {

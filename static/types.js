@@ -93,6 +93,29 @@
  */
 
 /**
+ * A provider as a room's listing shows it (GET /rooms/{room}/providers).
+ * @typedef {object} Provider
+ * @property {string} id
+ * @property {string} room_id
+ * @property {string} category
+ * @property {string} name
+ * @property {string} full_name
+ * @property {Record<string, any>} schema the JSON schema of a read's parameters
+ * @property {string | null} worker_id null: an @internal provider, the hub's own
+ * @property {string} [content_type] the media type of its answers
+ */
+
+/**
+ * A provider's answer to a read: its media type, and its body as JSON when it is JSON,
+ * else as bytes.
+ * @typedef {object} ProviderAnswer
+ * @property {string} contentType
+ * @property {unknown} [json]
+ * @property {Blob} [blob]
+ * @property {number} size bytes
+ */
+
+/**
  * Where a pending task stands (GET /tasks/{id}/place).
  * @typedef {object} Place
  * @property {Status} status

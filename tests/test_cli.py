@@ -1,9 +1,13 @@
 """The operator contract of the ``taskhub`` command line (docs/protocol.md, "Operator
 contract").
 
-Every command runs as a real subprocess (``python -m taskhub.cli``) in a scratch directory, with
+Commands run as real subprocesses (``python -m taskhub.cli``) in a scratch directory, with
 ``TASKHUB_DATABASE_URL`` pointing at a database of its own: a SQLite file, or a fresh
-PostgreSQL database that is dropped afterwards. Tokens printed by the CLI are checked against
+PostgreSQL database that is dropped afterwards. The ``users`` and ``tokens`` tests that run
+many commands in a row call the CLI's ``main()`` in this process instead (``cli``: the same
+parser, settings from the same environment, the same output and exit status, without a
+Python start-up per command); what only a process shows (serve, signals, a traceback at
+exit, nothing created) stays with subprocesses. Tokens printed by the CLI are checked against
 the application, either in-process (ASGI) or against a ``taskhub serve`` on 127.0.0.1.
 """
 
@@ -11,11 +15,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
 import os
 import secrets
 import signal
 import socket
 import sys
+import threading
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -27,6 +33,7 @@ import pytest
 from sqlalchemy import inspect, text
 from sqlalchemy.engine import make_url
 
+from taskhub.cli import main
 from taskhub.main import create_app
 from taskhub.services import users
 from taskhub.settings import Settings
@@ -126,6 +133,47 @@ async def taskhub(
         pytest.fail(f"`taskhub {' '.join(args)}` did not finish within {time_limit}s")
     assert process.returncode is not None
     return Result(process.returncode, stdout.decode(), stderr.decode())
+
+
+# One ``cli`` call at a time: it swaps this process's environment and standard streams.
+_IN_PROCESS = threading.Lock()
+
+
+def _main_in_process(args: tuple[str, ...], env: dict[str, str], stdin: str | None) -> Result:
+    """``main(args)`` with ``env``'s ``TASKHUB_*`` settings in place of ours and the standard
+    streams captured; a ``SystemExit`` (argparse's usage errors) ends it as it would the
+    process."""
+    out, err = io.StringIO(), io.StringIO()
+    saved = {key: value for key, value in os.environ.items() if key.startswith("TASKHUB_")}
+    with _IN_PROCESS:
+        for key in saved:
+            del os.environ[key]
+        os.environ.update({k: v for k, v in env.items() if k.startswith("TASKHUB_")})
+        real_stdin = sys.stdin
+        sys.stdin = io.StringIO(stdin or "")
+        try:
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+                try:
+                    status = main(list(args))
+                except SystemExit as exc:
+                    if exc.code is None or isinstance(exc.code, int):
+                        status = exc.code or 0
+                    else:
+                        print(exc.code, file=sys.stderr)
+                        status = 1
+        finally:
+            sys.stdin = real_stdin
+            for key in [key for key in os.environ if key.startswith("TASKHUB_")]:
+                del os.environ[key]
+            os.environ.update(saved)
+    return Result(status, out.getvalue(), err.getvalue())
+
+
+async def cli(database_url: str, *args: str, stdin: str | None = None, **settings: str) -> Result:
+    """``taskhub ARGS…`` as ``taskhub`` would run it, but by its ``main()`` in this process
+    (in a thread: the commands run event loops of their own)."""
+    env = cli_env(database_url, **settings)
+    return await asyncio.to_thread(_main_in_process, args, env, stdin)
 
 
 def free_port() -> int:
@@ -290,15 +338,11 @@ async def test_migrate_brings_an_empty_database_to_this_codes_head(
     assert again.returncode == 0, str(again)
 
 
-async def test_users_create_prints_a_token_that_authenticates(
-    migrated_url: str, tmp_path: Path
-) -> None:
+async def test_users_create_prints_a_token_that_authenticates(migrated_url: str) -> None:
     """``users create NAME [--superuser]`` prints the new token on its last line; the token
     is a bearer token for the API, and only ``--superuser`` grants superuser rights."""
-    alice = printed_token(await taskhub(migrated_url, tmp_path, "users", "create", "alice"))
-    root = printed_token(
-        await taskhub(migrated_url, tmp_path, "users", "create", "root", "--superuser")
-    )
+    alice = printed_token(await cli(migrated_url, "users", "create", "alice"))
+    root = printed_token(await cli(migrated_url, "users", "create", "root", "--superuser"))
     assert alice != root
 
     async with in_process_hub(migrated_url) as http:
@@ -314,16 +358,14 @@ async def test_users_create_prints_a_token_that_authenticates(
         assert created.status_code == 201, created.text
 
 
-async def test_tokens_create_issues_another_working_token(
-    migrated_url: str, tmp_path: Path
-) -> None:
+async def test_tokens_create_issues_another_working_token(migrated_url: str) -> None:
     """``tokens create NAME`` adds a token (the first keeps working); an unknown user is a
     clean error."""
-    first = printed_token(await taskhub(migrated_url, tmp_path, "users", "create", "alice"))
-    second = printed_token(await taskhub(migrated_url, tmp_path, "tokens", "create", "alice"))
+    first = printed_token(await cli(migrated_url, "users", "create", "alice"))
+    second = printed_token(await cli(migrated_url, "tokens", "create", "alice"))
     assert second != first
 
-    unknown = await taskhub(migrated_url, tmp_path, "tokens", "create", "nobody")
+    unknown = await cli(migrated_url, "tokens", "create", "nobody")
     assert_clean_failure(unknown, "nobody")
     assert "th_" not in unknown.stdout
 
@@ -333,21 +375,19 @@ async def test_tokens_create_issues_another_working_token(
             assert response.status_code == 200, response.text
 
 
-async def test_tokens_revoke_refuses_the_token_from_then_on(
-    migrated_url: str, tmp_path: Path
-) -> None:
+async def test_tokens_revoke_refuses_the_token_from_then_on(migrated_url: str) -> None:
     """``tokens revoke TOKEN`` (or ``-``, read from stdin) ends one token; ``--user NAME``
     all of a user's; other users' tokens keep working."""
-    first = printed_token(await taskhub(migrated_url, tmp_path, "users", "create", "alice"))
-    second = printed_token(await taskhub(migrated_url, tmp_path, "tokens", "create", "alice"))
-    third = printed_token(await taskhub(migrated_url, tmp_path, "tokens", "create", "alice"))
-    bob = printed_token(await taskhub(migrated_url, tmp_path, "users", "create", "bob"))
+    first = printed_token(await cli(migrated_url, "users", "create", "alice"))
+    second = printed_token(await cli(migrated_url, "tokens", "create", "alice"))
+    third = printed_token(await cli(migrated_url, "tokens", "create", "alice"))
+    bob = printed_token(await cli(migrated_url, "users", "create", "bob"))
 
-    revoked = await taskhub(migrated_url, tmp_path, "tokens", "revoke", first)
+    revoked = await cli(migrated_url, "tokens", "revoke", first)
     assert revoked.returncode == 0, revoked
-    from_stdin = await taskhub(migrated_url, tmp_path, "tokens", "revoke", "-", stdin=second + "\n")
+    from_stdin = await cli(migrated_url, "tokens", "revoke", "-", stdin=second + "\n")
     assert from_stdin.returncode == 0, from_stdin
-    again = await taskhub(migrated_url, tmp_path, "tokens", "revoke", first)
+    again = await cli(migrated_url, "tokens", "revoke", first)
     assert_clean_failure(again, "no such token")
 
     async with in_process_hub(migrated_url) as http:
@@ -356,24 +396,22 @@ async def test_tokens_revoke_refuses_the_token_from_then_on(
         for token in (third, bob):
             assert (await ApiClient(http, token).get("/workers")).status_code == 200
 
-    everything = await taskhub(migrated_url, tmp_path, "tokens", "revoke", "--user", "alice")
+    everything = await cli(migrated_url, "tokens", "revoke", "--user", "alice")
     assert everything.returncode == 0, everything
     assert "Revoked 1 token of 'alice'" in everything.stdout
-    assert_clean_failure(
-        await taskhub(migrated_url, tmp_path, "tokens", "revoke", "--user", "nobody"), "nobody"
-    )
+    assert_clean_failure(await cli(migrated_url, "tokens", "revoke", "--user", "nobody"), "nobody")
     async with in_process_hub(migrated_url) as http:
         assert_problem(await ApiClient(http, third).get("/workers"), 401, "unauthorized")
         assert (await ApiClient(http, bob).get("/workers")).status_code == 200
 
 
 async def test_users_list_shows_every_user_with_its_rights_and_token_count(
-    migrated_url: str, tmp_path: Path
+    migrated_url: str,
 ) -> None:
-    printed_token(await taskhub(migrated_url, tmp_path, "users", "create", "bob"))
-    printed_token(await taskhub(migrated_url, tmp_path, "users", "create", "alice", "--superuser"))
-    printed_token(await taskhub(migrated_url, tmp_path, "tokens", "create", "alice"))
-    listed = await taskhub(migrated_url, tmp_path, "users", "list")
+    printed_token(await cli(migrated_url, "users", "create", "bob"))
+    printed_token(await cli(migrated_url, "users", "create", "alice", "--superuser"))
+    printed_token(await cli(migrated_url, "tokens", "create", "alice"))
+    listed = await cli(migrated_url, "users", "list")
     assert listed.returncode == 0, str(listed)
     header, *rows = [line.split() for line in listed.stdout.strip().splitlines()]
     assert header == ["NAME", "SUPERUSER", "TOKENS", "CREATED"]
@@ -383,17 +421,15 @@ async def test_users_list_shows_every_user_with_its_rights_and_token_count(
     assert "th_" not in listed.stdout  # tokens are never shown again
 
 
-async def test_users_update_grants_and_takes_away_superuser_rights(
-    migrated_url: str, tmp_path: Path
-) -> None:
-    alice = printed_token(await taskhub(migrated_url, tmp_path, "users", "create", "alice"))
-    granted = await taskhub(migrated_url, tmp_path, "users", "update", "alice", "--superuser")
+async def test_users_update_grants_and_takes_away_superuser_rights(migrated_url: str) -> None:
+    alice = printed_token(await cli(migrated_url, "users", "create", "alice"))
+    granted = await cli(migrated_url, "users", "update", "alice", "--superuser")
     assert granted.returncode == 0 and "now a superuser" in granted.stdout, str(granted)
     async with in_process_hub(migrated_url) as http:
         created = await ApiClient(http, alice).put("/rooms/@global/jobs", json=GLOBAL_JOB)
         assert created.status_code == 201, created.text
 
-    taken = await taskhub(migrated_url, tmp_path, "users", "update", "alice", "--no-superuser")
+    taken = await cli(migrated_url, "users", "update", "alice", "--no-superuser")
     assert taken.returncode == 0 and "no longer a superuser" in taken.stdout, str(taken)
     assert "no superuser is left" in taken.stderr, str(taken)
     async with in_process_hub(migrated_url) as http:
@@ -402,16 +438,16 @@ async def test_users_update_grants_and_takes_away_superuser_rights(
         me = await ApiClient(http, alice).get("/users/me")
         assert me.json()["is_superuser"] is False
 
-    unknown = await taskhub(migrated_url, tmp_path, "users", "update", "nobody", "--superuser")
+    unknown = await cli(migrated_url, "users", "update", "nobody", "--superuser")
     assert_clean_failure(unknown, "nobody")
-    unsaid = await taskhub(migrated_url, tmp_path, "users", "update", "alice")
+    unsaid = await cli(migrated_url, "users", "update", "alice")
     assert_clean_failure(unsaid, "--superuser")
 
 
-async def test_users_create_refuses_a_taken_name(migrated_url: str, tmp_path: Path) -> None:
+async def test_users_create_refuses_a_taken_name(migrated_url: str) -> None:
     """Creating the same user twice fails the second time and says why."""
-    printed_token(await taskhub(migrated_url, tmp_path, "users", "create", "alice"))
-    again = await taskhub(migrated_url, tmp_path, "users", "create", "alice")
+    printed_token(await cli(migrated_url, "users", "create", "alice"))
+    again = await cli(migrated_url, "users", "create", "alice")
     assert_clean_failure(again, "alice", "already exists")
     assert "th_" not in again.stdout
 
@@ -755,10 +791,8 @@ async def test_help_is_plain_text_and_serve_names_its_defaults(tmp_path: Path) -
 
 
 @pytest.mark.parametrize("name", ["", "  ", "\t", " alice", "alice "])
-async def test_users_create_refuses_a_blank_or_padded_name(
-    migrated_url: str, tmp_path: Path, name: str
-) -> None:
-    result = await taskhub(migrated_url, tmp_path, "users", "create", name)
+async def test_users_create_refuses_a_blank_or_padded_name(migrated_url: str, name: str) -> None:
+    result = await cli(migrated_url, "users", "create", name)
     assert_clean_failure(result, "user name")
     assert result.returncode == 2
     assert "th_" not in result.stdout

@@ -22,6 +22,7 @@ from taskiq import AckableMessage, AsyncBroker, Context, InMemoryBroker, TaskiqD
 from taskiq_redis import RedisStreamBroker
 
 from taskhub.dispatch.executor import InternalRuntime
+from taskhub.dispatch.providers import PROVIDER_TASK_NAME, read_internal_provider
 from taskhub.realtime.redis_clients import LISTEN_RETRY_SECONDS, redis_options
 from taskhub.settings import Settings
 
@@ -121,4 +122,5 @@ def make_broker(settings: Settings) -> AsyncBroker:
     else:
         broker = InMemoryBroker()
     broker.register_task(run_internal, task_name=TASK_NAME)
+    broker.register_task(read_internal_provider, task_name=PROVIDER_TASK_NAME)
     return broker

@@ -17,12 +17,15 @@ from taskhub.store.database import Database
 
 @dataclass(frozen=True)
 class InternalContext:
-    """What a running internal job may use: its task, its room, and read access to the hub."""
+    """What a running internal job may use: its task, its room, and read access to the hub;
+    ``submitted_by``: who submitted the task (None: unknown, the user gone), whose per-user
+    bounds its costly work counts against."""
 
     task_id: UUID
     room_id: str
     attempt: int
     db: Database
+    submitted_by: UUID | None = None
 
 
 class InternalJob(BaseModel):
@@ -31,6 +34,10 @@ class InternalJob(BaseModel):
 
     category: ClassVar[str]
     name: ClassVar[str | None] = None
+    # A job whose run validates a payload on the payload thread (``ValidatePayload``):
+    # each of its unfinished tasks counts against its submitter's bound of costly
+    # validations (``TASKHUB_USER_MAX_COSTLY_VALIDATIONS``), from submit to end.
+    costly: ClassVar[bool] = False
 
     @classmethod
     def job_name(cls) -> str:

@@ -37,6 +37,9 @@ class InternalDispatcher:
     def has_executor(self, full_name: str) -> bool:
         return self.registry.has_executor(full_name)
 
+    def is_costly(self, full_name: str) -> bool:
+        return self.registry.is_costly(full_name)
+
     async def dispatch_missed(self, before: datetime) -> tuple[int, EventBatch]:
         """The sweeper's fallback: ``dispatch`` the pending tasks due since before
         ``before`` that nobody dispatched (their submit's process died between its commit

@@ -84,7 +84,13 @@ async def execute(runtime: InternalRuntime, task_id: UUID, attempt: int) -> None
         return
     await runtime.publisher.publish(events)
     definition = runtime.registry.get(record.job_name)
-    ctx = InternalContext(task_id=task_id, room_id=record.room_id, attempt=attempt, db=db)
+    ctx = InternalContext(
+        task_id=task_id,
+        room_id=record.room_id,
+        attempt=attempt,
+        db=db,
+        submitted_by=record.submitted_by,
+    )
     outcome: dict[str, Any]
     try:
         if definition is None:

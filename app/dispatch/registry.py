@@ -41,6 +41,11 @@ class InternalRegistry:
     def has_executor(self, full_name: str) -> bool:
         return full_name in self._jobs
 
+    def is_costly(self, full_name: str) -> bool:
+        """Whether the job's tasks count as costly validations (``InternalJob.costly``)."""
+        job = self._jobs.get(full_name)
+        return job is not None and job.costly
+
     def get(self, full_name: str) -> type[InternalJob] | None:
         return self._jobs.get(full_name)
 

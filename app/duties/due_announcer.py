@@ -22,7 +22,7 @@ from datetime import datetime, timedelta
 from uuid import UUID
 
 from taskhub.clock import utcnow
-from taskhub.duties.loop import Duty
+from taskhub.duty import Duty
 from taskhub.realtime.publisher import Publisher
 from taskhub.rules.events import Event, EventBatch, TaskAvailable, TaskStatusChanged
 from taskhub.rules.naming import is_internal_job

@@ -33,7 +33,7 @@ from typing import Any, Generic, Literal, TypeVar
 from uuid import UUID
 
 from taskhub.clock import utcnow
-from taskhub.duties.loop import Duty
+from taskhub.duty import Duty
 from taskhub.realtime.redis_clients import bounded_client
 
 log = logging.getLogger(__name__)

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from taskhub.clock import utcnow
-from taskhub.duties.loop import Duty
+from taskhub.duty import Duty
 from taskhub.observability import metrics
 from taskhub.realtime.publisher import Publisher
 from taskhub.rules.events import EventBatch

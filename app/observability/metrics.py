@@ -61,8 +61,8 @@ SOCKET_TASK_UPDATES = Counter(
 LONG_POLL_SECONDS = Histogram(
     "taskhub_long_poll_seconds",
     "How long long-polls (GET /tasks/{id} with Prefer: wait) waited; outcome woken (the "
-    "task ended), timeout, shutdown (released by a graceful shutdown), or abandoned (the "
-    "client hung up).",
+    "task ended), timeout, shutdown (released by a graceful shutdown), abandoned (the "
+    "client hung up), or revoked (its token was revoked meanwhile: answered 401).",
     ["outcome"],
     buckets=(0.01, 0.05, 0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0),
 )
@@ -83,7 +83,7 @@ OUTBOX_DROPPED = Counter(
     ["outbox"],
 )
 OUTBOXES = ("socket-events", "wake-ups")  # the names of the outboxes in taskhub.realtime
-LONG_POLL_OUTCOMES = ("woken", "timeout", "shutdown", "abandoned")
+LONG_POLL_OUTCOMES = ("woken", "timeout", "shutdown", "abandoned", "revoked")
 COSTLY_PAYLOADS = Counter(
     "taskhub_costly_payloads",
     "Submitted payloads too costly to validate on the event loop, by outcome: validated (on "
@@ -277,3 +277,142 @@ class PayloadThreadMetrics:
 
     def refused(self) -> None:
         _COSTLY_BUSY.inc()
+
+
+# --- Authentication (docs/operations.md, "Tokens") -----------------------------------------
+
+AUTH_MISSES = Counter(
+    "taskhub_auth_misses",
+    "Bearer tokens (HTTP requests, Socket.IO connects) that authenticated nobody: wrong, "
+    "revoked or unknown, by source: database (a read found no such token) or cache "
+    "(remembered as wrong for TASKHUB_AUTH_MISS_CACHE_SECONDS: no read).",
+    ["source"],
+)
+AUTH_MISS_SOURCES = ("database", "cache")
+for _source_name in AUTH_MISS_SOURCES:
+    AUTH_MISSES.labels(_source_name)
+
+
+def auth_miss(source: str) -> None:
+    """A token that authenticated nobody, answered from ``source``."""
+    AUTH_MISSES.labels(source).inc()
+
+
+# --- Socket admission (docs/operations.md, "Connections before sign-in") -------------------
+
+SOCKET_SESSIONS_PENDING = Gauge(
+    "taskhub_socket_sessions_pending_sign_in",
+    "Engine.IO sessions open right now that have not completed an authenticated Socket.IO "
+    "CONNECT (closed after TASKHUB_SOCKET_CONNECT_TIMEOUT_SECONDS).",
+    multiprocess_mode="livesum",
+)
+SOCKET_SESSIONS_UNAUTHENTICATED_CLOSED = Counter(
+    "taskhub_socket_sessions_unauthenticated_closed",
+    "Engine.IO sessions the hub closed because no authenticated Socket.IO CONNECT came "
+    "within TASKHUB_SOCKET_CONNECT_TIMEOUT_SECONDS.",
+)
+SOCKET_SESSIONS_REFUSED = Counter(
+    "taskhub_socket_sessions_refused",
+    "Socket connections refused for a limit, by reason: too-many-connections (the client "
+    "address has TASKHUB_MAX_UNAUTHENTICATED_PER_ADDRESS sessions before sign-in: HTTP 429 "
+    "at the Engine.IO handshake) or too-many-sockets (the user has TASKHUB_USER_MAX_SOCKETS "
+    "sockets: refused at CONNECT).",
+    ["reason"],
+)
+SOCKET_REFUSAL_REASONS = ("too-many-connections", "too-many-sockets")
+SOCKET_BINARY_REFUSED = Counter(
+    "taskhub_socket_binary_refused",
+    "Binary Socket.IO data dropped unread (the protocol has none), by part: packet (a "
+    "BINARY_EVENT or BINARY_ACK header; an event with an ack id is answered 422) or "
+    "attachment (a binary frame).",
+    ["part"],
+)
+for _reason in SOCKET_REFUSAL_REASONS:
+    SOCKET_SESSIONS_REFUSED.labels(_reason)
+_BINARY_PACKETS = SOCKET_BINARY_REFUSED.labels("packet")
+_BINARY_ATTACHMENTS = SOCKET_BINARY_REFUSED.labels("attachment")
+
+
+def socket_session_pending() -> None:
+    SOCKET_SESSIONS_PENDING.inc()
+
+
+def socket_session_settled() -> None:
+    """A session before sign-in signed in, closed, or was closed for its timeout."""
+    SOCKET_SESSIONS_PENDING.dec()
+
+
+def socket_session_timed_out() -> None:
+    SOCKET_SESSIONS_UNAUTHENTICATED_CLOSED.inc()
+
+
+def socket_session_refused(reason: str) -> None:
+    """A connection refused for ``reason`` (one of ``SOCKET_REFUSAL_REASONS``)."""
+    SOCKET_SESSIONS_REFUSED.labels(reason).inc()
+
+
+def socket_binary_packet() -> None:
+    _BINARY_PACKETS.inc()
+
+
+def socket_binary_attachment() -> None:
+    _BINARY_ATTACHMENTS.inc()
+
+
+# --- Per-user limits (docs/operations.md, "Per-user limits") -------------------------------
+
+USER_LIMIT_REFUSALS = Counter(
+    "taskhub_user_limit_refusals",
+    "Submits refused at a per-user limit: submit_rate (429 submit-rate-exceeded), "
+    "pending_tasks (429 too-many-pending-tasks), stored_bytes (429 storage-quota-exceeded), "
+    "costly_validations (503 validation-busy: a costly job's unfinished tasks).",
+    ["limit"],
+)
+USER_LIMITS = {
+    "submit-rate-exceeded": "submit_rate",
+    "too-many-pending-tasks": "pending_tasks",
+    "storage-quota-exceeded": "stored_bytes",
+    "validation-busy": "costly_validations",
+}
+for _limit_name in USER_LIMITS.values():
+    USER_LIMIT_REFUSALS.labels(_limit_name)
+
+
+def user_limit_refused(slug: str) -> None:
+    """A submit refused at the per-user limit whose problem is ``slug``."""
+    USER_LIMIT_REFUSALS.labels(USER_LIMITS[slug]).inc()
+
+
+# --- Providers (docs/protocol.md, "Providers") ---------------------------------------------
+
+PROVIDER_READS = Counter(
+    "taskhub_provider_reads",
+    "Reads of providers, by outcome: cached (answered from the cache at once), answered (the "
+    "provider's answer came while the read waited), failed (a failed read's problem "
+    "replayed), timeout (504), abandoned (the client went while it waited).",
+    ["outcome"],
+)
+PROVIDER_READ_OUTCOMES = ("cached", "answered", "failed", "timeout", "abandoned")
+PROVIDER_REQUESTS = Counter(
+    "taskhub_provider_requests",
+    "Reads sent to a provider (provider_request, or an @internal provider's executor): one "
+    "per distinct read per in-flight lock, however many read it.",
+)
+PROVIDER_RESULT_BYTES = Counter(
+    "taskhub_provider_result_bytes",
+    "Bytes of providers' answers stored (posted results and @internal answers).",
+)
+for _outcome in PROVIDER_READ_OUTCOMES:
+    PROVIDER_READS.labels(_outcome)
+
+
+def provider_read(outcome: str) -> None:
+    PROVIDER_READS.labels(outcome).inc()
+
+
+def provider_request() -> None:
+    PROVIDER_REQUESTS.inc()
+
+
+def provider_result(size: int) -> None:
+    PROVIDER_RESULT_BYTES.inc(size)

@@ -1,6 +1,6 @@
 """Publishing a committed unit of work's events: wake long-polls (here at once, on other
 replicas through the wake bus), then hand the batch to the sinks (Socket.IO). What goes
-through Redis is sent in the background (``app/duties/outbox.py``)."""
+through Redis is sent in the background (``app/realtime/outbox.py``)."""
 
 from __future__ import annotations
 

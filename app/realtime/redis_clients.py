@@ -35,7 +35,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from taskhub.duties.outbox import Outbox
+from taskhub.realtime.outbox import Outbox
 
 COMMAND_TIMEOUT = 3.0
 CONNECT_TIMEOUT = 2.0

@@ -19,7 +19,7 @@ from uuid import UUID, uuid4
 
 import redis.asyncio as redis
 
-from taskhub.duties.outbox import Outbox
+from taskhub.realtime.outbox import Outbox
 from taskhub.realtime.redis_clients import (
     LISTEN_RETRY_SECONDS,
     LIVENESS,

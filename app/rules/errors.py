@@ -11,13 +11,22 @@ class DomainError(Exception):
     slug: ClassVar[str] = "internal-error"
     title: ClassVar[str] = "Internal Server Error"
     status: ClassVar[int] = 500
-    # Seconds after which the same request may succeed (``Retry-After``), if that is known.
-    retry_after: ClassVar[int | None] = None
+    # Seconds after which the same request may succeed (``Retry-After``), if that is known:
+    # a class's constant, or one refusal's own (``retry_after=`` when raised).
+    retry_after: int | None = None
 
-    def __init__(self, detail: str, *, errors: list[dict[str, Any]] | None = None) -> None:
+    def __init__(
+        self,
+        detail: str,
+        *,
+        errors: list[dict[str, Any]] | None = None,
+        retry_after: int | None = None,
+    ) -> None:
         super().__init__(detail)
         self.detail = detail
         self.errors = errors
+        if retry_after is not None:
+            self.retry_after = retry_after
 
 
 class InvalidRoomId(DomainError):
@@ -119,3 +128,34 @@ class ValidationBusy(DomainError):
 
     slug, title, status = "validation-busy", "Service Unavailable", 503
     retry_after = 1
+
+
+class SubmitRateExceeded(DomainError):
+    """A user submitted faster than ``TASKHUB_USER_SUBMIT_RATE`` allows past its burst
+    (``rules.user_limits``); nothing was stored. ``retry_after``: when a token is back."""
+
+    slug, title, status = "submit-rate-exceeded", "Too Many Requests", 429
+    retry_after = 1
+
+
+class TooManyPendingTasks(DomainError):
+    """The user has ``TASKHUB_USER_MAX_PENDING_TASKS`` unfinished tasks already; nothing
+    was stored."""
+
+    slug, title, status = "too-many-pending-tasks", "Too Many Requests", 429
+    retry_after = 10
+
+
+class StorageQuotaExceeded(DomainError):
+    """The user's tasks keep ``TASKHUB_USER_MAX_STORED_BYTES`` of payloads, results and
+    logs already; nothing was stored (bytes come back as old tasks are purged)."""
+
+    slug, title, status = "storage-quota-exceeded", "Too Many Requests", 429
+    retry_after = 600
+
+
+class NoWorkersAvailable(DomainError):
+    """A submit to a job no live worker serves, refused (``TASKHUB_SUBMIT_REQUIRES_LIVE_WORKER``);
+    nothing was stored."""
+
+    slug, title, status = "no-workers-available", "No workers available", 409

@@ -142,7 +142,85 @@ class TaskLogged:
         return {"task_id": self.task_id, "room_id": self.room_id, "lines": lines}
 
 
-Event = TaskAvailable | TaskStatusChanged | JobsInvalidate | TaskCancelled | TaskLogged
+@dataclass(frozen=True, slots=True)
+class ProvidersInvalidate:
+    """The provider list of ``room_id`` changed (a registration, an update, a removal)."""
+
+    name: ClassVar[str] = "providers_invalidate"
+    room_id: str
+
+    @property
+    def room(self) -> str:
+        return f"room:{self.room_id}"
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        return (self.name, self.room, "")
+
+    def payload(self) -> dict[str, Any]:
+        return {}
+
+
+@dataclass(frozen=True, slots=True)
+class ProviderRequest:
+    """A read no result answers yet: sent to the sockets that joined as the provider, its
+    Socket.IO room ``providers:{provider_id}`` (by id: a provider registered again under
+    the same name after its removal is another one, whose reads the old sockets never get).
+    ``params``: the read's parameters as canonical JSON text (``rules.providers``)."""
+
+    name: ClassVar[str] = "provider_request"
+    request_id: str
+    provider_name: str
+    params: str
+    provider_id: str
+
+    @property
+    def room(self) -> str:
+        return f"providers:{self.provider_id}"
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        return (self.name, self.room, self.request_id)
+
+    def payload(self) -> dict[str, Any]:
+        return {
+            "request_id": self.request_id,
+            "provider_name": self.provider_name,
+            "params": self.params,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class ProviderResultReady:
+    """A provider's result for ``request_hash`` is cached; sent to the provider's room."""
+
+    name: ClassVar[str] = "provider_result_ready"
+    provider_name: str
+    request_hash: str
+    room_id: str
+
+    @property
+    def room(self) -> str:
+        return f"room:{self.room_id}"
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        return (self.name, self.room, f"{self.provider_name}:{self.request_hash}")
+
+    def payload(self) -> dict[str, Any]:
+        return {"provider_name": self.provider_name, "request_hash": self.request_hash}
+
+
+Event = (
+    TaskAvailable
+    | TaskStatusChanged
+    | JobsInvalidate
+    | TaskCancelled
+    | TaskLogged
+    | ProvidersInvalidate
+    | ProviderRequest
+    | ProviderResultReady
+)
 
 
 class EventBatch:

@@ -13,6 +13,10 @@ It speaks only the public protocol (REST + Socket.IO, see docs/protocol.md)::
 
     Worker(url, token, [Spin], room="lab").run_forever()          # a worker process
     Client(url, token).submit(Spin(angle=45), room="lab").result()  # anywhere else
+
+Data on demand (docs/protocol.md, "Providers"): ``worker.provide(Frames, name="traj",
+handler=trajectory)`` serves a ``Provider``'s reads; ``Client(url, token).read(
+"lab:frames:traj", {"index": 3}, room="lab")`` reads, waiting for the answer.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ from taskhub.sdk.errors import (
 )
 from taskhub.sdk.extension import Extension
 from taskhub.sdk.models import Task
+from taskhub.sdk.provider import Provider
 
 if TYPE_CHECKING:
     from taskhub.sdk.client import AsyncClient, AsyncTaskHandle, Client, TaskHandle
@@ -73,6 +78,7 @@ __all__ = [
     "InvalidTransition",
     "NotFound",
     "ProblemError",
+    "Provider",
     "RetryLater",
     "StaleClaim",
     "Task",

@@ -9,6 +9,7 @@ from taskhub.sdk.errors import ProblemError
 from taskhub.sdk.extension import JobSpec
 from taskhub.sdk.http import AsyncHub, segment
 from taskhub.sdk.models import ClaimedTask, Heartbeat, Task
+from taskhub.sdk.provider import ProviderSpec
 
 
 class WorkerApi:
@@ -50,6 +51,31 @@ class WorkerApi:
             "PUT", f"/rooms/{segment(spec.room)}/jobs", json=body, retry_for=retry_for
         )
         return dict(response.json())
+
+    async def register_provider(
+        self, spec: ProviderSpec, worker_id: str, *, retry_for: float | None = None
+    ) -> str:
+        """Register (or update) a provider served by ``worker_id``; its id."""
+        response = await self.hub.request(
+            "PUT",
+            f"/rooms/{segment(spec.room)}/providers",
+            json=spec.registration(worker_id),
+            retry_for=retry_for,
+        )
+        return str(response.json()["id"])
+
+    async def post_provider_result(
+        self, provider_id: str, request_id: str, body: bytes, *, failed: bool = False
+    ) -> None:
+        """A provider's answer to the read ``request_id`` (``failed``: the body is the
+        problem of a failed read). Safe to repeat: an answer stored twice is the same."""
+        headers = {"X-Request-Hash": request_id}
+        if failed:
+            headers["X-Result-Status"] = "error"
+            headers["Content-Type"] = "application/problem+json"
+        await self.hub.request(
+            "POST", f"/providers/{provider_id}/results", content=body, headers=headers
+        )
 
     async def heartbeat(
         self,

@@ -1,4 +1,5 @@
-"""``taskhub worker MODULE:CLASS …``: serve Extension classes from the command line."""
+"""``taskhub worker MODULE:CLASS …``: serve Extension (and Provider) classes from the
+command line."""
 
 from __future__ import annotations
 
@@ -10,12 +11,18 @@ import sys
 
 from taskhub.sdk.errors import TaskhubError
 from taskhub.sdk.extension import GLOBAL_ROOM, Extension, job_identity
+from taskhub.sdk.provider import Provider
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("extensions", nargs="+", metavar="MODULE:CLASS", help="Extensions to serve")
+    parser.add_argument(
+        "extensions",
+        nargs="+",
+        metavar="MODULE:CLASS",
+        help="Extensions to serve as jobs, Providers to serve as providers (named by class)",
+    )
     parser.add_argument(
         "--url",
         default=os.environ.get("TASKHUB_URL", DEFAULT_URL),
@@ -69,6 +76,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def load_class(target: str) -> type[Extension] | type[Provider]:
+    """Import ``package.module:ClassName``: an Extension or a Provider class."""
+    module_name, _, attr = target.partition(":")
+    cls = getattr(importlib.import_module(module_name), attr, None) if module_name else None
+    if isinstance(cls, type) and issubclass(cls, Provider):
+        if not isinstance(getattr(cls, "category", None), str):
+            raise TypeError(f"{target!r}: a Provider needs a category")
+        return cls
+    return load_extension(target)
+
+
 def load_extension(target: str) -> type[Extension]:
     """Import ``package.module:ClassName``."""
     module_name, _, attr = target.partition(":")
@@ -100,11 +118,11 @@ def run_worker(args: argparse.Namespace) -> int:
         return 2
     sys.path.insert(0, os.path.abspath(args.app_dir))
     try:
-        extensions = [load_extension(target) for target in args.extensions]
+        classes = [load_class(target) for target in args.extensions]
         worker = Worker(
             args.url,
             args.token,
-            extensions,
+            [cls for cls in classes if issubclass(cls, Extension)],
             room=args.room,
             concurrency=args.concurrency,
             server_timeout=args.server_timeout,
@@ -115,6 +133,9 @@ def run_worker(args: argparse.Namespace) -> int:
             push=not args.no_push,
             socket_updates=not args.no_socket_updates,
         )
+        for cls in classes:
+            if issubclass(cls, Provider):
+                worker.provide(cls)
     except (ImportError, TypeError, ValueError) as exc:
         print(f"taskhub worker: {exc}", file=sys.stderr)
         return 2

@@ -122,6 +122,41 @@ def _waited(response: httpx.Response) -> bool:
     return "preference-applied" in response.headers
 
 
+# A provider read's wait per request (the hub caps it: TASKHUB_PROVIDER_LONG_POLL_MAX_SECONDS)
+# and the pause before asking again after a 504 (the hub's Retry-After) or an unreachable hub.
+PROVIDER_WAIT_SECONDS = 30
+READ_RETRY_PAUSE = 2.0
+
+
+def _read_path(provider: str, room: str) -> str:
+    return f"/rooms/{segment(room)}/providers/{segment(provider)}"
+
+
+def _read_params(params: dict[str, Any] | None) -> dict[str, str]:
+    """A read's parameters as the query string carries them (text)."""
+    return {str(key): str(value) for key, value in (params or {}).items()}
+
+
+def _read_wait(deadline: float | None) -> int:
+    return min(_wait_seconds(deadline), PROVIDER_WAIT_SECONDS)
+
+
+def _answer(response: httpx.Response) -> Any:
+    """A provider's answer: decoded JSON for ``application/json``, else the bytes."""
+    if response.headers.get("content-type", "").split(";")[0].strip() == "application/json":
+        return response.json()
+    return response.content
+
+
+def _read_pause(deadline: float | None, exc: HubUnavailable) -> float:
+    """Seconds before asking again after a read found no answer in time (504) or the hub
+    unreachable; ``TimeoutError`` once the deadline has passed."""
+    remaining = math.inf if deadline is None else deadline - time.monotonic()
+    if remaining <= 0:
+        raise TimeoutError("the provider did not answer in time") from exc
+    return min(READ_RETRY_PAUSE, remaining)
+
+
 def outcome(task: Task) -> Any:
     """The result of a terminal task; ``TaskFailed``/``TaskCancelled`` otherwise."""
     if task.status == "failed":
@@ -194,6 +229,35 @@ class Client:
             pause = _pause(deadline, seconds, response)
             if pause > 0:
                 time.sleep(pause)
+
+    def read(
+        self,
+        provider: str,
+        params: dict[str, Any] | None = None,
+        *,
+        room: str,
+        timeout: float | None = 30.0,
+    ) -> Any:
+        """Read from the provider ``provider`` (its full name, visible from ``room``) with
+        ``params``: its answer, decoded JSON or bytes (docs/protocol.md, "Providers"). Waits
+        for the provider with long-polls, asking again after each 504 until ``timeout``
+        (``TimeoutError``; None: no end). A failed read raises its ``ProblemError``."""
+        deadline = _deadline(timeout)
+        while True:
+            seconds = _read_wait(deadline)
+            try:
+                response = self._hub.request(
+                    "GET",
+                    _read_path(provider, room),
+                    params=_read_params(params),
+                    headers={"Prefer": f"wait={seconds}"},
+                    http_timeout=seconds + self._timeout,
+                    retry_for=0,
+                )
+            except HubUnavailable as exc:  # 504, 503, the hub unreachable: ask again
+                time.sleep(_read_pause(deadline, exc))
+                continue
+            return _answer(response)
 
     def cancel(self, task_id: str) -> Task:
         """Cancel the task (``InvalidTransition`` when it had ended already). A retry that
@@ -312,6 +376,32 @@ class AsyncClient:
             pause = _pause(deadline, seconds, response)
             if pause > 0:
                 await asyncio.sleep(pause)
+
+    async def read(
+        self,
+        provider: str,
+        params: dict[str, Any] | None = None,
+        *,
+        room: str,
+        timeout: float | None = 30.0,  # noqa: ASYNC109
+    ) -> Any:
+        """See ``Client.read``."""
+        deadline = _deadline(timeout)
+        while True:
+            seconds = _read_wait(deadline)
+            try:
+                response = await self._hub.request(
+                    "GET",
+                    _read_path(provider, room),
+                    params=_read_params(params),
+                    headers={"Prefer": f"wait={seconds}"},
+                    http_timeout=seconds + self._timeout,
+                    retry_for=0,
+                )
+            except HubUnavailable as exc:
+                await asyncio.sleep(_read_pause(deadline, exc))
+                continue
+            return _answer(response)
 
     async def cancel(self, task_id: str) -> Task:
         """See ``Client.cancel``."""

@@ -56,7 +56,8 @@ from taskhub.sdk.execution import TaskRun
 from taskhub.sdk.extension import JobSpec
 from taskhub.sdk.http import AsyncHub, Backoff
 from taskhub.sdk.models import ClaimedTask
-from taskhub.sdk.realtime import SocketLink
+from taskhub.sdk.provider import ProviderSpec
+from taskhub.sdk.realtime import SocketLink, fits_link
 
 log = logging.getLogger("taskhub.sdk")
 SHUTDOWN_ERROR = "Worker shut down before the task finished"
@@ -94,6 +95,7 @@ class WorkerEngine:
         config: WorkerConfig,
         specs: list[JobSpec],
         *,
+        providers: Iterable[ProviderSpec] = (),
         on_ready: Callable[[], None] | None = None,
     ) -> None:
         self.config = config
@@ -102,6 +104,8 @@ class WorkerEngine:
         self.worker_timeout = config.server_timeout or 3 * config.heartbeat_interval
         self._on_ready = on_ready
         self.specs = {spec.full_name: spec for spec in specs}
+        self.providers = {spec.full_name: spec for spec in providers}
+        self._provider_ids: dict[str, str] = {}  # full name -> the hub's id, per registration
         self.worker_id: str | None = None
         self.ready = asyncio.Event()
         self.fatal: BaseException | None = None
@@ -136,6 +140,7 @@ class WorkerEngine:
                 on_joined=self._kick.set,
                 on_dropped=self._link_dropped,
                 on_task_pushed=self._pushed,
+                on_provider_request=self._provider_request,
             )
 
     # -- control (called on the engine's loop) ---------------------------------
@@ -225,15 +230,18 @@ class WorkerEngine:
                 return
             self._announce()
             heartbeat = asyncio.create_task(self._guarded(self._heartbeat_loop()))
-            claimer = asyncio.create_task(self._guarded(self._claim_loop()))
+            claimers = []  # (a worker serving providers only claims nothing)
+            if self.specs:
+                claimers.append(asyncio.create_task(self._guarded(self._claim_loop())))
             try:
                 await self._stopping.wait()
-                await self._until_drain_over([claimer])  # a claim in flight brings tasks
+                await self._until_drain_over(claimers)  # a claim in flight brings tasks
                 await self._drain()
             finally:
-                claimer.cancel()
+                for claimer in claimers:
+                    claimer.cancel()
                 heartbeat.cancel()
-                await asyncio.gather(claimer, heartbeat, return_exceptions=True)
+                await asyncio.gather(*claimers, heartbeat, return_exceptions=True)
             await self._leave()
         finally:
             await self._close()
@@ -247,7 +255,7 @@ class WorkerEngine:
         log.info(
             "Worker %s serving %s (concurrency %d)",
             self.worker_id,
-            ", ".join(self.specs),
+            ", ".join([*self.specs, *self.providers]),
             self.config.concurrency,
         )
 
@@ -291,9 +299,13 @@ class WorkerEngine:
             self.heartbeat_interval = hub_timeout / 4
         for spec in self.specs.values():
             await self.api.register_job(spec, worker_id, retry_for=retry_for)
+        for name, provider in self.providers.items():
+            self._provider_ids[name] = await self.api.register_provider(
+                provider, worker_id, retry_for=retry_for
+            )
         self.worker_id = worker_id
         if self.link is not None:
-            self.link.bind(worker_id, list(self.specs))
+            self.link.bind(worker_id, list(self.specs), list(self.providers))
 
     async def _reincarnate(self, stale_id: str) -> None:
         """The hub forgot ``stale_id``: its tasks were failed there, so signal their runs
@@ -482,7 +494,8 @@ class WorkerEngine:
         sent = False
         link = self.link
         size = run.result_bytes if "result" in body else 0
-        if self._updates_over_link and link is not None and size <= LINK_RESULT_BYTES:
+        over_link = size <= LINK_RESULT_BYTES and fits_link(body, size)
+        if self._updates_over_link and link is not None and over_link:
             update = {**body, "claim_token": run.task.claim_token}
             if ask is not None:
                 update["claim_next"] = ask
@@ -555,6 +568,24 @@ class WorkerEngine:
                 log.error("A pushed task could not be read (left to its lease): %s", exc)
                 continue
             self._launch(task, worker_id)
+
+    def _provider_request(self, name: str, request_id: str, params: str) -> None:
+        """A read of one of this worker's providers: answered in the background."""
+        provider, provider_id = self.providers.get(name), self._provider_ids.get(name)
+        if provider is None or provider_id is None or self._stopping.is_set():
+            return
+        self._spawn(self._answer(provider, provider_id, request_id, params))
+
+    async def _answer(
+        self, provider: ProviderSpec, provider_id: str, request_id: str, params: str
+    ) -> None:
+        body, failed = await provider.answer(params)
+        if failed:
+            log.warning("Provider %s failed a read: %s", provider.full_name, body[:300])
+        try:
+            await self.api.post_provider_result(provider_id, request_id, body, failed=failed)
+        except (HubUnavailable, ProblemError) as exc:  # its readers time out and ask again
+            log.warning("Answer of provider %s not delivered: %s", provider.full_name, exc)
 
     def _link_dropped(self) -> None:
         """The hub forgets a dropped socket's grants: the slots are free again."""

@@ -201,6 +201,8 @@ class AsyncHub:
         http_timeout: float | None = None,
         retry_for: float | None = None,
         idempotent: bool = True,
+        content: bytes | None = None,
+        params: dict[str, str] | None = None,
     ) -> httpx.Response:
         attempts = _Attempts(
             f"{method} {shown_url(self.url)}{API_PREFIX}{path}",
@@ -213,7 +215,13 @@ class AsyncHub:
             outcome: httpx.Response | Exception
             try:
                 outcome = await self._http.request(
-                    method, path, json=json, headers=headers, timeout=timeout
+                    method,
+                    path,
+                    json=json,
+                    content=content,
+                    params=params,
+                    headers=headers,
+                    timeout=timeout,
                 )
                 if outcome.status_code < 400:
                     return outcome
@@ -255,6 +263,8 @@ class SyncHub:
         http_timeout: float | None = None,
         retry_for: float | None = None,
         idempotent: bool = True,
+        content: bytes | None = None,
+        params: dict[str, str] | None = None,
     ) -> httpx.Response:
         attempts = _Attempts(
             f"{method} {shown_url(self.url)}{API_PREFIX}{path}",
@@ -267,7 +277,13 @@ class SyncHub:
             outcome: httpx.Response | Exception
             try:
                 outcome = self._http.request(
-                    method, path, json=json, headers=headers, timeout=timeout
+                    method,
+                    path,
+                    json=json,
+                    content=content,
+                    params=params,
+                    headers=headers,
+                    timeout=timeout,
                 )
                 if outcome.status_code < 400:
                     return outcome

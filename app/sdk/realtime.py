@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -25,8 +26,25 @@ log = logging.getLogger("taskhub.sdk")
 Callback = Callable[[], None]
 CancelNotice = Callable[[str, str | None], None]  # (task id, worker id if the notice says)
 Pushed = Callable[[str, list[dict[str, Any]]], None]  # (worker id, tasks as claimed)
+ProviderRequest = Callable[[str, str, str], None]  # (provider full name, request id, params)
 ACK_TIMEOUT = 10.0
 SHUTDOWN_TIMEOUT = 5.0
+# The largest ``task_update`` the link sends, as JSON text: half the hub's default
+# ``TASKHUB_MAX_SOCKET_MESSAGE_BYTES`` (512 KiB), past which the hub closes the connection
+# (and with it the link of every task). A larger report goes by PATCH.
+LINK_MESSAGE_BYTES = 256 * 1024
+_ROOM_FOR_THE_REST = 4096  # the fields beside the result and the text ones, at most
+
+
+def fits_link(body: dict[str, Any], result_bytes: int) -> bool:
+    """Whether the report ``body`` (whose ``result`` is ``result_bytes`` of UTF-8 JSON)
+    stays within ``LINK_MESSAGE_BYTES`` however the client's JSON spells it. Measured
+    only when a bound does not settle it: ``\\u`` escapes make a result at most 3 times
+    its UTF-8 bytes, and a text at most 12 characters a character."""
+    texts = sum(len(value) for value in body.values() if isinstance(value, str))
+    if 3 * result_bytes + 12 * texts + _ROOM_FOR_THE_REST <= LINK_MESSAGE_BYTES:
+        return True
+    return len(json.dumps(body)) + _ROOM_FOR_THE_REST <= LINK_MESSAGE_BYTES
 
 
 class SocketLink:
@@ -41,6 +59,7 @@ class SocketLink:
         on_joined: Callback,
         on_dropped: Callback,
         on_task_pushed: Pushed | None = None,
+        on_provider_request: ProviderRequest | None = None,
     ) -> None:
         self._url = url.rstrip("/")
         self._token = token
@@ -50,8 +69,10 @@ class SocketLink:
         self._on_joined = on_joined
         self._on_dropped = on_dropped
         self._on_task_pushed = on_task_pushed
+        self._on_provider_request = on_provider_request
         self._worker_id = ""
         self._jobs: list[str] = []
+        self._providers: list[str] = []
         self._listening = asyncio.Event()
         self._tasks: set[asyncio.Task[None]] = set()
         self._closed = False
@@ -67,16 +88,19 @@ class SocketLink:
         self._sio.on("task_available", self._task_available)
         self._sio.on("task_cancelled", self._task_cancelled)
         self._sio.on("task_pushed", self._task_pushed)
+        self._sio.on("provider_request", self._provider_request)
 
     @property
     def listening(self) -> bool:
         """Connected, and every job room joined."""
         return self._listening.is_set()
 
-    def bind(self, worker_id: str, jobs: list[str]) -> None:
-        """Serve ``jobs`` as ``worker_id`` (again, after the worker got a new id)."""
+    def bind(self, worker_id: str, jobs: list[str], providers: list[str] | None = None) -> None:
+        """Serve ``jobs`` (and the ``providers``, by full name) as ``worker_id`` (again,
+        after the worker got a new id)."""
         self._worker_id = worker_id
         self._jobs = list(jobs)
+        self._providers = list(providers or ())
         if self._sio.connected:
             self._spawn(self._join_all())
 
@@ -90,6 +114,7 @@ class SocketLink:
         if not self._sio.connected:
             return
         leaving = [self._leave(job, within) for job in self._jobs]
+        leaving += [self._leave_provider(name, within) for name in self._providers]
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(asyncio.gather(*leaving), within)
 
@@ -97,6 +122,11 @@ class SocketLink:
         with contextlib.suppress(Exception):
             payload = {"job_name": job, "worker_id": self._worker_id}
             await self._sio.call("leave_job_room", payload, timeout=within)
+
+    async def _leave_provider(self, name: str, within: float) -> None:
+        with contextlib.suppress(Exception):
+            payload = {"provider_name": name, "worker_id": self._worker_id}
+            await self._sio.call("leave_provider_room", payload, timeout=within)
 
     async def close(self, within: float = SHUTDOWN_TIMEOUT) -> None:
         """Stop reconnecting and disconnect (waiting up to ``within`` seconds for that)."""
@@ -149,10 +179,34 @@ class SocketLink:
             if isinstance(ack, dict) and "status" in ack and "type" in ack:
                 log.warning("join_job_room %s refused: %s", job, ack.get("detail"))
                 return
+        for name in list(self._providers):
+            await self._join_provider(name, worker_id)
         if worker_id == self._worker_id and self._sio.connected:
             self._listening.set()
             log.info("Socket.IO: listening on %d job room(s)", len(jobs))
             self._on_joined()
+
+    async def _join_provider(self, name: str, worker_id: str) -> None:
+        """Join a provider's room: its reads come as ``provider_request`` (a refusal is
+        logged; the provider's readers then time out)."""
+        try:
+            ack = await self._sio.call(
+                "join_provider_room",
+                {"provider_name": name, "worker_id": worker_id},
+                timeout=ACK_TIMEOUT,
+            )
+        except Exception as exc:
+            log.info("join_provider_room %s failed: %s", name, exc)
+            return
+        if isinstance(ack, dict) and "status" in ack and "type" in ack:
+            log.warning("join_provider_room %s refused: %s", name, ack.get("detail"))
+
+    async def _provider_request(self, data: Any = None) -> None:
+        if self._on_provider_request is None or not isinstance(data, dict):
+            return
+        name, request_id, params = (data.get(k) for k in ("provider_name", "request_id", "params"))
+        if isinstance(name, str) and isinstance(request_id, str) and isinstance(params, str):
+            self._on_provider_request(name, request_id, params)
 
     async def _disconnected(self, *_reason: Any) -> None:
         self._listening.clear()

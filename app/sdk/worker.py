@@ -9,11 +9,12 @@ import signal
 import threading
 from collections.abc import Callable, Iterable
 from types import TracebackType
-from typing import overload
+from typing import Any, overload
 
 from taskhub.sdk.engine import WorkerConfig, WorkerEngine
 from taskhub.sdk.extension import GLOBAL_ROOM, Extension, JobSpec
 from taskhub.sdk.http import check_url
+from taskhub.sdk.provider import Provider, ProviderSpec
 
 log = logging.getLogger("taskhub.sdk")
 E = type[Extension]
@@ -91,6 +92,7 @@ class Worker:
             socket_updates=socket_updates,
         )
         self._specs: dict[str, JobSpec] = {}
+        self._providers: dict[str, ProviderSpec] = {}
         self._engine: WorkerEngine | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop_request: tuple[bool, float | None] | None = None  # a stop() before serving
@@ -124,6 +126,34 @@ class Worker:
             return cls
 
         return add if extension is None else add(extension)
+
+    def provide(
+        self,
+        provider: type[Provider],
+        *,
+        name: str | None = None,
+        handler: Any = None,
+        room: str | None = None,
+    ) -> ProviderSpec:
+        """Serve reads of ``provider`` as ``room:category:name`` (``name`` default: the
+        class name; ``room``: the worker's), each read given ``handler``. Needs the
+        Socket.IO link (``sockets``): the hub sends reads over it."""
+        if self._engine is not None:
+            raise RuntimeError("add providers before the worker starts serving")
+        if not self.config.sockets:
+            raise ValueError("a provider's reads come over Socket.IO: serve it with sockets=True")
+        spec = ProviderSpec(
+            provider, name or provider.__name__, self.room if room is None else room, handler
+        )
+        if spec.full_name in self._providers:
+            raise ValueError(f"{spec.full_name} is provided twice")
+        self._providers[spec.full_name] = spec
+        return spec
+
+    @property
+    def providers(self) -> list[str]:
+        """Full names of the providers served."""
+        return list(self._providers)
 
     @property
     def jobs(self) -> list[str]:
@@ -257,10 +287,13 @@ class Worker:
     def _begin(self) -> WorkerEngine:
         if self._engine is not None:
             raise RuntimeError("a Worker serves once; create a new Worker to serve again")
-        if not self._specs:
-            raise ValueError("register at least one Extension before serving")
+        if not self._specs and not self._providers:
+            raise ValueError("register at least one Extension (or Provider) before serving")
         self._engine = WorkerEngine(
-            self.config, list(self._specs.values()), on_ready=self._settled.set
+            self.config,
+            list(self._specs.values()),
+            providers=list(self._providers.values()),
+            on_ready=self._settled.set,
         )
         return self._engine
 

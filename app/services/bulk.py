@@ -23,6 +23,7 @@ from taskhub.rules.states import TaskStatus
 from taskhub.rules.task_filter import TaskFilter
 from taskhub.services import rerun, submit, transitions
 from taskhub.services.jobs import KnownJobs
+from taskhub.services.user_limits import LimitSettings
 from taskhub.store import task_search as store
 from taskhub.store.database import Database
 
@@ -58,11 +59,13 @@ class BulkOutcome:
 
 @dataclass(frozen=True)
 class BulkContext:
-    """What the single requests need: the hub's executors, job cache and retry policy."""
+    """What the single requests need: the hub's executors, job cache and retry policy, and
+    the per-user limits a re-run is held to (``submit.submit_task``'s ``limits``)."""
 
     internal: submit.InternalExecutors
     known_jobs: KnownJobs | None = None
     retry_policy: RetryPolicy = DEFAULT_RETRY_POLICY
+    limits: LimitSettings | None = None
 
 
 async def bulk_action(
@@ -120,7 +123,12 @@ async def bulk_action(
                     )
                 else:
                     record, done = await rerun.rerun_task(
-                        db, principal, task_id, context.internal, context.known_jobs
+                        db,
+                        principal,
+                        task_id,
+                        context.internal,
+                        context.known_jobs,
+                        limits=context.limits,
                     )
                     created.append(record)
                     outcome.created.append(record.id)

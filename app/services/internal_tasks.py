@@ -4,6 +4,7 @@ attempt)`` twice has no second effect and a task cancelled meanwhile stays cance
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from datetime import datetime
 from typing import Any
 from uuid import UUID, uuid4
@@ -136,13 +137,19 @@ async def written_by(
         return task_record(row, await JobNames.one(conn, row.job_id))
 
 
-async def ensure_internal_jobs(db: Database, schemas: dict[str, dict[str, Any]]) -> EventBatch:
+async def ensure_internal_jobs(
+    db: Database, schemas: dict[str, dict[str, Any]], costly_jobs: Collection[str] = ()
+) -> EventBatch:
     """Create, revive, or refresh the schema of the ``@internal`` job rows at start-up.
-    ``schemas`` maps ``category:name`` to its JSON schema."""
+    ``schemas`` maps ``category:name`` to its JSON schema; the jobs named in ``costly_jobs``
+    (``InternalJob.costly``) are marked so (``job.costly``), the others not."""
     events = EventBatch()
     async with db.write() as conn:
         for key, schema in schemas.items():
             category, name = key.split(":", 1)
-            if await store.ensure_internal_job(conn, category, name, schema, utcnow()):
+            changed = await store.ensure_internal_job(
+                conn, category, name, schema, utcnow(), costly=key in costly_jobs
+            )
+            if changed:
                 events.add(JobsInvalidate(INTERNAL_ROOM))
     return events

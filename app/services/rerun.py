@@ -12,6 +12,7 @@ from taskhub.rules.records import Principal, TaskRecord
 from taskhub.rules.states import TaskStatus
 from taskhub.services import submit, task_reads
 from taskhub.services.jobs import KnownJobs
+from taskhub.services.user_limits import LimitSettings
 from taskhub.store.database import Database
 
 RERUNNABLE = frozenset({TaskStatus.FAILED, TaskStatus.CANCELLED})
@@ -25,11 +26,13 @@ async def rerun_task(
     known_jobs: KnownJobs | None = None,
     *,
     room_id: str | None = None,
+    limits: LimitSettings | None = None,
 ) -> tuple[TaskRecord, EventBatch]:
     """Submit a re-run of the task ``task_id`` as ``principal``: ``TaskNotFound`` (also when
     ``room_id`` is given and the task is not of that room), ``TaskNotRerunnable`` unless it
     is failed or cancelled, and whatever a submit of its payload to its job would refuse
-    (the job gone: ``JobNotFound``; the payload no longer fitting the job's schema: 422).
+    (the job gone: ``JobNotFound``; the payload no longer fitting the job's schema: 422;
+    past one of the caller's per-user ``limits``: 429 or 503).
     The caller publishes the events, and dispatches an ``@internal`` task, as for a submit."""
     original = await task_reads.get_task(db, task_id)
     if room_id is not None and original.room_id != room_id:
@@ -50,5 +53,6 @@ async def rerun_task(
         ),
         known_jobs=known_jobs,
         rerun_of=original.id,
+        limits=limits,
     )
     return record, events

@@ -12,10 +12,12 @@ import orjson
 
 from taskhub.clock import new_id, utcnow
 from taskhub.json_codec import exact_json
+from taskhub.observability import metrics
 from taskhub.rules.errors import (
     IdempotencyKeyReused,
     InternalJobNotConfigured,
     JobNotFound,
+    NoWorkersAvailable,
     ValidationFailed,
 )
 from taskhub.rules.events import EventBatch, TaskAvailable, TaskStatusChanged
@@ -24,11 +26,15 @@ from taskhub.rules.naming import INTERNAL_ROOM, validate_room_id
 from taskhub.rules.naming import full_name as name_of
 from taskhub.rules.records import Principal, TaskRecord
 from taskhub.rules.states import TaskStatus
+from taskhub.rules.user_limits import over_quota
+from taskhub.services import user_limits
 from taskhub.services.jobs import KnownJobs, find_visible_job, visible_job_name
+from taskhub.services.live_workers import require_live_worker
 from taskhub.store import tasks as store
 from taskhub.store.connections import Connection
 from taskhub.store.database import Database
 from taskhub.store.turns import turn_inputs
+from taskhub.store.user_usage import usage_of
 from taskhub.validation.payload_checks import check_payload
 
 
@@ -48,6 +54,9 @@ class InternalExecutors(Protocol):
 
     def has_executor(self, full_name: str) -> bool: ...
 
+    # Whether the job's tasks count as costly validations (``InternalJob.costly``).
+    def is_costly(self, full_name: str) -> bool: ...
+
 
 async def submit_task(
     db: Database,
@@ -60,6 +69,7 @@ async def submit_task(
     options: SubmitOptions | None = None,
     known_jobs: KnownJobs | None = None,
     rerun_of: UUID | None = None,
+    limits: user_limits.LimitSettings | None = None,
 ) -> tuple[TaskRecord, EventBatch, bool]:
     """Queue a task of a job visible from ``room_id``; returns ``(task, events, created)``.
     ``task_available`` goes out only if the task is claimable at once (a delayed one is
@@ -70,12 +80,23 @@ async def submit_task(
     decides, and the loser reads the winner — whatever the job's schema is now; repeated
     with another request, ``IdempotencyKeyReused``. With ``known_jobs``, the job as last read
     stands in for a lookup (the insert checks it is still current). ``rerun_of``: the task
-    this one re-runs (``services.rerun``), recorded with it."""
+    this one re-runs (``services.rerun``), recorded with it.
+
+    With ``limits`` (the hub's settings; None: none, for callers outside a hub), held to
+    the submitter's per-user limits (``services.user_limits``): the submit rate first (429
+    ``submit-rate-exceeded``), then, in the insert, the bounds on unfinished tasks and
+    stored bytes (429 ``too-many-pending-tasks``, ``storage-quota-exceeded``) and, for a
+    costly job's task, on costly validations (503 ``validation-busy``); a refused submit
+    stores nothing. A replay of a key is answered whatever the bounds."""
     validate_room_id(room_id)
     visible_job_name(room_id, full_name)
+    exempt = limits is None or user_limits.is_exempt(limits, principal)
+    if limits is not None:
+        user_limits.check_submit_rate(limits, principal, exempt=exempt)
     options = options or SubmitOptions()
     digest = None if idempotency_key is None else request_digest(payload, options)
     job = known_jobs.get(full_name) if known_jobs is not None else None
+    read_again = False  # a fresh job's insert failed within the bounds once already
     while True:
         fresh = job is None
         # A job read afresh comes with the original task of a repeated key, answered before
@@ -93,9 +114,10 @@ async def submit_task(
                 known_jobs.remember(full_name, job)
         try:
             _check_executor(job, internal)
+            await require_live_worker(db, job, limits)  # TASKHUB_SUBMIT_REQUIRES_LIVE_WORKER
             # No connection is held meanwhile: a costly payload takes up to seconds.
             await check_payload((job.id, job.updated_at), job.schema, payload, principal.id)
-        except (ValidationFailed, InternalJobNotConfigured):
+        except (ValidationFailed, InternalJobNotConfigured, NoWorkersAvailable):
             if fresh:
                 raise
             job = None  # judged by a job as read earlier: read it again to be sure
@@ -105,6 +127,10 @@ async def submit_task(
         record.rerun_of = rerun_of
         replay = None
         share = share_key(ClaimOrder(job.claim_order), principal.id, room_id)
+        costly = job.room_id == INTERNAL_ROOM and internal.is_costly(_full_name(job))
+        quota = (
+            None if limits is None else user_limits.quota_of(limits, exempt=exempt, costly=costly)
+        )
         async with db.autocommit() as conn:
             if share is not None:  # a fair job: the task's turn among the shares
                 head, last = await turn_inputs(conn, job.id, record.priority, share)
@@ -119,18 +145,26 @@ async def submit_task(
                 max_attempts=options.max_attempts,
                 now=now,
                 share_key=share,
+                quota=quota,
             )
             if not inserted and idempotency_key is not None:  # a duplicate that raced?
                 replay = await store.submitted_before(conn, principal.id, job.id, idempotency_key)
+            if not inserted and replay is None and quota is not None:
+                refusal = over_quota(await usage_of(conn, principal.id), quota)
+                if refusal is not None:
+                    metrics.user_limit_refused(refusal.slug)
+                    raise refusal
         if inserted:
             break
         if replay is not None:
             return _replayed(replay, digest), EventBatch(), False
-        # The job changed or went since it was read.
+        # The job changed or went since it was read (or, with a quota, a task of the user's
+        # ended between the insert and the read of the figures: read the job again).
         if known_jobs is not None:
             known_jobs.forget(full_name)
-        if fresh:
+        if fresh and (quota is None or read_again):
             raise JobNotFound(f"Job {full_name!r} not found.")
+        read_again = fresh
         job = None
     events = EventBatch()
     events.add(TaskStatusChanged(record))

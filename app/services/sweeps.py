@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from datetime import datetime
+from typing import Any
 from uuid import UUID
 
 from taskhub.clock import utcnow
@@ -20,6 +21,7 @@ from taskhub.services.jobs import (
     soft_delete_orphans,
     soft_delete_orphans_after_commit,
 )
+from taskhub.services.providers import invalidations, removed_with_workers
 from taskhub.services.workers import WORKER_DISCONNECTED, remove_silent_worker
 from taskhub.store import attempts as attempts_store
 from taskhub.store import sweeps as store
@@ -73,15 +75,18 @@ async def remove_idle_silent_workers(
         ids = await store.lock_idle_silent_workers(conn, cutoff, limit)
         removed: set[UUID] = set()
         jobs: dict[UUID, list[tuple[UUID, str]]] = {}
+        providers: list[Any] = []
         for chunk in chunked(ids):
             for row in await store.jobs_served_by(conn, chunk):
                 jobs.setdefault(row.worker_id, []).append((row.id, row.room_id))
+            providers.extend(await removed_with_workers(conn, chunk))
             removed.update(await store.delete_idle_workers(conn, chunk))
         served = [job for worker_id in removed for job in jobs.get(worker_id, ())]
     await soft_delete_orphans_after_commit(db, {job_id for job_id, _room in served})
     events = EventBatch()
     for room in sorted({room for _job_id, room in served}):
         events.add(JobsInvalidate(room))
+    events.extend(invalidations([row.room_id for row in providers if row.worker_id in removed]))
     return len(removed), events
 
 

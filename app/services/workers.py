@@ -16,6 +16,7 @@ from taskhub.rules.retries import DEFAULT_RETRY_POLICY, RetryPolicy
 from taskhub.services.attempts import end_abandoned_attempts, ended_attempt_events
 from taskhub.services.jobs import soft_delete_orphans_after_commit
 from taskhub.services.ownership import owned_worker
+from taskhub.services.providers import invalidations, removed_with_workers
 from taskhub.store import room_workers as room_store
 from taskhub.store import workers as store
 from taskhub.store.attempts import held_by
@@ -144,9 +145,11 @@ async def remove_worker(
     )
     events = ended_attempt_events(ended, tell_worker=False)
     job_rows = await store.linked_jobs(conn, worker_id)
-    await store.delete_worker(conn, worker_id)
+    providers = await removed_with_workers(conn, [worker_id])
+    await store.delete_worker(conn, worker_id)  # its providers go with it
     for job_row in job_rows:
         events.add(JobsInvalidate(job_row.room_id))
+    events.extend(invalidations([row.room_id for row in providers]))
     jobs = {row.id for row in job_rows} | {attempt.record.job_id for attempt in ended}
     return Removal(events, jobs)
 

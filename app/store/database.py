@@ -17,7 +17,7 @@ import functools
 import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import asyncpg
 from sqlalchemy import event, text
@@ -28,7 +28,6 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_en
 
 from taskhub.json_codec import dump_json, load_json
 from taskhub.rules.running_limits import LIMIT_RACE_SQLSTATE
-from taskhub.settings import Settings
 from taskhub.store import sqlite_driver
 from taskhub.store.deployment import is_embedded
 from taskhub.store.hot_statements import AsyncpgHotConnection, HotConnection, SQLiteHotConnection
@@ -39,6 +38,30 @@ AUTOCOMMIT_OPTION = "taskhub_autocommit"
 SQLITE_WRITER_HANDLES = 64
 
 
+class DatabaseSettings(Protocol):
+    """What the store reads of the hub's settings (``taskhub.settings.Settings`` has all of
+    it): named here so that the store does not import the settings module."""
+
+    @property
+    def database_url(self) -> str: ...
+    @property
+    def database_pooler(self) -> str: ...  # "none" or "transaction"
+    @property
+    def db_pool_size(self) -> int: ...
+    @property
+    def db_pool_timeout_seconds(self) -> float: ...
+    @property
+    def db_statement_timeout_seconds(self) -> float: ...
+    @property
+    def sqlite_synchronous(self) -> str: ...
+    @property
+    def sqlite_busy_timeout_ms(self) -> int: ...
+    @property
+    def sqlite_cache_size_mb(self) -> int: ...
+    @property
+    def sqlite_mmap_size_mb(self) -> int: ...
+
+
 def _load_sqlite_json(stored: str | float) -> Any:
     """A JSON column's value as SQLite returns it: a column declared ``JSON`` has numeric
     affinity, so a document that is a bare number (a result of ``1``) comes back as that
@@ -46,7 +69,7 @@ def _load_sqlite_json(stored: str | float) -> Any:
     return stored if isinstance(stored, int | float) else load_json(stored)
 
 
-def _sqlite_engine(url: str, settings: Settings, *, writer: bool) -> AsyncEngine:
+def _sqlite_engine(url: str, settings: DatabaseSettings, *, writer: bool) -> AsyncEngine:
     engine = create_async_engine(
         make_url(url).set(drivername=sqlite_driver.DRIVER_NAME),
         pool_size=SQLITE_WRITER_HANDLES if writer else max(2, settings.db_pool_size // 2),
@@ -123,7 +146,7 @@ _SERVER_GONE = (
 )
 
 
-def _unavailable(exc: BaseException, settings: Settings) -> DatabaseUnavailable | None:
+def _unavailable(exc: BaseException, settings: DatabaseSettings) -> DatabaseUnavailable | None:
     """``exc`` as a ``DatabaseUnavailable`` if it is one of the failures it stands for."""
     if isinstance(exc, DatabaseUnavailable):
         return None  # already said (a connection used inside another)
@@ -153,7 +176,7 @@ class _RaisedAsUnavailable:
 
     __slots__ = ("settings",)
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: DatabaseSettings) -> None:
         self.settings = settings
 
     def __enter__(self) -> None:
@@ -167,7 +190,7 @@ class _RaisedAsUnavailable:
         return False
 
 
-def _postgres_engine(url: str, settings: Settings, pre_ping: bool) -> AsyncEngine:
+def _postgres_engine(url: str, settings: DatabaseSettings, pre_ping: bool) -> AsyncEngine:
     engine = create_async_engine(
         url,
         pool_size=settings.db_pool_size,
@@ -200,7 +223,7 @@ def _postgres_engine(url: str, settings: Settings, pre_ping: bool) -> AsyncEngin
     return engine
 
 
-def postgres_connect_args(settings: Settings) -> dict[str, Any]:
+def postgres_connect_args(settings: DatabaseSettings) -> dict[str, Any]:
     """asyncpg's connection arguments (through SQLAlchemy's adapter) for the hub's pools.
 
     Behind a transaction-mode pooler (``TASKHUB_DATABASE_POOLER=transaction``) each
@@ -375,7 +398,7 @@ class Database:
     """Hands out short transactions; nothing holds a connection across an ``await`` on
     anything but the database itself."""
 
-    def __init__(self, settings: Settings, *, pre_ping: bool = False) -> None:
+    def __init__(self, settings: DatabaseSettings, *, pre_ping: bool = False) -> None:
         """``pre_ping``: test a pooled PostgreSQL connection before each use (a process with
         rare, important writes, like the taskiq worker, rather than a busy server)."""
         self.settings = settings

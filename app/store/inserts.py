@@ -14,18 +14,24 @@ from sqlalchemy.sql import Executable
 from sqlalchemy.sql.elements import DQLDMLClauseElement
 
 from taskhub.rules.states import TaskStatus
+from taskhub.store import user_usage
 from taskhub.store.hot_statements import hot
 from taskhub.store.tables import job_table, task_table
 
 
 @functools.cache
-def insert_task_of_live_job(dialect: str, position: Any = None) -> Executable:
+def insert_task_of_live_job(
+    dialect: str, position: Any = None, *, within_quota: bool = False
+) -> Executable:
     """``INSERT INTO task … SELECT … FROM job WHERE id = :b_job_id AND updated_at =
     :b_job_version AND NOT deleted ON CONFLICT DO NOTHING RETURNING max_attempts``: no row
     when the job was soft-deleted or changed since the caller read it, or when an equal
     ``(submitter, job, idempotency key)`` already exists (the unique index decides between
     racing duplicates). ``:b_max_attempts`` NULL takes the job's. On PostgreSQL the job row
     is locked (``FOR KEY SHARE``, as the foreign key's check locks it anyway).
+
+    ``within_quota``: no row either when the submitter is at one of the submit's per-user
+    bounds (``store.user_usage.within_quota``, its parameters ``quota_params``).
 
     With ``position`` (PostgreSQL): the insert becomes a data-modifying CTE and the row
     also carries ``position`` as ``queue_position`` — one round trip instead of two. It is
@@ -66,6 +72,8 @@ def insert_task_of_live_job(dialect: str, position: Any = None) -> Executable:
         job_table.c.updated_at == bindparam("b_job_version", type_=job_table.c.updated_at.type),
         job_table.c.deleted.is_(False),
     )
+    if within_quota:
+        rows = rows.where(user_usage.within_quota())
     if dialect == "postgresql":
         # Waits for a soft-delete under way (it locks the job row first) and then checks
         # the job as that left it, instead of the snapshot the statement began with.

@@ -72,29 +72,40 @@ async def task_under_token(conn: Connection, task_id: UUID, claim_token: UUID) -
 
 
 async def ensure_internal_job(
-    conn: AsyncConnection, category: str, name: str, schema: dict[str, Any], now: datetime
+    conn: AsyncConnection,
+    category: str,
+    name: str,
+    schema: dict[str, Any],
+    now: datetime,
+    *,
+    costly: bool = False,
 ) -> bool:
     """Create the ``@internal`` job row, or revive it or refresh its schema; whether an
-    existing row changed."""
+    existing row changed. ``costly`` (``job.costly``) is set as given, without changing the
+    job's version: it is not part of what a submit checks against the job it read."""
     await conn.execute(
         insert_ignoring_duplicates(
             conn.dialect.name,
             job_table,
             dict(
                 id=new_id(), room_id=INTERNAL_ROOM, category=category, name=name,
-                schema=schema, deleted=False, created_at=now, updated_at=now,
+                schema=schema, deleted=False, created_at=now, updated_at=now, costly=costly,
             ),
         )
     )  # fmt: skip
     row = (
         await conn.execute(
-            select(job_table.c.id, job_table.c.schema, job_table.c.deleted).where(
+            select(
+                job_table.c.id, job_table.c.schema, job_table.c.deleted, job_table.c.costly
+            ).where(
                 job_table.c.room_id == INTERNAL_ROOM,
                 job_table.c.category == category,
                 job_table.c.name == name,
             )
         )
     ).one()
+    if bool(row.costly) != costly:
+        await conn.execute(update(job_table).where(job_table.c.id == row.id).values(costly=costly))
     if not row.deleted and row.schema == schema:
         return False
     await conn.execute(

@@ -29,7 +29,7 @@ from sqlalchemy.orm import registry
 from sqlmodel import Field, SQLModel
 
 from taskhub.clock import new_id, utcnow
-from taskhub.store import queue_counts
+from taskhub.store import queue_counts, usage_counts
 from taskhub.store.columns import JSONAsSent, UTCDateTime, stored_text
 
 # Taskhub's own MetaData, not SQLModel's global one: other SQLModel applications (such as
@@ -90,6 +90,16 @@ class ApiToken(TaskhubModel, table=True):
     created_at: datetime = Field(default_factory=utcnow, sa_type=UTCDateTime)
 
 
+class RevokedToken(TaskhubModel, table=True):
+    """The hash of a token that was revoked: kept so that ``TASKHUB_ADMIN_TOKEN`` is not
+    granted again at the next start after ``taskhub tokens revoke`` ended it."""
+
+    __tablename__ = "revoked_token"
+
+    token_hash: str = Field(sa_type=String(64), primary_key=True)
+    revoked_at: datetime = Field(default_factory=utcnow, sa_type=UTCDateTime)
+
+
 class Worker(TaskhubModel, table=True):
     __tablename__ = "worker"
 
@@ -130,6 +140,12 @@ class Job(TaskhubModel, table=True):
     # (``rules.running_limits``; NULL: no limit).
     max_running_per_submitter: int | None = Field(default=None)
     max_running_per_room: int | None = Field(default=None)
+    # An ``@internal`` job whose run validates a payload (``ValidatePayload``): each of its
+    # unfinished tasks counts against its submitter's bound of costly validations
+    # (``user_usage.unfinished_costly_tasks``). Set at the hub's start.
+    costly: bool = Field(
+        default=False, sa_column=Column(Boolean, nullable=False, server_default=false())
+    )
 
 
 class WorkerJobLink(TaskhubModel, table=True):
@@ -141,6 +157,33 @@ class WorkerJobLink(TaskhubModel, table=True):
     job_id: UUID = Field(
         sa_column=Column(ForeignKey("job.id", ondelete="CASCADE"), primary_key=True, index=True)
     )
+
+
+class Provider(TaskhubModel, table=True):
+    """A provider: answers reads of data on demand (docs/protocol.md, "Providers"). Goes
+    with its worker (ON DELETE CASCADE); an ``@internal`` one is the hub's own, with no
+    worker and no user."""
+
+    __tablename__ = "provider"
+    __table_args__ = (UniqueConstraint("room_id", "category", "name"),)
+
+    id: UUID = Field(default_factory=new_id, primary_key=True)
+    room_id: str = Field(sa_type=String(128))
+    category: str = Field(sa_type=String(64))
+    name: str = Field(sa_type=String(128))
+    schema_: dict[str, Any] = Field(
+        default_factory=dict, sa_column=Column("schema", JSONAsSent, nullable=False)
+    )
+    content_type: str = Field(sa_type=String(255))
+    user_id: UUID | None = Field(
+        default=None,
+        sa_column=Column(ForeignKey("app_user.id", ondelete="CASCADE"), nullable=True),
+    )
+    worker_id: UUID | None = Field(
+        default=None,
+        sa_column=Column(ForeignKey("worker.id", ondelete="CASCADE"), nullable=True, index=True),
+    )
+    created_at: datetime = Field(default_factory=utcnow, sa_type=UTCDateTime)
 
 
 class Task(TaskhubModel, table=True):
@@ -304,6 +347,28 @@ class TaskLog(TaskhubModel, table=True):
     )
 
 
+class UserUsage(TaskhubModel, table=True):
+    """What one user's tasks hold across the hub: their unfinished tasks, those of them of
+    a costly job, and the bytes of their payloads, results and log lines. Written only by
+    the database's triggers on ``task`` and ``task_log`` (``app/store/usage_counts.py``);
+    the per-user limits of a submit read it (``app/store/user_usage.py``)."""
+
+    __tablename__ = "user_usage"
+
+    user_id: UUID = Field(
+        sa_column=Column(ForeignKey("app_user.id", ondelete="CASCADE"), primary_key=True)
+    )
+    unfinished_tasks: int = Field(
+        default=0, sa_column=Column(Integer, nullable=False, server_default=text("0"))
+    )
+    unfinished_costly_tasks: int = Field(
+        default=0, sa_column=Column(Integer, nullable=False, server_default=text("0"))
+    )
+    stored_bytes: int = Field(
+        default=0, sa_column=Column(BigInteger, nullable=False, server_default=text("0"))
+    )
+
+
 class ClusterLeaseRow(TaskhubModel, table=True):
     """A cluster-wide lease held as a row (``app/store/cluster_lease.py``): ``holder`` has
     it until ``expires_at``, by the database's clock. Used only behind a transaction-mode
@@ -327,6 +392,9 @@ task_table = metadata.tables[Task.__tablename__]
 queue_bucket_table = metadata.tables[TaskQueueBucket.__tablename__]
 task_log_table = metadata.tables[TaskLog.__tablename__]
 cluster_lease_table = metadata.tables[ClusterLeaseRow.__tablename__]
+user_usage_table = metadata.tables[UserUsage.__tablename__]
+revoked_token_table = metadata.tables[RevokedToken.__tablename__]
+provider_table = metadata.tables[Provider.__tablename__]
 
 
 def answered_task_columns() -> list[Any]:
@@ -432,6 +500,7 @@ Index(
 
 @event.listens_for(metadata, "after_create")
 def _install_queue_count_triggers(target: MetaData, connection: Any, **_: Any) -> None:
-    """``metadata.create_all`` installs the pending-count triggers as the migrations leave
-    them."""
+    """``metadata.create_all`` installs the pending-count and usage triggers as the
+    migrations leave them."""
     queue_counts.install_current(connection)
+    usage_counts.install_current(connection)

@@ -6,7 +6,7 @@ submitter's name) and the ids a bulk action covers.
 on both engines (SQLAlchemy spells it ``lower(x) LIKE lower(y)`` on SQLite, whose
 ``lower`` folds ASCII letters only). No index serves a substring: the room's tasks (as
 narrowed by the other fields) are read, which stays in the tens of milliseconds at
-50,000 tasks (``benchmarks/dashboard.py``)."""
+50,000 tasks (``benchmarks/scenarios/dashboard.py``)."""
 
 from __future__ import annotations
 

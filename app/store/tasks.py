@@ -14,6 +14,7 @@ from uuid import UUID
 from sqlalchemy import bindparam, select
 
 from taskhub.rules.records import TaskRecord
+from taskhub.rules.user_limits import SubmitQuota
 from taskhub.store.connections import Connection
 from taskhub.store.hot_statements import hot
 from taskhub.store.inserts import insert_task_of_live_job
@@ -25,6 +26,7 @@ from taskhub.store.queue_positions import (
     with_position,
 )
 from taskhub.store.tables import job_table, task_table
+from taskhub.store.user_usage import quota_params
 
 task = task_table
 
@@ -52,14 +54,15 @@ async def insert_task(
     max_attempts: int | None,
     now: datetime,
     share_key: str | None = None,
+    quota: SubmitQuota | None = None,
 ) -> bool:
     """Insert ``record`` if its job is still live and at ``job_version``; fill in what the
     database decided (``max_attempts``: None takes the job's; ``queue_position``).
     ``request_digest`` is kept with ``idempotency_key`` (see ``Submitted``). False
-    when the job changed or went, or the idempotency key is taken. ``share_key``: a fair
-    job's task's share (``rules.fair_share``), its turn already in ``record.turn_at``.
-    PostgreSQL reads the position in the same statement; SQLite (in-process, no round trip)
-    right after."""
+    when the job changed or went, or the idempotency key is taken, or (with ``quota``) the
+    submitter is at one of its bounds. ``share_key``: a fair job's task's share
+    (``rules.fair_share``), its turn already in ``record.turn_at``. PostgreSQL reads the
+    position in the same statement; SQLite (in-process, no round trip) right after."""
     params = {
         "b_key": idempotency_key,
         "b_digest": request_digest,
@@ -82,11 +85,15 @@ async def insert_task(
     }
     dialect = conn.dialect.name
     postgres = dialect == "postgresql"
+    guarded = quota is not None
+    if quota is not None:
+        params |= quota_params(record.submitted_by, quota)
     if postgres:
-        statement = insert_task_of_live_job(dialect, position_before_insert(record, now))
+        position = position_before_insert(record, now)
+        statement = insert_task_of_live_job(dialect, position, within_quota=guarded)
         params |= position_params(record, now)
     else:
-        statement = insert_task_of_live_job(dialect)
+        statement = insert_task_of_live_job(dialect, within_quota=guarded)
     row = (await conn.execute(statement, params)).first()
     if row is None:
         return False

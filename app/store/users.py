@@ -12,7 +12,12 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from taskhub.clock import new_id, utcnow
 from taskhub.rules.records import Principal, UserSummary
 from taskhub.store.connections import Connection
-from taskhub.store.tables import token_table, user_table
+from taskhub.store.inserts import insert_ignoring_duplicates
+from taskhub.store.tables import revoked_token_table, token_table, user_table
+
+# The most token hashes one statement names (each is a bound parameter; SQLite takes at
+# most 32,766 of them, asyncpg 32,767).
+HASHES_PER_STATEMENT = 1000
 
 
 async def insert_user(conn: AsyncConnection, user_id: UUID, name: str, *, superuser: bool) -> bool:
@@ -101,25 +106,57 @@ async def delete_token(conn: AsyncConnection, token_hash: str) -> bool:
     return bool(deleted.rowcount)
 
 
-async def delete_tokens_of(conn: AsyncConnection, user_id: UUID) -> int:
-    """Delete every token of the user; how many there were."""
-    deleted = await conn.execute(delete(token_table).where(token_table.c.user_id == user_id))
-    return int(deleted.rowcount)
+async def delete_tokens_of(conn: AsyncConnection, user_id: UUID) -> list[str]:
+    """Delete every token of the user; the hashes of those there were."""
+    hashes = list(
+        await conn.scalars(select(token_table.c.token_hash).where(token_table.c.user_id == user_id))
+    )
+    if hashes:
+        await conn.execute(delete(token_table).where(token_table.c.user_id == user_id))
+    return hashes
+
+
+async def record_revoked(conn: AsyncConnection, token_hashes: Collection[str]) -> None:
+    """Remember these tokens' hashes as revoked (one already remembered stays as it was)."""
+    now = utcnow()
+    for token_hash in token_hashes:
+        await conn.execute(
+            insert_ignoring_duplicates(
+                conn.dialect.name,
+                revoked_token_table,
+                {"token_hash": token_hash, "revoked_at": now},
+            )
+        )
+
+
+async def was_revoked(conn: Connection, token_hash: str) -> bool:
+    """Whether the token of hash ``token_hash`` was revoked once."""
+    found = await conn.scalar(
+        select(revoked_token_table.c.token_hash).where(
+            revoked_token_table.c.token_hash == token_hash
+        )
+    )
+    return found is not None
 
 
 async def principals_of(conn: Connection, token_hashes: Collection[str]) -> dict[str, Principal]:
-    """Whom each of the tokens of these hashes authenticates (an unknown one is left out)."""
-    rows = await conn.execute(
-        select(
-            token_table.c.token_hash,
-            user_table.c.id,
-            user_table.c.name,
-            user_table.c.is_superuser,
+    """Whom each of the tokens of these hashes authenticates (an unknown one is left out);
+    read ``HASHES_PER_STATEMENT`` hashes a statement."""
+    hashes = list(token_hashes)
+    found: dict[str, Principal] = {}
+    for start in range(0, len(hashes), HASHES_PER_STATEMENT):
+        rows = await conn.execute(
+            select(
+                token_table.c.token_hash,
+                user_table.c.id,
+                user_table.c.name,
+                user_table.c.is_superuser,
+            )
+            .join(token_table, token_table.c.user_id == user_table.c.id)
+            .where(token_table.c.token_hash.in_(hashes[start : start + HASHES_PER_STATEMENT]))
         )
-        .join(token_table, token_table.c.user_id == user_table.c.id)
-        .where(token_table.c.token_hash.in_(token_hashes))
-    )
-    return {
-        row.token_hash: Principal(id=row.id, name=row.name, is_superuser=row.is_superuser)
-        for row in rows
-    }
+        for row in rows:
+            found[row.token_hash] = Principal(
+                id=row.id, name=row.name, is_superuser=row.is_superuser
+            )
+    return found

@@ -6,8 +6,8 @@ switch interval (5 ms by default). A request the event loop serves needs the GIL
 (on SQLite every statement hands over to the driver's thread and back), each time waiting
 up to that interval behind the busy thread. While such work runs, the process's switch
 interval is 1 ms instead (and back to what it was when the last of them ends). Measured with
-``benchmarks/documents.py`` (six 250 kB schemas registered at once, a bystander submitting
-small tasks): its p50 went from 38 to 12 ms on SQLite and from 18 to 5-6 ms on
+``python -m benchmarks documents`` (six 250 kB schemas registered at once, a bystander
+submitting small tasks): its p50 went from 38 to 12 ms on SQLite and from 18 to 5-6 ms on
 PostgreSQL, and it got about 2.5 times as many submits through, the registrations taking
 as long.
 """

@@ -8,7 +8,8 @@ import subprocess
 import sys
 import time
 
-from benchmarks.targets import pg_server_pid, proc_stat, process_cpu_seconds, server_cpu_seconds
+from benchmarks.harness.cpu import proc_stat, process_cpu_seconds, server_cpu_seconds
+from benchmarks.harness.targets import pg_server_pid
 from tests.support.databases import POSTGRES_URL
 
 BURN = "import time\nend = time.process_time() + {seconds}\nwhile time.process_time() < end: pass"

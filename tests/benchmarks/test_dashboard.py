@@ -1,4 +1,4 @@
-"""Smoke test of ``python -m benchmarks.dashboard`` at a tiny size, on SQLite and
+"""Smoke test of ``python -m benchmarks dashboard`` at a tiny size, on SQLite and
 PostgreSQL: every request is measured and reported, and the answers counted what the seeded
 room holds. No timing is asserted."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from benchmarks.dashboard import REQUESTS
+from benchmarks.scenarios.dashboard import REQUESTS
 from tests.benchmarks.running import run_benchmark
 from tests.support.databases import POSTGRES_URL
 
@@ -16,7 +16,7 @@ TASKS = 400
 
 def test_every_request_is_measured_on_both_engines() -> None:
     argv = ["--tasks", str(TASKS), "--samples", "2", "--pg-admin-url", POSTGRES_URL]
-    done = run_benchmark("benchmarks.dashboard", *argv)
+    done = run_benchmark("dashboard", *argv)
     results = [json.loads(line) for line in done.stdout.splitlines()]
     assert [(r["target"], r["request"]) for r in results] == [
         (target, request) for target in TARGETS for request in REQUESTS

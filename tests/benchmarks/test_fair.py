@@ -1,4 +1,4 @@
-"""Smoke test of ``python -m benchmarks.fair --quick`` on SQLite: every measure runs and
+"""Smoke test of ``python -m benchmarks fair --quick`` on SQLite: every measure runs and
 reports well-formed lines (B's click on a fair and a FIFO job, throughput of each order and
 their ratio, claims at depth). No timing is asserted, only the shape of the output and what
 the hub answered."""
@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from benchmarks.fair import FAIR, FIFO, ORDERS, QUICK, TASK_SECONDS
+from benchmarks.scenarios.fair import FAIR, FIFO, ORDERS, QUICK, TASK_SECONDS
 from tests.benchmarks.running import run_benchmark
 
 STARVATION_KEYS = {
@@ -44,7 +44,7 @@ DEPTH_KEYS |= {"p99_ms", "distinct_submitters", "error"}
 
 @pytest.fixture(scope="module")
 def lines() -> dict[str, list[dict[str, Any]]]:
-    done = run_benchmark("benchmarks.fair", "--quick", "--targets", "sqlite", timeout=120)
+    done = run_benchmark("fair", "--quick", "--targets", "sqlite")
     results = [json.loads(line) for line in done.stdout.splitlines()]
     assert all(r["scenario"] == "fair" and r["target"] == "sqlite" for r in results), results
     assert all(r["error"] is None for r in results), results

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import asyncpg
 
-from benchmarks.targets import FLOOR_KEEPS, TargetOptions, fresh_database, strip_to_floor
+from benchmarks.harness.targets import FLOOR_KEEPS, TargetOptions, fresh_database, strip_to_floor
 from tests.benchmarks.running import run_benchmark
 from tests.support.databases import POSTGRES_URL
 
@@ -50,7 +50,7 @@ async def test_the_floor_keeps_only_the_primary_key_and_the_claim_queue(tmp_path
 def test_a_throughput_run_on_the_floor_completes_every_task() -> None:
     argv = ["--targets", "postgres-floor", "--tasks", "30", "--workers", "2"]
     argv += ["--pg-admin-url", POSTGRES_URL, "--server-log-level", "warning"]
-    done = run_benchmark("benchmarks.throughput", *argv)
+    done = run_benchmark("throughput", *argv)
     [result] = [json.loads(line) for line in done.stdout.splitlines()]
     assert result["target"] == "postgres-floor" and result["error"] is None
     assert result["completed"] == 30

@@ -1,4 +1,4 @@
-"""``benchmarks.instructions``: the in-process task cycle runs end to end on both engines
+"""``python -m benchmarks instructions``: the in-process task cycle runs end to end on both engines
 (timed here, ``--no-valgrind``: a run of the hub under callgrind takes minutes), PostgreSQL's
 side is counted under callgrind (``--count-postgres``), and a callgrind output's total is
 read from its summary line, once the process that writes it has finished."""
@@ -9,14 +9,13 @@ import asyncio
 import json
 from pathlib import Path
 
-from benchmarks.callgrind_postgres import backends_total
-from benchmarks.instructions import callgrind_total
+from benchmarks.harness.callgrind import backends_total, callgrind_total
 from tests.benchmarks.running import run_benchmark
 from tests.support.databases import POSTGRES_URL
 
 
 def run_instructions(*args: str) -> list[dict]:
-    done = run_benchmark("benchmarks.instructions", "--no-valgrind", *args, timeout=240)
+    done = run_benchmark("instructions", "--no-valgrind", *args)
     return [json.loads(line) for line in done.stdout.splitlines()]
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from benchmarks.throughput import ceiling_shares, median_table, table
+from benchmarks.scenarios.throughput import ceiling_shares, median_table, table
 
 
 def run(

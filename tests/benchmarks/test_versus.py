@@ -1,6 +1,7 @@
-"""``benchmarks.versus``: shares of each round's own ceiling, medians per code, the ratio."""
+"""``python -m benchmarks versus``: shares of each round's own ceiling, medians per code, the
+ratio."""
 
-from benchmarks.versus import parse_args, shares, table
+from benchmarks.scenarios.versus import parse_args, shares, table
 
 
 def run(ceiling: float, sqlite: float, workers: int = 4) -> list[dict[str, object]]:

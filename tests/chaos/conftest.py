@@ -1,4 +1,4 @@
-"""Chaos system tests: the scenarios of ``python -m benchmarks.chaos`` at a small size, on
+"""Chaos system tests: the scenarios of ``python -m benchmarks chaos`` at a small size, on
 real processes and private PostgreSQL, Redis and HAProxy instances (a missing binary fails
 the test). Each module shares one private PostgreSQL cluster; each run has a database of
 its own in it."""
@@ -12,7 +12,13 @@ from typing import Any
 
 import pytest
 
-from benchmarks.chaos import QUICK, SCENARIOS, PrivatePostgres, private_postgres, run_scenario
+from benchmarks.scenarios.chaos import (
+    QUICK,
+    SCENARIOS,
+    PrivatePostgres,
+    private_postgres,
+    run_scenario,
+)
 from tests.support.server import run_async
 
 # A few seconds of load on each side of the fault; the drain bound is generous for a loaded

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.chaos import PrivatePostgres
+from benchmarks.scenarios.chaos import PrivatePostgres
 from tests.chaos.conftest import chaos
 
 pytestmark = pytest.mark.timeout(300)

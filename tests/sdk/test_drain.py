@@ -20,6 +20,30 @@ from tests.support.tcp_proxy import TcpProxy
 from tests.support.waiting import eventually, eventually_sync
 
 
+def nothing_in_flight(worker: Worker) -> bool:
+    """Whether ``worker`` has no claim (nor end report asking for its next tasks) in flight
+    and no call about slots granted to the hub for pushes unanswered."""
+    engine = worker._engine
+    assert engine is not None
+    return engine._reserved == 0 and not engine._background
+
+
+def settled(worker: Worker) -> bool:
+    """Whether the listening ``worker`` has nothing in flight and each of its slots runs a
+    task or is held by the hub for a push (its claims found nothing more)."""
+    engine = worker._engine
+    assert engine is not None
+    return worker.listening and nothing_in_flight(worker) and engine._free_slots == 0
+
+
+def claims_nothing_more(worker: Worker) -> bool:
+    """Whether the stopping ``worker`` has nothing in flight and the hub holds none of its
+    slots: a task submitted from now on is neither claimed nor pushed to it."""
+    engine = worker._engine
+    assert engine is not None
+    return engine._stopping.is_set() and nothing_in_flight(worker) and engine._granted == 0
+
+
 def test_stop_finishes_in_flight_tasks_and_claims_no_more(hub: Hub, room: str, key: str) -> None:
     worker = Worker(hub.url, hub.user_token, [Gate, Echo], room=room, concurrency=2)
     with Client(hub.url, hub.user_token) as client:
@@ -27,10 +51,12 @@ def test_stop_finishes_in_flight_tasks_and_claims_no_more(hub: Hub, room: str, k
         worker_id = worker.worker_id
         gated = client.submit(Gate(key=key), room=room)
         assert STARTED[key].wait(10)
-        # The claim that follows the first one (a slot is free) must come back empty before
-        # the stop: one still in flight could claim the task submitted next (and run it).
-        time.sleep(0.5)
+        # The free slot's claim has come back empty and the hub has answered the grant of
+        # that slot (a grant it took after the stop's take-back would push the task
+        # submitted next); then the stop, and its take-back answered.
+        eventually_sync(lambda: settled(worker), 10, "the free slot granted to the hub")
         worker.stop()
+        eventually_sync(lambda: claims_nothing_more(worker), 10, "the worker to stop claiming")
         late = client.submit(Echo(text="too late"), room=room)
         time.sleep(1.0)  # a free slot and a 2 s poll: claimed by now, were it still claiming
         assert hub.task(late.id)["status"] == "pending"

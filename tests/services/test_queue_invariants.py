@@ -69,6 +69,7 @@ from taskhub.store.page_positions import with_positions
 from taskhub.store.queue_positions import SELECT_TASKS, load_task
 from taskhub.store.tables import is_waiting, queue_bucket_table, task_table
 from tests.support.machines import NoExecutors, ServiceMachine
+from tests.support.properties import examples
 from tests.support.queue_model import QueueModel
 
 S = TaskStatus
@@ -545,7 +546,7 @@ class QueueMachine(ServiceMachine):
 def test_the_queue_keeps_its_invariants(database_url: str) -> None:
     QueueMachine.url = database_url
     run = settings(
-        max_examples=20,
+        max_examples=examples(20),
         stateful_step_count=40,
         deadline=None,
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],

@@ -31,6 +31,7 @@ from taskhub.services.jobs import register_job
 from taskhub.services.users import create_user
 from taskhub.store.tables import task_table
 from tests.support.machines import NoExecutors, ServiceMachine
+from tests.support.properties import examples
 
 S = TaskStatus
 JOB = "room1:modifiers:Limited"
@@ -216,7 +217,7 @@ class LimitMachine(ServiceMachine):
 def test_running_limits_hold(database_url: str) -> None:
     LimitMachine.url = database_url
     LimitMachine.TestCase.settings = settings(
-        max_examples=15,
+        max_examples=examples(15),
         stateful_step_count=30,
         deadline=None,
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],

@@ -52,6 +52,9 @@ APP_TABLES = {
     "task_log",
     "task_queue_bucket",
     "cluster_lease",
+    "revoked_token",
+    "user_usage",
+    "provider",
 }
 
 
@@ -432,6 +435,65 @@ async def test_task_documents_keep_their_values_through_0010_and_back(
         ({"a": 2, "b": 1}, {"y": [3], "z": True}, False),
         *stored[1:],
     ]
+
+
+async def usage_rows(db: Database) -> dict[Any, tuple[int, int, int]]:
+    """``user_usage`` as the database keeps it: ``user -> (unfinished tasks, unfinished
+    costly tasks, stored bytes)``."""
+    async with db.read() as conn:
+        kept = await conn.execute(
+            text(
+                "SELECT user_id, unfinished_tasks, unfinished_costly_tasks, stored_bytes"
+                " FROM user_usage"
+            )
+        )
+        return {row[0]: (row[1], row[2], row[3]) for row in kept}
+
+
+async def test_0017_counts_each_user_s_tasks_and_lines_already_there(
+    empty_url: str, database: Database
+) -> None:
+    """0017 starts ``user_usage`` from the tasks and log lines already stored; from then on
+    its triggers keep it; its downgrade leaves the tables as they were."""
+    await upgrade(empty_url, "0016")
+    for tag in ("first", "second"):
+        await insert_sample_rows(database, tag)
+    async with database.write() as conn:
+        first = await conn.scalar(select(task_table.c.id).order_by(task_table.c.id).limit(1))
+        await conn.execute(
+            update(task_table)
+            .where(task_table.c.id == first)
+            .values(status="completed", result={"ok": "é"}, completed_at=utcnow())
+        )
+        await conn.execute(
+            text(
+                "INSERT INTO task_log (task_id, attempt, logged_at, level, logger, message)"
+                " VALUES (:task, 1, :at, 'info', 'job', 'ça va')"
+            ).bindparams(task=first.hex if database.is_sqlite else first, at=utcnow())
+        )
+    await upgrade(empty_url)
+    payload = len(b'{"angle":90}')
+    kept = sorted((await usage_rows(database)).values())
+    assert kept == [(0, 0, payload + len('{"ok":"é"}'.encode()) + len("jobça va".encode())),
+                    (1, 0, payload)]  # fmt: skip
+
+    await insert_sample_rows(database, "third")
+    async with database.write() as conn:
+        await conn.execute(delete(task_table).where(task_table.c.id == first))
+    assert sorted((await usage_rows(database)).values()) == [
+        (0, 0, 0),
+        (1, 0, payload),
+        (1, 0, payload),
+    ]
+
+    await downgrade(empty_url, "0016")
+    assert "user_usage" not in await table_names(database)
+    async with database.read() as conn:
+        columns = await (await conn.sa()).run_sync(lambda sync: inspect(sync).get_columns("job"))
+    assert "costly" not in {column["name"] for column in columns}
+    async with database.write() as conn:  # no trigger is left behind to fail a write
+        await conn.execute(text("UPDATE task SET status = 'cancelled'"))
+        await conn.execute(text("DELETE FROM task"))
 
 
 async def test_every_migration_goes_up_down_and_up_again(

@@ -50,6 +50,7 @@ from tests.support.databases import (
 from tests.support.pgbouncer import PgBouncer
 from tests.support.waiting import eventually
 
+pytestmark = pytest.mark.postgres  # PgBouncer in front of PostgreSQL, whatever the engine
 CLIENTS = 8
 CYCLES = 12
 

@@ -22,6 +22,7 @@ POSTGRES_URL = os.environ.get(
 )
 REDIS_URL = os.environ.get("TASKHUB_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 TABLES = (
+    "provider",
     "task_queue_bucket",
     "task",
     "worker_job_link",
@@ -30,6 +31,7 @@ TABLES = (
     "api_token",
     "app_user",
     "cluster_lease",
+    "revoked_token",
 )
 
 

@@ -1,18 +1,8 @@
-"""Ending a helper process of the tests (a balancer, a pooler)."""
+"""Ending a helper process of the tests (a balancer, a pooler): ``terminate`` lives in
+``benchmarks/harness/servers.py``, shared with the benchmarks' balancer."""
 
 from __future__ import annotations
 
-import signal
-import subprocess
+from benchmarks.harness.servers import terminate
 
-
-def terminate(process: subprocess.Popen[bytes] | None, timeout: float = 10.0) -> None:
-    """SIGTERM, so it can close its connections, then SIGKILL past ``timeout``."""
-    if process is None or process.poll() is not None:
-        return
-    process.send_signal(signal.SIGTERM)
-    try:
-        process.wait(timeout)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait(10)
+__all__ = ["terminate"]

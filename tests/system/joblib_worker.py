@@ -19,10 +19,11 @@ import threading
 from collections.abc import Callable
 from typing import Any, ClassVar
 
-import httpx
 import socketio
 from zndraw_joblib.client import Category, ClaimedTask, Extension, JobManager
 from zndraw_socketio.wrapper import SyncClientWrapper
+
+from benchmarks.apps.joblib_rest import RestApi
 
 
 class Scale(Extension):
@@ -87,33 +88,6 @@ class JoinAcks(socketio.Client):
     def joined_jobs(self) -> list[str]:
         with self._lock:
             return sorted(set(self.joined))
-
-
-class RestApi:
-    """zndraw-joblib's ``ApiManager`` protocol over a plain ``httpx.Client``."""
-
-    def __init__(self, base_url: str, token: str, *, timeout: float = 10.0) -> None:
-        self.http = httpx.Client(timeout=timeout, trust_env=False)
-        self._base_url = base_url
-        self._token = token
-
-    @property
-    def base_url(self) -> str:
-        return self._base_url
-
-    def get_headers(self) -> dict[str, str]:
-        return {"Authorization": f"Bearer {self._token}"}
-
-    def raise_for_status(self, response: httpx.Response) -> None:
-        """404 → KeyError, 401/403 → PermissionError, 409/422 → ValueError, else httpx's."""
-        code = response.status_code
-        if code == 404:
-            raise KeyError(response.text)
-        if code in (401, 403):
-            raise PermissionError(response.text)
-        if code in (409, 422):
-            raise ValueError(response.text)
-        response.raise_for_status()
 
 
 class Executions:

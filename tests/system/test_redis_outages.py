@@ -1,5 +1,5 @@
 """Redis trouble costs real-time hints and seconds, never an answer, a task or a process
-(PostgreSQL + a private Redis that the tests stall and restart; ``app/duties/outbox.py``,
+(PostgreSQL + a private Redis that the tests stall and restart; ``app/realtime/outbox.py``,
 ``app/realtime/redis_clients.py``, ``app/dispatch/broker.py``).
 
 - A stalled Redis (SIGSTOP) holds up no REST answer; the events go out, in order, once it

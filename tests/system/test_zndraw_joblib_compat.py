@@ -20,6 +20,7 @@ import httpx
 import pytest
 
 from tests.support.server import REPO_ROOT, HubServer
+from tests.support.waiting import eventually_sync
 
 PREFIX = "/v1/joblib"
 ROOM = "room1"
@@ -173,9 +174,11 @@ def test_job_manager_serves_tasks_and_disconnects_cleanly(
 
     before = listed_workers(client)[worker_id]
     assert before["job_count"] == 2
-    time.sleep(0.6)  # a few of the manager's 0.2 s heartbeats
-    after = listed_workers(client)[worker_id]
-    assert after["last_heartbeat"] > before["last_heartbeat"]
+    eventually_sync(  # the manager beats every 0.2 s
+        lambda: listed_workers(client)[worker_id]["last_heartbeat"] > before["last_heartbeat"],
+        15,
+        "a heartbeat of the manager's",
+    )
     assert {SCALE, EXPLODE} <= room_job_names(client)
     assert manager.call("stopped") is False  # the SDK never decided its registration was lost
     assert manager.call("problems") == [f"Task {failing} failed: boom-7"]

@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from taskhub.transport.http.api import nested_deeper_than
+from tests.support.properties import examples
 
 TRICKY_TEXT = st.text(alphabet='[]{}"\\:, ab\u00e9\U0001f600', max_size=12)
 JSON_VALUES = st.recursive(
@@ -35,7 +36,7 @@ def depth(value: Any) -> int:
     return 0
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(JSON_VALUES)
 def test_the_depth_read_off_the_text_is_the_decoded_value_s(value: Any) -> None:
     expected = depth(value)

@@ -17,6 +17,7 @@ from taskhub.store.tables import Job, Task, Worker, WorkerJobLink
 from taskhub.transport.http.api import MAX_JSON_DEPTH
 from taskhub.transport.http.openapi import build_openapi
 from tests.support.api import ApiClient
+from tests.support.properties import examples
 
 DOCUMENT = build_openapi(ENDPOINTS, API_PREFIX)
 OPERATIONS = [
@@ -85,6 +86,7 @@ def path_values(known: dict[str, str]) -> dict[str, st.SearchStrategy[str]]:
         ),
         "task_id": st.one_of(st.just(known["task_id"]), st.uuids().map(str), HOSTILE_TEXT),
         "worker_id": st.one_of(st.just(known["worker_id"]), st.uuids().map(str), HOSTILE_TEXT),
+        "provider_id": st.one_of(st.uuids().map(str), HOSTILE_TEXT),
     }
 
 
@@ -163,7 +165,7 @@ async def known(alice: ApiClient) -> dict[str, str]:
     ids=[operation["operationId"] for _, _, operation in OPERATIONS],
 )
 @settings(
-    max_examples=80,
+    max_examples=examples(80),
     deadline=None,
     database=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],

@@ -39,6 +39,7 @@ PATH_VALUES = {
     "full_name": "room1:modifiers:Rotate",
     "task_id": "00000000-0000-0000-0000-000000000000",
     "worker_id": "00000000-0000-0000-0000-000000000000",
+    "provider_id": "00000000-0000-0000-0000-000000000000",
 }
 
 
@@ -261,10 +262,11 @@ async def test_documented_schemas_match_real_responses(
 async def test_every_operation_documents_the_413_it_answers_to_an_oversized_body(
     app: Any, http: httpx.AsyncClient, alice: ApiClient
 ) -> None:
-    """Any operation refuses a body over TASKHUB_MAX_BODY_BYTES, even one that reads none."""
+    """Any operation refuses a body over TASKHUB_MAX_BODY_BYTES (or its own bound: a
+    provider's result), even one that reads none."""
     document = await fetch_document(http)
-    oversized = b"{" + b" " * app.hub.settings.max_body_bytes + b"}"
     for endpoint in ENDPOINTS:
+        oversized = b"{" + b" " * endpoint.max_body(app.hub.settings) + b"}"
         path = openapi_path(endpoint.path)
         actual = path.format(**PATH_VALUES)
         headers = {"Content-Type": "application/json"}

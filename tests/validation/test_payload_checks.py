@@ -118,3 +118,58 @@ async def test_the_deadline_on_the_thread_is_the_process_s_setting():
     assert "25,000 steps or 0.05 seconds" in refused.detail
     checks.deadline_seconds = 5.0
     assert await refusal(checks, COSTLY) is None
+
+
+class SharesSeen:
+    """Each time a payload goes to the thread: how many of ``user``'s are there then."""
+
+    def __init__(self, checks: PayloadChecks, user: object) -> None:
+        self.checks, self.user, self.seen = checks, user, []
+
+    def queued(self) -> None:
+        self.seen.append(self.checks.waiting_of(self.user))
+
+    def finished(self) -> None:
+        pass
+
+    def refused(self) -> None:
+        pass
+
+
+async def test_one_user_s_background_payloads_hold_no_more_than_the_user_s_share():
+    """``ValidatePayload``'s flood of costly payloads waits in its user's queue: at most the
+    user's bound of them at the thread, while another user's costly submits get in and the
+    flooding user's own costly submits are the ones refused."""
+    checks = PayloadChecks(most_waiting=3, most_waiting_per_user=1)
+    alice, bob = object(), object()
+    shares = SharesSeen(checks, alice)
+    checks.observe(shares)
+    flood = [
+        asyncio.create_task(checks.errors(VERSION, SCHEMA, COSTLY, alice, bounded=False))
+        for _ in range(4)
+    ]
+    await until_checks_waiting(checks, 1)
+    with pytest.raises(ValidationBusy) as busy:
+        await checks.check(VERSION, SCHEMA, COSTLY, alice)
+    assert "of your costly payloads" in busy.value.detail
+    assert not all(task.done() for task in flood)
+    await checks.check(VERSION, SCHEMA, COSTLY, bob)  # not refused: alice holds only her share
+    assert [await task for task in flood] == [[]] * 4
+    assert len(shares.seen) == 5  # alice's four and bob's one went to the thread
+    assert max(shares.seen) == 1, shares.seen
+    assert checks.waiting == 0
+
+
+async def test_a_background_payload_given_up_while_waiting_passes_the_user_s_turn_on():
+    checks = PayloadChecks(most_waiting_per_user=1)
+    alice = object()
+    first, second, third = (
+        asyncio.create_task(checks.errors(VERSION, SCHEMA, COSTLY, alice, bounded=False))
+        for _ in range(3)
+    )
+    await until_checks_waiting(checks, 1)
+    second.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await second
+    assert await first == [] and await third == []
+    assert checks.waiting == 0

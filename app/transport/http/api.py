@@ -20,6 +20,7 @@ from taskhub.json_codec import has_long_digit_run, wire_json
 from taskhub.rules.errors import PayloadTooLarge, Unauthorized, ValidationFailed
 from taskhub.rules.records import Principal
 from taskhub.runtime import Hub
+from taskhub.services.users import hash_token
 from taskhub.transport.credentials import bearer_token
 
 M = TypeVar("M", bound=BaseModel)
@@ -198,6 +199,11 @@ class ApiRequest:
     def header(self, name: str) -> str | None:
         return self.request.headers.get(name)
 
+    def token_digest(self) -> str:
+        """The stored form of the bearer token that authenticated the caller (what
+        ``Authenticator.watch`` takes)."""
+        return hash_token(bearer_token(self.header("authorization")) or "")
+
     async def optional_body(self, model: type[M]) -> M | None:
         """Like ``body``, but an empty body is ``None`` (for bodies that are extensions)."""
         raw = await self._read_limited(self.hub.settings.max_body_bytes)
@@ -205,6 +211,10 @@ class ApiRequest:
 
     async def body(self, model: type[M]) -> M:
         return parse_body(await self._read_limited(self.hub.settings.max_body_bytes), model)
+
+    async def raw_body(self, limit: int) -> bytes:
+        """The body as sent (not JSON: a provider's result), at most ``limit`` bytes (413)."""
+        return await self._read_limited(limit)
 
     async def _read_limited(self, limit: int) -> bytes:
         """The body, counted as it arrives (a declared oversize is refused before the
@@ -279,6 +289,13 @@ class Endpoint:
     response: Any = None
     errors: tuple[int, ...] = ()
     headers: dict[str, str] = field(default_factory=dict)
+    # The setting bounding this endpoint's body instead of ``max_body_bytes`` (a provider's
+    # result: ``provider_max_result_bytes``).
+    body_limit: str | None = None
+
+    def max_body(self, settings: Any) -> int:
+        """The largest body this endpoint takes (413 beyond)."""
+        return int(getattr(settings, self.body_limit or "max_body_bytes"))
 
     @property
     def handler_endpoint(self) -> Callable[[Request], Awaitable[Response]]:
@@ -311,10 +328,13 @@ class Api:
         return register
 
 
-async def call_authenticated(handler: Handler, request: Request, hub: Hub) -> Response:
-    """Authenticate the caller, then call the handler."""
+async def call_authenticated(
+    handler: Handler, request: Request, hub: Hub, body_limit: int | None = None
+) -> Response:
+    """Authenticate the caller, then call the handler (``body_limit``: the endpoint's own
+    bound on its body, else ``max_body_bytes``)."""
     principal = await authenticate(request, hub)
-    refuse_declared_oversize(request, hub.settings.max_body_bytes)
+    refuse_declared_oversize(request, body_limit or hub.settings.max_body_bytes)
     return await handler(ApiRequest(request, hub, principal))
 
 

@@ -55,14 +55,19 @@ async def get_task_place(req: ApiRequest) -> Response:
     "/tasks/{task_id}/rerun",
     status=202,
     response=TaskOut,
-    errors=(404, 409, 422, 503),
+    errors=(404, 409, 422, 429, 503),
     headers={"Location": "URL of the new task", "Retry-After": "seconds before polling"},
 )
 async def rerun_task(req: ApiRequest) -> Response:
     """Submit a new task with the job, room, payload and priority of a failed or cancelled
     one (its ``rerun_of``)."""
     record, events = await rerun.rerun_task(
-        req.hub.db, req.principal, req.uuid("task_id"), req.hub.internal, req.hub.known_jobs
+        req.hub.db,
+        req.principal,
+        req.uuid("task_id"),
+        req.hub.internal,
+        req.hub.known_jobs,
+        limits=req.hub.settings,
     )
     record = await _published(req, record, events)
     return json_response(
@@ -114,6 +119,7 @@ async def bulk_action(req: ApiRequest) -> Response:
             internal=req.hub.internal,
             known_jobs=req.hub.known_jobs,
             retry_policy=req.hub.settings.retry_policy,
+            limits=req.hub.settings,
         ),
         chunk_done=chunk_done,
     )

@@ -30,20 +30,23 @@ ALWAYS_ERRORS = (401, 413, 422, 503)
 # Response headers of problems, by status.
 _PROBLEM_HEADERS: dict[int, dict[str, str]] = {
     401: {"WWW-Authenticate": "Bearer"},
+    429: {"Retry-After": "seconds to wait before submitting again (a per-user limit)"},
     503: {
         "Retry-After": "seconds to wait before trying again (database-unavailable, validation-busy)"
     },
+    504: {"Retry-After": "seconds to wait before reading again (provider-timeout)"},
 }
 # ``{full_name:path}`` (Starlette) → ``full_name`` (OpenAPI).
 _PATH_PARAM = re.compile(r"{([A-Za-z_][A-Za-z0-9_]*)(?::[A-Za-z_]+)?}")
 # Path parameters the handlers parse as UUIDs (``ApiRequest.uuid``).
-_UUID_PARAMS = frozenset({"task_id", "worker_id"})
+_UUID_PARAMS = frozenset({"task_id", "worker_id", "provider_id"})
 # Success statuses an endpoint answers besides ``Endpoint.status`` (the record has room for
 # one only): PUT of an identical registration is 200, not 201; a submit replayed with the
 # same Idempotency-Key is 200, not 202.
 _OTHER_SUCCESSES: dict[tuple[str, str], tuple[int, ...]] = {
     ("PUT", "/rooms/{room_id:room}/jobs"): (200,),
     ("POST", "/rooms/{room_id:room}/tasks/{full_name:path}"): (200,),
+    ("PUT", "/rooms/{room_id:room}/providers"): (200,),
 }
 _IDEMPOTENCY_KEY = {
     "name": "Idempotency-Key",
@@ -66,6 +69,34 @@ _HEADER_PARAMETERS: dict[tuple[str, str], tuple[dict[str, Any], ...]] = {
         },
     ),
 }
+_PROVIDER_HEADERS: dict[tuple[str, str], tuple[dict[str, Any], ...]] = {
+    ("GET", "/rooms/{room_id:room}/providers/{full_name:path}"): (
+        {
+            "name": "Prefer",
+            "in": "header",
+            "required": False,
+            "description": "wait=N: wait up to N seconds (capped) for the provider's answer.",
+            "schema": {"type": "string"},
+        },
+    ),
+    ("POST", "/providers/{provider_id}/results"): (
+        {
+            "name": "X-Request-Hash",
+            "in": "header",
+            "required": True,
+            "description": "the request_id of the provider_request this answers.",
+            "schema": {"type": "string", "pattern": "^[0-9a-f]{64}$"},
+        },
+        {
+            "name": "X-Result-Status",
+            "in": "header",
+            "required": False,
+            "description": "error: the body is a problem (the read failed).",
+            "schema": {"type": "string", "enum": ["error", "ok"]},
+        },
+    ),
+}
+_HEADER_PARAMETERS.update(_PROVIDER_HEADERS)
 # Bodies read with ``ApiRequest.optional_body`` (an empty body is allowed).
 _OPTIONAL_BODIES = frozenset({("PATCH", "/workers/{worker_id}")})
 

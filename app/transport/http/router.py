@@ -115,7 +115,8 @@ class ApiRoutes:
         scope["path_params"] = params
         request = Request(scope, receive)
         try:
-            response = await call_authenticated(endpoint.handler, request, self._hub)
+            limit = endpoint.max_body(self._hub.settings)
+            response = await call_authenticated(endpoint.handler, request, self._hub, limit)
         except Exception as exc:
             response = await _problem(request, exc)
         await response(scope, receive, send)

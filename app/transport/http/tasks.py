@@ -12,7 +12,7 @@ from starlette.types import Receive
 
 from taskhub.clock import utcnow
 from taskhub.observability import metrics
-from taskhub.rules.errors import ValidationFailed
+from taskhub.rules.errors import Unauthorized, ValidationFailed
 from taskhub.rules.naming import is_internal_job
 from taskhub.rules.records import TaskRecord
 from taskhub.rules.states import is_terminal
@@ -48,7 +48,7 @@ SAFETY_RECHECK_SECONDS = 5.0
     status=202,
     body=TaskSubmitIn,
     response=TaskOut,
-    errors=(400, 404, 422, 503),
+    errors=(400, 404, 422, 429, 503),
     headers={"Location": "URL of the task", "Retry-After": "seconds before polling"},
 )
 async def submit_task(req: ApiRequest) -> Response:
@@ -64,6 +64,7 @@ async def submit_task(req: ApiRequest) -> Response:
         idempotency_key=_idempotency_key(req.header("idempotency-key")),
         options=body.options(utcnow()),
         known_jobs=req.hub.known_jobs,
+        limits=req.hub.settings,
     )
     await req.hub.publisher.publish(events)
     if created and record.run_at is None and is_internal_job(record.job_name):
@@ -136,8 +137,12 @@ async def get_task(req: ApiRequest) -> Response:
         record = await _read(req, task_id)
         if is_terminal(record.status):
             return json_response(task_body(record))
-        with metrics.long_poll() as outcome:
-            ended = await _wait_for_end(req, record, wake, wait)
+        with metrics.long_poll() as outcome, req.hub.auth.watch(req.token_digest()) as revoked:
+            try:
+                ended = await _wait_for_end(req, record, wake, wait, revoked)
+            except Unauthorized:
+                outcome.value = "revoked"
+                raise
             outcome.value = _wait_outcome(ended, released=req.hub.waiters.closed)
     if ended is None:  # the client hung up: whatever is sent goes nowhere
         return Response(status_code=499)
@@ -150,14 +155,20 @@ async def _read(req: ApiRequest, task_id: UUID) -> TaskRecord:
 
 
 async def _wait_for_end(
-    req: ApiRequest, record: TaskRecord, wake: asyncio.Event, wait: float
+    req: ApiRequest,
+    record: TaskRecord,
+    wake: asyncio.Event,
+    wait: float,
+    revoked: asyncio.Event,
 ) -> TaskRecord | None:
     """Wait holding no database connection; re-read when woken or, rarely, as a fallback.
     A graceful shutdown ends the wait with the task's current state; a client that hung up
-    ends it at once (None: nobody is there to answer)."""
+    ends it at once (None: nobody is there to answer); the caller's token revoked
+    meanwhile (``revoked``: ``Authenticator.watch``), with 401 ``Unauthorized``."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + wait
     gone = asyncio.ensure_future(_hung_up(req.request.receive))
+    unauthorised = asyncio.ensure_future(revoked.wait())
     try:
         while not is_terminal(record.status) and not req.hub.waiters.closed:
             remaining = deadline - loop.time()
@@ -165,18 +176,21 @@ async def _wait_for_end(
                 break
             woken = asyncio.ensure_future(wake.wait())
             await asyncio.wait(
-                {woken, gone},
+                {woken, gone, unauthorised},
                 timeout=min(remaining, SAFETY_RECHECK_SECONDS),
                 return_when=asyncio.FIRST_COMPLETED,
             )
             woken.cancel()
             if gone.done():
                 return None
+            if revoked.is_set():
+                raise Unauthorized("Invalid or revoked token.")
             wake.clear()
             record = await _read(req, record.id)
         return record
     finally:
         gone.cancel()
+        unauthorised.cancel()
 
 
 async def _hung_up(receive: Receive) -> None:

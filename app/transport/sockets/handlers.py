@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 from uuid import UUID
@@ -28,18 +26,27 @@ from taskhub.rules.errors import (
 )
 from taskhub.rules.naming import JobName, validate_room_id
 from taskhub.rules.records import Principal, TaskRecord
+from taskhub.rules.user_limits import exempt_from_limits
 from taskhub.runtime import Hub
 from taskhub.services.users import hash_token
 from taskhub.services.workers import check_serves, existing_workers, heartbeat
-from taskhub.store.database import DatabaseUnavailable
 from taskhub.transport.credentials import bearer_token
 from taskhub.transport.http.api import parse_body
-from taskhub.transport.http.problems import database_unavailable_body, problem_body
+from taskhub.transport.http.problems import problem_body
 from taskhub.transport.http.schemas import TaskUpdateIn, claimed_task_body
+from taskhub.transport.sockets.acks import (
+    MAX_ROOMS_PER_SOCKET,
+    SOCKET_GONE,
+    TOO_MANY_ROOMS,
+    acknowledged,
+    problem_of,
+    text_field,
+    uuid_field,
+)
+from taskhub.transport.sockets.admission import SocketAdmission
 from taskhub.transport.task_updates import apply_task_update
 
 log = logging.getLogger(__name__)
-Ack = Callable[[str, Any], Awaitable[dict[str, Any]]]
 CLIENT_EVENTS = (
     "join_job_room",
     "leave_job_room",
@@ -49,16 +56,9 @@ CLIENT_EVENTS = (
     "worker_pause",
     "task_update",
 )
-# The most rooms one socket may be in (``room:…`` from room_join, ``jobs:…`` and
-# ``worker:…`` from join_job_room; not the sid's own room). Each costs the server memory
-# for as long as the socket lives (about 0.7 KB with a long room id), so without a cap one
-# socket could hold gigabytes. A browser page is in one room, a worker in one job room per
-# job it serves plus one per worker: 256 is far above either. A join beyond it gets a 429
-# ``too-many-rooms``; re-joining a room the socket is in is free, and leaving frees a place.
-MAX_ROOMS_PER_SOCKET = 256
 
 
-@dataclass
+@dataclass(slots=True)
 class SocketSession:
     principal: Principal
     token_digest: str
@@ -75,41 +75,6 @@ class SocketSession:
         return True
 
 
-# The answer to a join whose socket went while it was handled (nobody receives it).
-_SOCKET_GONE = problem_body(409, "socket-disconnected", "Conflict", "The socket is gone.")
-
-
-_TOO_MANY_ROOMS = problem_body(
-    429,
-    "too-many-rooms",
-    "Too Many Rooms",
-    f"A socket may be in at most {MAX_ROOMS_PER_SOCKET} rooms: leave one before joining another.",
-)
-
-
-def _problem(exc: DomainError) -> dict[str, Any]:
-    return problem_body(exc.status, exc.slug, exc.title, exc.detail, exc.errors)
-
-
-def _field(data: Any, name: str) -> str:
-    value = data.get(name) if isinstance(data, dict) else None
-    if not isinstance(value, str) or not value:
-        raise ValidationFailed(
-            f"{name} is required.", errors=[{"loc": ["data", name], "msg": "a string is required"}]
-        )
-    return value
-
-
-def _uuid_field(data: Any, name: str) -> UUID:
-    try:
-        return UUID(_field(data, name))
-    except ValueError:
-        raise ValidationFailed(
-            f"{name} must be a UUID.",
-            errors=[{"loc": ["data", name], "msg": "Input should be a valid UUID"}],
-        ) from None
-
-
 def _slots(data: Any) -> int:
     value = data.get("slots") if isinstance(data, dict) else None
     if type(value) is not int or not 0 <= value <= MAX_GRANTED_SLOTS:
@@ -120,44 +85,15 @@ def _slots(data: Any) -> int:
     return value
 
 
-def _acknowledged(handler: Ack) -> Ack:
-    """Every client event gets an answer: an unexpected error becomes a 500 problem (logged,
-    no trace sent) instead of a client left waiting for an acknowledgement; a database that
-    is unavailable, the same 503 ``database-unavailable`` problem as over HTTP. Log lines
-    carry the connection's request id."""
-
-    @functools.wraps(handler)
-    async def answer(sid: str, data: Any = None, *extra: Any) -> dict[str, Any]:
-        with bound(socket_request_id(sid)):
-            try:
-                if extra:
-                    return _problem(
-                        ValidationFailed(
-                            "Send one object as the event's data.",
-                            errors=[{"loc": ["data"], "msg": "expected one argument"}],
-                        )
-                    )
-                return await handler(sid, data)
-            except DatabaseUnavailable as exc:
-                log.warning("socket event %s: database unavailable: %s", handler.__name__, exc)
-                return database_unavailable_body(exc)
-            except Exception:
-                log.exception("socket event %s failed", handler.__name__)
-                return problem_body(
-                    500,
-                    "internal-error",
-                    "Internal Server Error",
-                    "The event could not be handled.",
-                )
-
-    return answer
-
-
 class SocketHandlers:
-    def __init__(self, sio: socketio.AsyncServer, hub: Hub) -> None:
+    def __init__(self, sio: socketio.AsyncServer, hub: Hub, admission: SocketAdmission) -> None:
         self.sio = sio
         self.hub = hub
+        self.admission = admission
         self.sessions: dict[str, SocketSession] = {}
+        # Connected sockets per user in this process (``TASKHUB_USER_MAX_SOCKETS``).
+        self.user_sockets: dict[UUID, int] = {}
+        self._exempt_users = frozenset(hub.settings.limits_exempt_users)
         self._recheck: asyncio.Task[None] | None = None
         bus = hub.wake_bus
         self.pusher = TaskPusher(
@@ -171,8 +107,9 @@ class SocketHandlers:
             bus.on_available = self.pusher.wake
         sio.on("connect", self.connect)
         sio.on("disconnect", self.disconnect)
+        self.events = list(CLIENT_EVENTS)  # what the unknown-event answer lists
         for name in CLIENT_EVENTS:
-            sio.on(name, _acknowledged(getattr(self, name)))
+            sio.on(name, acknowledged(getattr(self, name)))
         sio.on("*", self.unknown_event)
 
     async def unknown_event(self, event: str, sid: str, *_data: Any) -> dict[str, Any]:
@@ -183,7 +120,7 @@ class SocketHandlers:
             404,
             "not-found",
             "Not Found",
-            f"No such event: {event[:100]!r}. Events: {', '.join(CLIENT_EVENTS)}.",
+            f"No such event: {event[:100]!r}. Events: {', '.join(self.events)}.",
         )
 
     async def connect(self, sid: str, environ: dict[str, Any], auth: Any = None) -> None:
@@ -199,9 +136,28 @@ class SocketHandlers:
         if principal is None or token is None:
             refusal = Unauthorized("A valid token is required: connect with auth={'token': ...}.")
             # The client's connect_error gets {"message": detail, "data": problem}.
-            raise socketio.exceptions.ConnectionRefusedError(refusal.detail, _problem(refusal))
+            raise socketio.exceptions.ConnectionRefusedError(refusal.detail, problem_of(refusal))
+        if self._over_socket_limit(principal):
+            metrics.socket_session_refused("too-many-sockets")
+            limit = self.hub.settings.user_max_sockets
+            detail = f"A user may hold at most {limit} connected sockets: close one first."
+            problem = problem_body(429, "too-many-sockets", "Too Many Sockets", detail)
+            raise socketio.exceptions.ConnectionRefusedError(detail, problem)
         self.sessions[sid] = SocketSession(principal, hash_token(token))
+        self.user_sockets[principal.id] = self.user_sockets.get(principal.id, 0) + 1
+        self.admission.signed_in(environ)
         metrics.socket_connected()
+
+    def _over_socket_limit(self, principal: Principal) -> bool:
+        """Whether ``principal`` holds ``TASKHUB_USER_MAX_SOCKETS`` sockets here already
+        (0: no limit) and is held to the per-user limits."""
+        settings = self.hub.settings
+        limit = settings.user_max_sockets
+        if not limit or self.user_sockets.get(principal.id, 0) < limit:
+            return False
+        return not exempt_from_limits(
+            principal, self._exempt_users, settings.limits_exempt_superusers
+        )
 
     async def recheck_tokens(self) -> list[str]:
         """Disconnect the sockets whose token has been revoked since they connected (and
@@ -228,6 +184,7 @@ class SocketHandlers:
         self._recheck = asyncio.create_task(self._recheck_every(interval), name="socket-tokens")
 
     async def stop(self) -> None:
+        self.admission.stop()
         if self._recheck is not None:
             self._recheck.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -245,6 +202,15 @@ class SocketHandlers:
         session = self.sessions.pop(sid, None)
         if session is None:
             return
+        environ = self.sio.get_environ(sid)
+        if environ is not None:  # its Engine.IO session may stay: before sign-in again
+            self.admission.signed_out(environ)
+        user_id = session.principal.id
+        left = self.user_sockets.get(user_id, 0) - 1
+        if left > 0:
+            self.user_sockets[user_id] = left
+        else:
+            self.user_sockets.pop(user_id, None)
         metrics.socket_disconnected()
         self.pusher.forget_socket(sid)
         with bound(socket_request_id(sid)):
@@ -257,31 +223,31 @@ class SocketHandlers:
         that job."""
         try:
             session = self.sessions[sid]
-            job = JobName.parse(_field(data, "job_name"))
+            job = JobName.parse(text_field(data, "job_name"))
             job_name = job.full_name
-            worker_id = _uuid_field(data, "worker_id")
+            worker_id = uuid_field(data, "worker_id")
             rooms = {f"jobs:{job_name}", f"worker:{worker_id}"}
             if len(session.rooms | rooms) > MAX_ROOMS_PER_SOCKET:  # before any database work
-                return _TOO_MANY_ROOMS
+                return TOO_MANY_ROOMS
             # Proves ownership (404/403) and counts as a sign of life for the grace check.
             await heartbeat(self.hub.db, session.principal, worker_id)
             await check_serves(self.hub.db, worker_id, job)
         except DomainError as exc:
-            return _problem(exc)
+            return problem_of(exc)
         if sid not in self.sessions:  # gone while the checks ran: attach nothing (nobody
             # would detach it) and answer no one
-            return _SOCKET_GONE
+            return SOCKET_GONE
         if worker_id not in session.workers and session.workers:
             await self._drop_removed_workers(sid, session)
             if sid not in self.sessions:
-                return _SOCKET_GONE
+                return SOCKET_GONE
         if not session.reserve(rooms):  # other joins of this socket took the last places
-            return _TOO_MANY_ROOMS
+            return TOO_MANY_ROOMS
         session.workers.add(worker_id)
         await self.hub.presence.attach(worker_id, sid)
         if sid not in self.sessions:  # gone while it was being shared: take it out again
             await self.hub.presence.detach(sid, {worker_id})
-            return _SOCKET_GONE
+            return SOCKET_GONE
         await self.sio.enter_room(sid, f"jobs:{job_name}")
         await self.sio.enter_room(sid, f"worker:{worker_id}")  # task_cancelled for this worker
         session.jobs.setdefault(worker_id, set()).add(job_name)
@@ -308,9 +274,9 @@ class SocketHandlers:
 
     async def leave_job_room(self, sid: str, data: Any) -> dict[str, Any]:
         try:
-            job_name = _field(data, "job_name")
+            job_name = text_field(data, "job_name")
         except DomainError as exc:
-            return _problem(exc)
+            return problem_of(exc)
         self._forget(sid, f"jobs:{job_name}")
         session = self.sessions.get(sid)
         for jobs in session.jobs.values() if session is not None else ():
@@ -321,22 +287,22 @@ class SocketHandlers:
     async def room_join(self, sid: str, data: Any) -> dict[str, Any]:
         """Enter ``room:{room_id}``; any authenticated user may watch a valid room."""
         try:
-            room_id = validate_room_id(_field(data, "room_id"))
+            room_id = validate_room_id(text_field(data, "room_id"))
         except DomainError as exc:
-            return _problem(exc)
+            return problem_of(exc)
         session = self.sessions.get(sid)
         if session is None:
-            return _SOCKET_GONE
+            return SOCKET_GONE
         if not session.reserve({f"room:{room_id}"}):
-            return _TOO_MANY_ROOMS
+            return TOO_MANY_ROOMS
         await self.sio.enter_room(sid, f"room:{room_id}")
         return {"room_id": room_id}
 
     async def room_leave(self, sid: str, data: Any) -> dict[str, Any]:
         try:
-            room_id = _field(data, "room_id")
+            room_id = text_field(data, "room_id")
         except DomainError as exc:
-            return _problem(exc)
+            return problem_of(exc)
         self._forget(sid, f"room:{room_id}")
         await self.sio.leave_room(sid, f"room:{room_id}")
         return {"room_id": room_id}
@@ -354,11 +320,11 @@ class SocketHandlers:
         caller's)."""
         try:
             self._shortcuts_enabled()
-            worker_id = _uuid_field(data, "worker_id")
+            worker_id = uuid_field(data, "worker_id")
             slots = _slots(data)
             session = self._joined(sid, worker_id)
         except DomainError as exc:
-            return _problem(exc)
+            return problem_of(exc)
         jobs = session.jobs.get(worker_id, set())
         held = self.pusher.grant(sid, worker_id, session.principal, jobs, slots)
         return {"worker_id": str(worker_id), "slots": held}
@@ -368,10 +334,10 @@ class SocketHandlers:
         push under way may still deliver tasks for the others)."""
         try:
             self._shortcuts_enabled()
-            worker_id = _uuid_field(data, "worker_id")
+            worker_id = uuid_field(data, "worker_id")
             self._joined(sid, worker_id)
         except DomainError as exc:
-            return _problem(exc)
+            return problem_of(exc)
         return {"worker_id": str(worker_id), "slots": await self.pusher.pause(worker_id, sid)}
 
     async def task_update(self, sid: str, data: Any) -> dict[str, Any]:
@@ -382,8 +348,8 @@ class SocketHandlers:
             self._shortcuts_enabled()
             session = self.sessions.get(sid)
             if session is None:
-                return _SOCKET_GONE
-            task_id = _uuid_field(data, "task_id")
+                return SOCKET_GONE
+            task_id = uuid_field(data, "task_id")
             raw = wire_json({key: value for key, value in data.items() if key != "task_id"})
             if len(raw) > self.hub.settings.max_body_bytes:
                 raise PayloadTooLarge(
@@ -392,7 +358,7 @@ class SocketHandlers:
             body = parse_body(raw, TaskUpdateIn)
             reply = await apply_task_update(self.hub, session.principal, task_id, body)
         except DomainError as exc:
-            return _problem(exc)
+            return problem_of(exc)
         metrics.socket_task_update()
         return reply
 
