@@ -4,6 +4,14 @@ A duty says how long to wait before its next cycle (``wait``), what a cycle does
 (``cycle``) and what it releases at the end (``finish``). A cycle that fails is reported
 once per outage (``failed``; ``recovered`` when one succeeds again) and the loop goes on:
 no duty dies of an error, only of ``stop``.
+
+Two shapes built on the same policy:
+
+- ``Every``: a duty that runs one action every so many seconds;
+- ``Reconnecting``: a listener that must outlive its connection (a Redis subscription, a
+  stream read), whose body runs until the connection ends and is then run again, a steady
+  ``retry_seconds`` later; the first failure of an outage is a warning, the next ones are
+  logged at debug, and the end of the outage is said once.
 """
 
 from __future__ import annotations
@@ -12,8 +20,11 @@ import asyncio
 import contextlib
 import logging
 from abc import ABC, abstractmethod
+from collections.abc import AsyncGenerator, Awaitable, Callable
+from typing import TypeVar
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 class Duty(ABC):
@@ -77,3 +88,91 @@ class Duty(ABC):
                     self._failing = False
         finally:
             await asyncio.shield(self.finish())
+
+
+class Every(Duty):
+    """A duty that runs ``action`` every ``seconds`` (the first time ``seconds`` after
+    ``start``)."""
+
+    def __init__(self, name: str, seconds: float, action: Callable[[], Awaitable[object]]) -> None:
+        self.name = name
+        self.seconds = seconds
+        self._action = action
+
+    async def wait(self) -> None:
+        await asyncio.sleep(self.seconds)
+
+    async def cycle(self) -> None:
+        await self._action()
+
+
+def _any_error(_error: Exception) -> bool:
+    return True
+
+
+class Reconnecting:
+    """Runs a listener's body again each time its connection ends, until cancelled.
+
+    A body that raises (an ``Exception`` that ``retry_if`` accepts; any other propagates)
+    has lost its connection: the first loss of an outage is logged as a warning, later
+    consecutive ones at debug, and the body runs again ``retry_seconds`` later. A body that
+    returns is run again ``retry_seconds`` later too (never in a busy loop). The body calls
+    ``connected`` once its connection is up, which logs the end of an outage once.
+    Cancelling the task that runs it (or closing ``stream``'s iterator) stops it at once.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        retry_seconds: float,
+        *,
+        retry_if: Callable[[Exception], bool] = _any_error,
+    ) -> None:
+        self.name = name  # in its log lines
+        self.retry_seconds = retry_seconds
+        self._retry_if = retry_if
+        self.failing = False  # since the last loss, not connected again yet
+
+    def connected(self) -> bool:
+        """The body's connection is up: whether that ends an outage (logged once)."""
+        if not self.failing:
+            return False
+        log.info("%s: connected again", self.name)
+        self.failing = False
+        return True
+
+    async def run(self, body: Callable[[], Awaitable[None]]) -> None:
+        """Await ``body()`` again and again, forever."""
+        while True:
+            try:
+                await body()
+            except Exception as error:
+                if not self._retry_if(error):
+                    raise
+                self._lost(error)
+            await asyncio.sleep(self.retry_seconds)
+
+    async def stream(self, body: Callable[[], AsyncGenerator[T, None]]) -> AsyncGenerator[T, None]:
+        """The items of ``body()``, of the next ``body()`` once it ends, and so on forever."""
+        while True:
+            try:
+                async with contextlib.aclosing(body()) as items:
+                    async for item in items:
+                        yield item
+            except Exception as error:
+                if not self._retry_if(error):
+                    raise
+                self._lost(error)
+            await asyncio.sleep(self.retry_seconds)
+
+    def _lost(self, error: Exception) -> None:
+        if self.failing:
+            log.debug("%s: still no connection (%s)", self.name, error)
+        else:
+            log.warning(
+                "%s: connection lost (%s); retrying every %g s",
+                self.name,
+                error,
+                self.retry_seconds,
+            )
+        self.failing = True

@@ -8,7 +8,6 @@ execution, so a killed worker does not lose them), executed by
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import AsyncGenerator
 from typing import Any
@@ -23,6 +22,7 @@ from taskiq_redis import RedisStreamBroker
 
 from taskhub.dispatch.executor import InternalRuntime
 from taskhub.dispatch.providers import PROVIDER_TASK_NAME, read_internal_provider
+from taskhub.duty import Reconnecting
 from taskhub.realtime.redis_clients import LISTEN_RETRY_SECONDS, redis_options
 from taskhub.settings import Settings
 
@@ -46,26 +46,20 @@ class ResilientStreamBroker(RedisStreamBroker):
     messages hubs added since the restart are read too."""
 
     async def listen(self) -> AsyncGenerator[AckableMessage, None]:
-        failing = False
-        while True:
-            try:
-                if failing:
-                    await self._declare_consumer_group(from_start=True)
-                    log.info("internal task queue: Redis is back")
-                    failing = False
-                async for message in super().listen():
-                    yield message
-            except (RedisConnectionError, RedisTimeoutError, OSError, ResponseError) as exc:
-                if isinstance(exc, ResponseError) and not str(exc).startswith("NOGROUP"):
-                    raise
-                if not failing:
-                    log.warning(
-                        "internal task queue: lost Redis (%s); retrying every %.0f s",
-                        exc,
-                        LISTEN_RETRY_SECONDS,
-                    )
-                failing = True
-                await asyncio.sleep(LISTEN_RETRY_SECONDS)
+        reconnecting = Reconnecting(
+            "internal task queue", LISTEN_RETRY_SECONDS, retry_if=_redis_away
+        )
+        read_stream = super().listen  # taskiq-redis's: ends on the first Redis error
+
+        async def reading() -> AsyncGenerator[AckableMessage, None]:
+            if reconnecting.failing:
+                await self._declare_consumer_group(from_start=True)
+                reconnecting.connected()
+            async for message in read_stream():
+                yield message
+
+        async for message in reconnecting.stream(reading):
+            yield message
 
     async def _declare_consumer_group(self, from_start: bool = False) -> None:
         if not from_start:
@@ -96,6 +90,14 @@ class ResilientStreamBroker(RedisStreamBroker):
         last one delivered (those after it are not delivered yet)."""
         pending = await redis.xpending(self.queue_name, group["name"])
         return pending["min"] if pending["pending"] else group["last-delivered-id"]
+
+
+def _redis_away(error: Exception) -> bool:
+    """Whether the stream listener's ``error`` means Redis is away (or came back without
+    the consumer group): anything else ends the listener."""
+    if isinstance(error, ResponseError):
+        return str(error).startswith("NOGROUP")
+    return isinstance(error, (RedisConnectionError, RedisTimeoutError, OSError))
 
 
 def _id(message_id: bytes | str) -> tuple[int, int]:

@@ -30,6 +30,7 @@ from typing import Protocol
 
 import redis.asyncio as redis
 
+from taskhub.duty import Reconnecting
 from taskhub.realtime.redis_clients import (
     LISTEN_RETRY_SECONDS,
     LIVENESS,
@@ -278,6 +279,7 @@ class RedisProviderResults:
         self._listener: asyncio.Task[None] | None = None
         self._fetches: set[asyncio.Task[None]] = set()
         self._subscribed = asyncio.Event()
+        self._reconnecting = Reconnecting("provider results", LISTEN_RETRY_SECONDS)
         self._put = self._redis.register_script(_PUT_SCRIPT)
 
     @property
@@ -346,28 +348,19 @@ class RedisProviderResults:
         self._watches.release_all()
 
     async def _listen(self) -> None:
-        lost = False
-        while True:
-            try:
-                async with self._listen_client.pubsub() as pubsub:
-                    await pubsub.subscribe(self._channel)
-                    self._subscribed.set()
-                    if lost:
-                        log.info("provider results: subscription back")
-                        lost = False
-                        # Results stored while the subscription was away woke nobody here.
-                        for key in self._watches.watched():
-                            self._fetch_for_readers(key)
-                    async for message in subscription_messages(pubsub, self._liveness):
-                        if message.get("type") == "message":
-                            self._fetch_for_readers(message["data"].decode())
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                if not lost:
-                    log.warning("provider results: subscription lost (%s); reconnecting", exc)
-                lost = True
-                await asyncio.sleep(LISTEN_RETRY_SECONDS)
+        await self._reconnecting.run(self._listen_once)
+
+    async def _listen_once(self) -> None:
+        async with self._listen_client.pubsub() as pubsub:
+            await pubsub.subscribe(self._channel)
+            self._subscribed.set()
+            if self._reconnecting.connected():
+                # Results stored while the subscription was away woke nobody here.
+                for key in self._watches.watched():
+                    self._fetch_for_readers(key)
+            async for message in subscription_messages(pubsub, self._liveness):
+                if message.get("type") == "message":
+                    self._fetch_for_readers(message["data"].decode())
 
     def _fetch_for_readers(self, key: str) -> None:
         """One read of a result for all of this replica's readers of it (if it has any), in

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -35,6 +35,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 
+from taskhub.duty import Reconnecting
 from taskhub.realtime.outbox import Outbox
 
 COMMAND_TIMEOUT = 3.0
@@ -162,26 +163,20 @@ class TaskhubRedisManager(socketio.AsyncRedisManager):
         """Send what is waiting (for up to ``within`` seconds; at shutdown)."""
         await self._outbox.drain(within)
 
-    async def _redis_listen_with_retries(self) -> AsyncIterator[Any]:
-        failing = False
-        while True:
-            try:
-                async with self._client().pubsub(ignore_subscribe_messages=True) as pubsub:
-                    await pubsub.subscribe(self.channel)
-                    if failing:
-                        log.info("Socket.IO fan-out: Redis is back")
-                        failing = False
-                    async for message in subscription_messages(pubsub, self.liveness):
-                        yield message
-            except Exception as exc:
-                if not failing:
-                    log.warning(
-                        "Socket.IO fan-out: lost Redis (%s); retrying every %.0f s",
-                        exc,
-                        LISTEN_RETRY_SECONDS,
-                    )
-                failing = True
-            await asyncio.sleep(LISTEN_RETRY_SECONDS)
+    async def _redis_listen_with_retries(self) -> AsyncGenerator[Any, None]:
+        """The messages of the manager's channel, subscribed again whenever the
+        subscription is lost (python-socketio's ``_listen`` reads them)."""
+        reconnecting = Reconnecting("Socket.IO fan-out", LISTEN_RETRY_SECONDS)
+
+        async def subscribed() -> AsyncGenerator[dict[str, Any], None]:
+            async with self._client().pubsub(ignore_subscribe_messages=True) as pubsub:
+                await pubsub.subscribe(self.channel)
+                reconnecting.connected()
+                async for message in subscription_messages(pubsub, self.liveness):
+                    yield message
+
+        async for message in reconnecting.stream(subscribed):
+            yield message
 
 
 def socket_manager(settings: Settings, *, write_only: bool = False) -> socketio.AsyncRedisManager:

@@ -19,6 +19,7 @@ from uuid import UUID, uuid4
 
 import redis.asyncio as redis
 
+from taskhub.duty import Reconnecting
 from taskhub.realtime.outbox import Outbox
 from taskhub.realtime.redis_clients import (
     LISTEN_RETRY_SECONDS,
@@ -51,6 +52,7 @@ class RedisWakeBus:
         self._origin = uuid4().hex  # this replica's own announcements come back to it too
         self._liveness = liveness
         self._listener: asyncio.Task[None] | None = None
+        self._reconnecting = Reconnecting("wake bus", LISTEN_RETRY_SECONDS)
         self._subscribed = asyncio.Event()
         self._outbox: Outbox[tuple[str, str]] = Outbox(
             "wake-ups",
@@ -83,33 +85,25 @@ class RedisWakeBus:
         await self._redis.publish(*message)
 
     async def _listen(self) -> None:
-        lost = False
-        while True:
-            try:
-                async with self._redis.pubsub() as pubsub:
-                    await pubsub.subscribe(self._channel, self._available_channel)
-                    self._subscribed.set()
-                    if lost:
-                        log.info("wake bus reconnected")
-                        lost = False
-                    async for message in subscription_messages(pubsub, self._liveness):
-                        if message.get("type") != "message":
-                            continue
-                        if message.get("channel") == self._available_channel.encode():
-                            self._available(message["data"].decode())
-                            continue
-                        for raw in message["data"].decode().split(","):
-                            with contextlib.suppress(ValueError):
-                                self._waiters.notify(UUID(raw))
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                # Waiters still have their slow safety re-check; reconnect and go on. One
-                # warning per outage, not one per attempt.
-                if not lost:
-                    log.warning("wake bus connection lost (%s); reconnecting", exc)
-                lost = True
-                await asyncio.sleep(LISTEN_RETRY_SECONDS)
+        """Subscribed until cancelled: a lost subscription is made again (waiters still
+        have their slow safety re-check meanwhile)."""
+        await self._reconnecting.run(self._listen_once)
+
+    async def _listen_once(self) -> None:
+        """One subscription, read until its connection ends."""
+        async with self._redis.pubsub() as pubsub:
+            await pubsub.subscribe(self._channel, self._available_channel)
+            self._subscribed.set()
+            self._reconnecting.connected()
+            async for message in subscription_messages(pubsub, self._liveness):
+                if message.get("type") != "message":
+                    continue
+                if message.get("channel") == self._available_channel.encode():
+                    self._available(message["data"].decode())
+                    continue
+                for raw in message["data"].decode().split(","):
+                    with contextlib.suppress(ValueError):
+                        self._waiters.notify(UUID(raw))
 
     def _available(self, message: str) -> None:
         """Another replica's available jobs (this one's own it woke when it published)."""

@@ -1,4 +1,8 @@
-"""Domain errors. Each maps to one RFC 9457 problem type (``/v1/problems/<slug>``)."""
+"""Domain errors. Each maps to one RFC 9457 problem type (``/v1/problems/<slug>``).
+
+These classes are the one table of problem slugs: the HTTP framework's own error statuses
+(400, 404, 405, ...) are answered with the slug and title of the error of that status here
+(``transport/http/problems.py``), the base class's being ``internal-error``."""
 
 from __future__ import annotations
 
@@ -27,6 +31,12 @@ class DomainError(Exception):
         self.errors = errors
         if retry_after is not None:
             self.retry_after = retry_after
+
+
+class BadRequest(DomainError):
+    """The framework's 400: a request it rejected before any handler (never raised here)."""
+
+    slug, title, status = "bad-request", "Bad Request", 400
 
 
 class InvalidRoomId(DomainError):
@@ -62,6 +72,8 @@ class TaskNotFound(DomainError):
 
 
 class MethodNotAllowed(DomainError):
+    """The framework's 405: the path exists with other methods (never raised here)."""
+
     slug, title, status = "method-not-allowed", "Method Not Allowed", 405
 
 
@@ -91,10 +103,6 @@ class StaleClaim(DomainError):
 
 class PayloadTooLarge(DomainError):
     slug, title, status = "payload-too-large", "Payload Too Large", 413
-
-
-class UnsupportedMediaType(DomainError):
-    slug, title, status = "unsupported-media-type", "Unsupported Media Type", 415
 
 
 class ValidationFailed(DomainError):

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from taskhub.rules.records import TaskRecord
+from taskhub.rules.rooms import job_room, provider_room, room_room, worker_room
 from taskhub.rules.states import TaskStatus, is_terminal
 
 
@@ -22,7 +23,7 @@ class TaskAvailable:
 
     @property
     def room(self) -> str:
-        return f"jobs:{self.job_name}"
+        return job_room(self.job_name)
 
     @property
     def key(self) -> tuple[str, str, str]:
@@ -43,7 +44,7 @@ class TaskStatusChanged:
 
     @property
     def room(self) -> str:
-        return f"room:{self.task.room_id}"
+        return room_room(self.task.room_id)
 
     @property
     def key(self) -> tuple[str, str, str]:
@@ -88,7 +89,7 @@ class JobsInvalidate:
 
     @property
     def room(self) -> str:
-        return f"room:{self.room_id}"
+        return room_room(self.room_id)
 
     @property
     def key(self) -> tuple[str, str, str]:
@@ -109,7 +110,7 @@ class TaskCancelled:
 
     @property
     def room(self) -> str:
-        return f"worker:{self.worker_id}"
+        return worker_room(self.worker_id)
 
     @property
     def key(self) -> tuple[str, str, str]:
@@ -130,7 +131,7 @@ class TaskLogged:
 
     @property
     def room(self) -> str:
-        return f"room:{self.room_id}"
+        return room_room(self.room_id)
 
     @property
     def key(self) -> tuple[str, str, str]:
@@ -151,7 +152,7 @@ class ProvidersInvalidate:
 
     @property
     def room(self) -> str:
-        return f"room:{self.room_id}"
+        return room_room(self.room_id)
 
     @property
     def key(self) -> tuple[str, str, str]:
@@ -176,7 +177,7 @@ class ProviderRequest:
 
     @property
     def room(self) -> str:
-        return f"providers:{self.provider_id}"
+        return provider_room(self.provider_id)
 
     @property
     def key(self) -> tuple[str, str, str]:
@@ -201,7 +202,7 @@ class ProviderResultReady:
 
     @property
     def room(self) -> str:
-        return f"room:{self.room_id}"
+        return room_room(self.room_id)
 
     @property
     def key(self) -> tuple[str, str, str]:

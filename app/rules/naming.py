@@ -82,15 +82,24 @@ class JobName:
     @classmethod
     def parse(cls, full_name: str) -> JobName:
         """Split ``room:category:name``; anything malformed is an unknown job (404)."""
-        parts = full_name.split(":")
-        if len(parts) != 3 or not all(parts):
+        parts = split_full_name(full_name)
+        if parts is None:
             raise JobNotFound(f"Job {full_name!r} not found.")
-        room_id, category, name = parts
-        try:
-            validate_room_id(room_id)
-        except InvalidRoomId:
-            raise JobNotFound(f"Job {full_name!r} not found.") from None
-        return cls(room_id, category, name)
+        return cls(*parts)
+
+
+def split_full_name(full_name: str) -> tuple[str, str, str] | None:
+    """``(room_id, category, name)`` of a job's or provider's full name; None if it is
+    malformed (not three non-empty parts, or an invalid room id)."""
+    parts = full_name.split(":")
+    if len(parts) != 3 or not all(parts):
+        return None
+    room_id, category, name = parts
+    try:
+        validate_room_id(room_id)
+    except InvalidRoomId:
+        return None
+    return room_id, category, name
 
 
 def full_name(room_id: str, category: str, name: str) -> str:

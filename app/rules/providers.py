@@ -16,7 +16,6 @@ from taskhub.rules.errors import (
     DomainError,
     Forbidden,
     InvalidCategory,
-    InvalidRoomId,
     ValidationFailed,
 )
 from taskhub.rules.naming import (
@@ -24,6 +23,7 @@ from taskhub.rules.naming import (
     INTERNAL_ROOM,
     MAX_CATEGORY_LENGTH,
     MAX_JOB_NAME_LENGTH,
+    split_full_name,
     validate_room_id,
     visible_job_rooms,
 )
@@ -72,15 +72,10 @@ class ProviderName:
     @classmethod
     def parse(cls, full_name: str) -> ProviderName:
         """Split ``room:category:name``; anything malformed is an unknown provider (404)."""
-        parts = full_name.split(":")
-        if len(parts) != 3 or not all(parts):
+        parts = split_full_name(full_name)
+        if parts is None:
             raise ProviderNotFound(f"Provider {full_name!r} not found.")
-        room_id, category, name = parts
-        try:
-            validate_room_id(room_id)
-        except InvalidRoomId:
-            raise ProviderNotFound(f"Provider {full_name!r} not found.") from None
-        return cls(room_id, category, name)
+        return cls(*parts)
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,7 +18,8 @@ from taskhub.rules.states import TaskStatus, previous_status
 from taskhub.services.jobs import JobNames
 from taskhub.store import attempts as store
 from taskhub.store.connections import AsyncConnection
-from taskhub.store.queue_positions import queue_position, task_record
+from taskhub.store.queue_positions import queue_position
+from taskhub.store.task_rows import task_record
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,7 +18,7 @@ from taskhub.services.ownership import owned_worker
 from taskhub.store import claims as store
 from taskhub.store.connections import Connection
 from taskhub.store.database import Database, is_deadlock, raced_a_running_limit
-from taskhub.store.queue_positions import task_record
+from taskhub.store.task_rows import task_record
 
 log = logging.getLogger(__name__)
 # A claim aborted as one side of a deadlock runs again, this many times in all at most.

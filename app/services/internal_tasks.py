@@ -17,7 +17,7 @@ from taskhub.rules.states import TaskStatus
 from taskhub.services.jobs import JobNames
 from taskhub.store import internal_tasks as store
 from taskhub.store.database import Database
-from taskhub.store.queue_positions import task_record
+from taskhub.store.task_rows import task_record
 
 DISPATCH_FAILED = "Failed to dispatch to internal executor"
 INTERNAL_TIMEOUT = "Internal worker timeout"

@@ -26,7 +26,7 @@ from taskhub.services.workers import WORKER_DISCONNECTED, remove_silent_worker
 from taskhub.store import attempts as attempts_store
 from taskhub.store import sweeps as store
 from taskhub.store.database import Database
-from taskhub.store.queue_positions import task_record
+from taskhub.store.task_rows import task_record
 
 BATCH = 500
 IDLE_BATCH = 5000

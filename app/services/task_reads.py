@@ -7,7 +7,7 @@ from uuid import UUID
 from taskhub.rules.errors import TaskNotFound
 from taskhub.rules.records import TaskRecord
 from taskhub.store.database import Database
-from taskhub.store.queue_positions import load_task
+from taskhub.store.task_rows import load_task
 
 
 async def get_task(db: Database, task_id: UUID, *, stored_documents: bool = False) -> TaskRecord:

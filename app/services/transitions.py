@@ -23,7 +23,8 @@ from taskhub.services.jobs import JobNames, soft_delete_if_orphaned
 from taskhub.store import task_updates as store
 from taskhub.store.connections import Connection
 from taskhub.store.database import Database
-from taskhub.store.queue_positions import queue_position, task_record
+from taskhub.store.queue_positions import queue_position
+from taskhub.store.task_rows import task_record
 
 
 async def update_task(

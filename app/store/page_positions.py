@@ -1,6 +1,6 @@
 """A page of tasks with the queue positions of its pending ones, read by one statement.
 
-Per task, the statements of ``task_rows`` walk the job's bucket rows, and for a delayed
+Per task, the statements of ``queue_positions`` walk the job's bucket rows, and for a delayed
 task the waiting tasks due after it, once each: a page of P pending tasks would walk them
 P times, and anyone may submit delayed tasks to a shared job. A page's statement takes
 its pending tasks (the subjects) as rows, from one JSON parameter (so that it is the same
@@ -8,7 +8,7 @@ statement for every page of a shape: compiled once, and hot). Up to ``FEW`` subj
 counts each one's place as its own statement would; beyond, it ranks them all among the
 counted rows in one pass per job: running sums over the union of those rows and the
 subjects, in queue order (a window function, on a sort of those rows). A position is then
-the sum of its parts, as in ``task_rows``; the counts inside the subjects' own seconds
+the sum of its parts, as in ``queue_positions``; the counts inside the subjects' own seconds
 stay row by row.
 """
 
@@ -50,7 +50,6 @@ from taskhub.store.queue_positions import (
     delayed_position,
     due_waiting,
     is_ready,
-    joined_record,
     not_yet_due,
     place_of,
     position_params,
@@ -59,6 +58,7 @@ from taskhub.store.queue_positions import (
     second_up_to_subject,
 )
 from taskhub.store.tables import queue_bucket_table, task_table
+from taskhub.store.task_rows import joined_record
 
 task = task_table
 bucket = queue_bucket_table

@@ -1,4 +1,4 @@
-"""Reading task rows: the select with job names, queue positions, and row -> record.
+"""Queue positions: a pending task's place in its job's queue (task rows: ``task_rows``).
 
 The queue order of a job, at a moment ``now``: first the ready tasks (``run_at`` NULL or
 past), higher priority first and by turn (``turn_at``, ``id``: FIFO in a FIFO job, see
@@ -23,14 +23,11 @@ A page of tasks reads the positions of all its pending tasks in one statement
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from datetime import datetime
 from types import SimpleNamespace
 from typing import Any
-from uuid import UUID
 
 from sqlalchemy import (
-    Select,
     and_,
     bindparam,
     func,
@@ -42,14 +39,12 @@ from sqlalchemy import (
 from taskhub.clock import utcnow
 from taskhub.rules.records import TaskRecord
 from taskhub.rules.states import TaskStatus
-from taskhub.store.columns import stored_text
 from taskhub.store.connections import Connection
 from taskhub.store.hot_statements import hot
 from taskhub.store.queue_counts import bucket_of, bucket_start
 from taskhub.store.tables import (
     is_queued,
     is_waiting,
-    job_table,
     queue_bucket_table,
     task_table,
 )
@@ -187,66 +182,6 @@ def delayed_position(subject: Any = _BOUND) -> Any:
     return _counted(subject=subject) - _count(*from_its_time, due_after, subject=subject)
 
 
-def joined_record(row: Any) -> TaskRecord:
-    name = f"{row.job_room_id}:{row.job_category}:{row.job_name_part}"
-    return task_record(row, name)
-
-
-def task_record(row: Any, job_name: str, queue_position: int | None = None) -> TaskRecord:
-    return TaskRecord(
-        id=row.id,
-        job_id=row.job_id,
-        job_name=job_name,
-        room_id=row.room_id,
-        status=TaskStatus(row.status),
-        payload=row.payload,
-        created_at=row.created_at,
-        started_at=row.started_at,
-        completed_at=row.completed_at,
-        worker_id=row.worker_id,
-        error=row.error,
-        submitted_by=row.submitted_by,
-        claim_token=row.claim_token,
-        attempt=row.attempt,
-        queue_position=queue_position,
-        result=row.result,
-        progress=row.progress,
-        progress_message=row.progress_message,
-        priority=row.priority,
-        max_attempts=row.max_attempts,
-        run_at=row.run_at,
-        version=row.version,
-        # (rows of statements that return only some columns have none)
-        rerun_of=getattr(row, "rerun_of", None),
-        turn_at=getattr(row, "turn_at", None),
-        share_key=getattr(row, "share_key", None),
-        share_backlogged=bool(getattr(row, "share_backlogged", False)),
-    )
-
-
-SELECT_TASKS = select(
-    task,
-    job_table.c.room_id.label("job_room_id"),
-    job_table.c.category.label("job_category"),
-    job_table.c.name.label("job_name_part"),
-).join(job_table, job_table.c.id == task.c.job_id)
-"""Tasks with their job's full name parts (``joined_record`` turns a row into a record)."""
-
-
-def documents_replaced(statement: Select[Any], replace: Callable[[Any], Any]) -> Select[Any]:
-    """``statement`` (``SELECT_TASKS`` or one made from it) with its ``payload`` and
-    ``result`` columns replaced by ``replace(column)``, under the same names."""
-    columns = [
-        replace(column).label(column.name) if column.name in ("payload", "result") else column
-        for column in statement.selected_columns
-    ]
-    return statement.with_only_columns(*columns)
-
-
-_LOAD_TASK = hot(SELECT_TASKS.where(task.c.id == bindparam("task_id")))
-_LOAD_TASK_AS_STORED = hot(
-    documents_replaced(SELECT_TASKS, stored_text).where(task.c.id == bindparam("task_id"))
-)
 _READY_POSITION_FROM_START = hot(select(ready_position(from_end=False)))
 _READY_POSITION_FROM_END = hot(select(ready_position(from_end=True)))
 _DELAYED_POSITION = hot(select(delayed_position()))
@@ -336,22 +271,3 @@ def place_of(counted: int) -> int:
     read after the record: a task claimed in between no longer counts itself, and is
     given as the head it was (1), never 0."""
     return max(counted, 1)
-
-
-async def with_position(conn: Connection, row: Any, now: datetime | None = None) -> TaskRecord:
-    """The record of a joined row, with its queue position if it is pending."""
-    record = joined_record(row)
-    record.queue_position = await queue_position(conn, record, now)
-    return record
-
-
-async def load_task(
-    conn: Connection, task_id: UUID, *, stored_documents: bool = False
-) -> TaskRecord | None:
-    """One task with its queue position (two short statements: the row, then its place).
-    ``stored_documents``: its payload and result as their stored text, to be written into
-    an answer as they are (not decoded: a task of two 0.9 MB documents took 37 ms of the
-    event loop to read, decode and write again, most of it decoding)."""
-    statement = _LOAD_TASK_AS_STORED if stored_documents else _LOAD_TASK
-    row = (await conn.execute(statement, {"task_id": task_id})).first()
-    return None if row is None else await with_position(conn, row)

@@ -18,9 +18,9 @@ from taskhub.store import task_search
 from taskhub.store.columns import stored_document, stored_text
 from taskhub.store.connections import Connection
 from taskhub.store.page_positions import with_positions
-from taskhub.store.queue_positions import SELECT_TASKS, documents_replaced
 from taskhub.store.sql_functions import document_is_small
 from taskhub.store.tables import task_table as task
+from taskhub.store.task_rows import SELECT_TASKS, documents_replaced
 
 # A task whose payload and result are each at most this large (in bytes, as stored) is
 # read with its page; a page's small documents take at most 500 x 2 x this.

@@ -20,8 +20,8 @@ from taskhub.rules.records import TaskRecord
 from taskhub.rules.task_filter import DEFAULT_SORT, TaskFilter, like_pattern
 from taskhub.store.connections import Connection
 from taskhub.store.page_positions import with_positions
-from taskhub.store.queue_positions import SELECT_TASKS, documents_replaced
 from taskhub.store.tables import job_table, task_table, user_table
+from taskhub.store.task_rows import SELECT_TASKS, documents_replaced
 
 task = task_table
 _SORT_COLUMNS = {

@@ -18,14 +18,9 @@ from taskhub.rules.user_limits import SubmitQuota
 from taskhub.store.connections import Connection
 from taskhub.store.hot_statements import hot
 from taskhub.store.inserts import insert_task_of_live_job
-from taskhub.store.queue_positions import (
-    SELECT_TASKS,
-    position_before_insert,
-    position_params,
-    queue_position,
-    with_position,
-)
+from taskhub.store.queue_positions import position_before_insert, position_params, queue_position
 from taskhub.store.tables import job_table, task_table
+from taskhub.store.task_rows import SELECT_TASKS, with_position
 from taskhub.store.user_usage import quota_params
 
 task = task_table

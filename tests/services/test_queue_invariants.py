@@ -66,8 +66,8 @@ from taskhub.services import claim, due_tasks, submit, sweeps, task_reads, trans
 from taskhub.services.jobs import KnownJobs, register_job
 from taskhub.services.users import create_user
 from taskhub.store.page_positions import with_positions
-from taskhub.store.queue_positions import SELECT_TASKS, load_task
 from taskhub.store.tables import is_waiting, queue_bucket_table, task_table
+from taskhub.store.task_rows import SELECT_TASKS, load_task
 from tests.support.machines import NoExecutors, ServiceMachine
 from tests.support.properties import examples
 from tests.support.queue_model import QueueModel

@@ -24,8 +24,8 @@ from taskhub.store import claims as claim_store
 from taskhub.store.claims import ClaimFrom
 from taskhub.store.database import Database
 from taskhub.store.page_positions import with_positions
-from taskhub.store.queue_positions import SELECT_TASKS
 from taskhub.store.tables import queue_bucket_table, task_table
+from taskhub.store.task_rows import SELECT_TASKS
 
 S = TaskStatus
 JOB = "room1:modifiers:Job"

@@ -11,8 +11,9 @@ from sqlalchemy import insert, text
 from taskhub.clock import new_id, utcnow
 from taskhub.store.claims import ClaimFrom, claim_statement
 from taskhub.store.database import Database
-from taskhub.store.queue_positions import SELECT_TASKS, joined_record, position_query
+from taskhub.store.queue_positions import position_query
 from taskhub.store.tables import job_table, link_table, task_table, user_table, worker_table
+from taskhub.store.task_rows import SELECT_TASKS, joined_record
 
 pytestmark = pytest.mark.postgres_only
 

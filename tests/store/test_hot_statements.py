@@ -18,8 +18,9 @@ from taskhub.settings import Settings
 from taskhub.store.database import Database, DatabaseUnavailable
 from taskhub.store.hot_statements import HotResult, hot
 from taskhub.store.inserts import insert_task_of_live_job
-from taskhub.store.queue_positions import SELECT_TASKS, position_before_insert, position_params
+from taskhub.store.queue_positions import position_before_insert, position_params
 from taskhub.store.tables import job_table, link_table, task_table, user_table, worker_table
+from taskhub.store.task_rows import SELECT_TASKS
 from tests.support.databases import _asyncpg_dsn
 
 task = task_table

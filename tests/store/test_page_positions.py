@@ -15,8 +15,9 @@ from taskhub.rules.states import TaskStatus
 from taskhub.store import page_positions
 from taskhub.store.database import Database
 from taskhub.store.page_positions import with_positions
-from taskhub.store.queue_positions import SELECT_TASKS, queue_position
+from taskhub.store.queue_positions import queue_position
 from taskhub.store.tables import job_table, task_table
+from taskhub.store.task_rows import SELECT_TASKS
 from tests.support import rows as support_rows
 from tests.support.rows import add_tasks
 

@@ -10,8 +10,9 @@ from sqlalchemy import update
 
 from taskhub.clock import utcnow
 from taskhub.store.database import Database
-from taskhub.store.queue_positions import load_task, queue_position
+from taskhub.store.queue_positions import queue_position
 from taskhub.store.tables import task_table
+from taskhub.store.task_rows import load_task
 from tests.support.rows import add_job, add_tasks
 
 SECOND = datetime(2026, 11, 21, 12, 0, 7, tzinfo=UTC)

@@ -40,8 +40,9 @@ from taskhub.store.claims import (
     held_under_key,
 )
 from taskhub.store.database import Database
-from taskhub.store.queue_positions import load_task, queue_position
+from taskhub.store.queue_positions import queue_position
 from taskhub.store.sqlite_driver import DRIVER_NAME
+from taskhub.store.task_rows import load_task
 
 SNAPSHOTS = Path(__file__).parent / "sql_snapshots"
 UPDATE = os.environ.get("TASKHUB_UPDATE_SNAPSHOTS") == "1"

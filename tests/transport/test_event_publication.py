@@ -3,6 +3,7 @@
 import pytest
 
 from taskhub.rules.events import Event
+from taskhub.rules.rooms import job_room, room_room, worker_room
 from tests.support.api import JOB
 
 
@@ -23,7 +24,7 @@ def names(batch: list[Event]) -> list[tuple[str, str]]:
 
 async def test_registration_invalidates_the_room(alice, published):
     await alice.register()
-    assert names(published[-1]) == [("jobs_invalidate", "room:room1")]
+    assert names(published[-1]) == [("jobs_invalidate", room_room("room1"))]
 
 
 async def test_identical_reregistration_by_the_same_worker_is_silent(alice, published):
@@ -37,9 +38,9 @@ async def test_submit_announces_the_task(alice, published):
     await alice.register()
     task = await alice.submit(JOB)
     status, available = published[-1]
-    assert (status.name, status.room) == ("task_status_event", "room:room1")
+    assert (status.name, status.room) == ("task_status_event", room_room("room1"))
     assert status.payload()["status"] == "pending" and status.payload()["queue_position"] == 1
-    assert (available.name, available.room) == ("task_available", f"jobs:{JOB}")
+    assert (available.name, available.room) == ("task_available", job_room(JOB))
     assert available.payload() == {"job_name": JOB, "room_id": "room1", "task_id": task["id"]}
 
 
@@ -78,8 +79,8 @@ async def test_deleting_a_worker_publishes_failures_and_invalidation(alice, publ
     await alice.claim(job["worker_id"])
     await alice.delete(f"/workers/{job['worker_id']}")
     batch = published[-1]
-    assert ("task_status_event", "room:room1") in names(batch)
-    assert ("jobs_invalidate", "room:room1") in names(batch)
+    assert ("task_status_event", room_room("room1")) in names(batch)
+    assert ("jobs_invalidate", room_room("room1")) in names(batch)
     (failed,) = [e for e in batch if e.name == "task_status_event"]
     assert failed.payload()["id"] == task["id"]
     assert failed.payload()["error"] == "Worker disconnected"
@@ -93,7 +94,7 @@ async def test_cancelling_a_claimed_task_tells_its_worker(alice, bob, published)
     cancelled = [e for e in published[-1] if e.name == "task_cancelled"]
     assert [(e.room, e.payload()) for e in cancelled] == [
         (
-            f"worker:{job['worker_id']}",
+            worker_room(job["worker_id"]),
             {"task_id": task["id"], "job_name": JOB, "worker_id": job["worker_id"]},
         )
     ]

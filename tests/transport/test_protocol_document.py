@@ -83,8 +83,8 @@ def problem_types() -> dict[str, int]:
     slugs: dict[str, set[int]] = {}
     for cls in domain_errors():
         slugs.setdefault(cls.slug, set()).add(cls.status)
-    for status, (slug, _title) in problems._STATUS_SLUGS.items():
-        slugs.setdefault(slug, set()).add(status)
+    for status, error in problems.FRAMEWORK_ERRORS.items():
+        slugs.setdefault(error.slug, set()).add(status)
     slugs.setdefault(problems.DATABASE_UNAVAILABLE, set()).add(503)
     for source in APP_SOURCES.rglob("*.py"):
         for status, slug in _LITERAL_PROBLEM.findall(source.read_text(encoding="utf-8")):

@@ -21,6 +21,7 @@ import pytest
 from taskhub.clock import utcnow
 from taskhub.main import TaskhubApp
 from taskhub.rules.events import ProviderRequest, ProviderResultReady, ProvidersInvalidate
+from taskhub.rules.rooms import room_room
 from taskhub.services.sweeps import remove_idle_silent_workers
 from taskhub.settings import Settings
 from tests.support.api import ApiClient, assert_problem
@@ -223,7 +224,7 @@ async def test_a_read_waits_for_the_provider_s_answer_then_is_cached(alice, bob,
     assert answered.headers["preference-applied"] == "wait=5"
     ready = [e for e in recorder.events if isinstance(e, ProviderResultReady)]
     assert [(e.room, e.payload()) for e in ready] == [
-        (f"room:{ROOM}", {"provider_name": name, "request_hash": request.request_id})
+        (room_room(ROOM), {"provider_name": name, "request_hash": request.request_id})
     ]
 
     cached = await read(bob, name, wait=None, path="ü/x", index="3")  # another order
@@ -383,8 +384,8 @@ async def test_a_deleted_provider_takes_no_results_and_is_gone_for_readers(alice
     provider = await register(alice)
     assert (await alice.delete(f"/providers/{provider['id']}")).status_code == 204
     assert [e.room for e in recorder.events if isinstance(e, ProvidersInvalidate)] == [
-        f"room:{ROOM}",
-        f"room:{ROOM}",
+        room_room(ROOM),
+        room_room(ROOM),
     ]
     posted = await alice.post(
         f"/providers/{provider['id']}/results", content=b"1", headers={"X-Request-Hash": "a" * 64}
@@ -404,7 +405,7 @@ async def test_deleting_the_worker_removes_its_providers_and_says_so(alice, bob,
     before = len(recorder.events)
     assert (await alice.delete(f"/workers/{provider['worker_id']}")).status_code == 204
     invalidated = [e.room for e in recorder.events[before:] if isinstance(e, ProvidersInvalidate)]
-    assert sorted(invalidated) == ["room:lab", "room:other"]
+    assert sorted(invalidated) == [room_room("lab"), room_room("other")]
     assert (await bob.get(f"/rooms/{ROOM}/providers")).json()["total"] == 0
     assert_problem(await read(bob, provider["full_name"]), 404, "provider-not-found")
 
@@ -413,6 +414,6 @@ async def test_a_swept_worker_takes_its_providers_along(app: TaskhubApp, alice, 
     provider = await register(alice)
     count, events = await remove_idle_silent_workers(app.hub.db, utcnow() + timedelta(seconds=1))
     assert count == 1
-    assert [e.room for e in events if isinstance(e, ProvidersInvalidate)] == [f"room:{ROOM}"]
+    assert [e.room for e in events if isinstance(e, ProvidersInvalidate)] == [room_room(ROOM)]
     assert (await bob.get(f"/rooms/{ROOM}/providers")).json()["total"] == 0
     assert_problem(await read(bob, provider["full_name"]), 404, "provider-not-found")

@@ -11,20 +11,33 @@ from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
-from taskhub.rules.errors import DomainError
+from taskhub.rules.errors import (
+    BadRequest,
+    DomainError,
+    Forbidden,
+    MethodNotAllowed,
+    NotFound,
+    PayloadTooLarge,
+    Unauthorized,
+)
 from taskhub.store.database import DatabaseUnavailable
 
 log = logging.getLogger(__name__)
 
 PROBLEM_MEDIA_TYPE = "application/problem+json"
-_STATUS_SLUGS = {
-    400: ("bad-request", "Bad Request"),
-    401: ("unauthorized", "Unauthorized"),
-    403: ("forbidden", "Forbidden"),
-    404: ("not-found", "Not Found"),
-    405: ("method-not-allowed", "Method Not Allowed"),
-    413: ("payload-too-large", "Payload Too Large"),
-    500: ("internal-error", "Internal Server Error"),
+# The framework's own error statuses, answered with the slug and title of the rules' error
+# of that status; any other as ``http-error``.
+FRAMEWORK_ERRORS: dict[int, type[DomainError]] = {
+    error.status: error
+    for error in (
+        BadRequest,
+        Unauthorized,
+        Forbidden,
+        NotFound,
+        MethodNotAllowed,
+        PayloadTooLarge,
+        DomainError,
+    )
 }
 DATABASE_UNAVAILABLE = "database-unavailable"
 # When a client may try again after ``DatabaseUnavailable`` (a hint: the wait that timed
@@ -75,7 +88,8 @@ async def domain_error_handler(_request: Request, exc: Exception) -> Response:
 
 async def http_error_handler(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
-    slug, title = _STATUS_SLUGS.get(exc.status_code, ("http-error", "HTTP error"))
+    error = FRAMEWORK_ERRORS.get(exc.status_code)
+    slug, title = (error.slug, error.title) if error is not None else ("http-error", "HTTP error")
     detail = exc.detail if exc.status_code != 404 else f"No route for {request.url.path}."
     if exc.status_code == 405:
         detail = f"{request.method} is not allowed on {request.url.path}."
@@ -118,7 +132,10 @@ async def database_unavailable_handler(request: Request, exc: Exception) -> Resp
 async def unexpected_error_handler(request: Request, exc: Exception) -> Response:
     log.error("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
     return problem_response(
-        500, "internal-error", "Internal Server Error", "The server failed to handle the request."
+        DomainError.status,
+        DomainError.slug,
+        DomainError.title,
+        "The server failed to handle the request.",
     )
 
 

@@ -3,8 +3,6 @@ enter or leave rooms. Errors come back in the acknowledgement as problem objects
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 from dataclasses import dataclass, field
 from typing import Any
@@ -12,6 +10,7 @@ from uuid import UUID
 
 import socketio
 
+from taskhub.duty import Duty, Every
 from taskhub.json_codec import wire_json
 from taskhub.observability import metrics
 from taskhub.observability.request_id import bound, socket_request_id
@@ -26,6 +25,7 @@ from taskhub.rules.errors import (
 )
 from taskhub.rules.naming import JobName, validate_room_id
 from taskhub.rules.records import Principal, TaskRecord
+from taskhub.rules.rooms import job_room, room_room, worker_room
 from taskhub.rules.user_limits import exempt_from_limits
 from taskhub.runtime import Hub
 from taskhub.services.users import hash_token
@@ -94,7 +94,7 @@ class SocketHandlers:
         # Connected sockets per user in this process (``TASKHUB_USER_MAX_SOCKETS``).
         self.user_sockets: dict[UUID, int] = {}
         self._exempt_users = frozenset(hub.settings.limits_exempt_users)
-        self._recheck: asyncio.Task[None] | None = None
+        self._recheck: Duty | None = None
         bus = hub.wake_bus
         self.pusher = TaskPusher(
             hub.db,
@@ -181,22 +181,18 @@ class SocketHandlers:
         """Re-check the connected sockets' tokens as often as HTTP re-reads them (the
         authentication cache's lifetime; at least 1 s apart)."""
         interval = max(self.hub.settings.auth_cache_seconds, 1.0)
-        self._recheck = asyncio.create_task(self._recheck_every(interval), name="socket-tokens")
+        self._recheck = self._recheck_every(interval)
+        self._recheck.start()
 
     async def stop(self) -> None:
         self.admission.stop()
         if self._recheck is not None:
-            self._recheck.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._recheck
+            await self._recheck.stop()
 
-    async def _recheck_every(self, interval: float) -> None:
-        while True:
-            await asyncio.sleep(interval)
-            try:
-                await self.recheck_tokens()
-            except Exception:
-                log.exception("re-checking socket tokens failed; trying again later")
+    def _recheck_every(self, interval: float) -> Duty:
+        """The duty that runs ``recheck_tokens`` every ``interval`` seconds (a failed
+        re-check is logged once per outage; the next runs as scheduled)."""
+        return Every("socket-tokens", interval, self.recheck_tokens)
 
     async def disconnect(self, sid: str, *_reason: Any) -> None:
         session = self.sessions.pop(sid, None)
@@ -226,7 +222,7 @@ class SocketHandlers:
             job = JobName.parse(text_field(data, "job_name"))
             job_name = job.full_name
             worker_id = uuid_field(data, "worker_id")
-            rooms = {f"jobs:{job_name}", f"worker:{worker_id}"}
+            rooms = {job_room(job_name), worker_room(worker_id)}
             if len(session.rooms | rooms) > MAX_ROOMS_PER_SOCKET:  # before any database work
                 return TOO_MANY_ROOMS
             # Proves ownership (404/403) and counts as a sign of life for the grace check.
@@ -248,8 +244,8 @@ class SocketHandlers:
         if sid not in self.sessions:  # gone while it was being shared: take it out again
             await self.hub.presence.detach(sid, {worker_id})
             return SOCKET_GONE
-        await self.sio.enter_room(sid, f"jobs:{job_name}")
-        await self.sio.enter_room(sid, f"worker:{worker_id}")  # task_cancelled for this worker
+        await self.sio.enter_room(sid, job_room(job_name))
+        await self.sio.enter_room(sid, worker_room(worker_id))  # task_cancelled for this worker
         session.jobs.setdefault(worker_id, set()).add(job_name)
         return {"job_name": job_name, "worker_id": str(worker_id)}
 
@@ -266,10 +262,10 @@ class SocketHandlers:
                 continue
             session.workers.discard(worker_id)
             session.jobs.pop(worker_id, None)
-            session.rooms.discard(f"worker:{worker_id}")
+            session.rooms.discard(worker_room(worker_id))
             self.pusher.forget_worker(worker_id)
             log.debug("socket lets go of removed worker %s", worker_id)
-            await self.sio.leave_room(sid, f"worker:{worker_id}")
+            await self.sio.leave_room(sid, worker_room(worker_id))
             await self.hub.presence.forget_socket(worker_id, sid)
 
     async def leave_job_room(self, sid: str, data: Any) -> dict[str, Any]:
@@ -277,11 +273,11 @@ class SocketHandlers:
             job_name = text_field(data, "job_name")
         except DomainError as exc:
             return problem_of(exc)
-        self._forget(sid, f"jobs:{job_name}")
+        self._forget(sid, job_room(job_name))
         session = self.sessions.get(sid)
         for jobs in session.jobs.values() if session is not None else ():
             jobs.discard(job_name)
-        await self.sio.leave_room(sid, f"jobs:{job_name}")
+        await self.sio.leave_room(sid, job_room(job_name))
         return {"job_name": job_name}
 
     async def room_join(self, sid: str, data: Any) -> dict[str, Any]:
@@ -293,9 +289,9 @@ class SocketHandlers:
         session = self.sessions.get(sid)
         if session is None:
             return SOCKET_GONE
-        if not session.reserve({f"room:{room_id}"}):
+        if not session.reserve({room_room(room_id)}):
             return TOO_MANY_ROOMS
-        await self.sio.enter_room(sid, f"room:{room_id}")
+        await self.sio.enter_room(sid, room_room(room_id))
         return {"room_id": room_id}
 
     async def room_leave(self, sid: str, data: Any) -> dict[str, Any]:
@@ -303,8 +299,8 @@ class SocketHandlers:
             room_id = text_field(data, "room_id")
         except DomainError as exc:
             return problem_of(exc)
-        self._forget(sid, f"room:{room_id}")
-        await self.sio.leave_room(sid, f"room:{room_id}")
+        self._forget(sid, room_room(room_id))
+        await self.sio.leave_room(sid, room_room(room_id))
         return {"room_id": room_id}
 
     def _forget(self, sid: str, room: str) -> None:

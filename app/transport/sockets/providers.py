@@ -9,6 +9,7 @@ from typing import Any
 
 from taskhub.rules.errors import DomainError
 from taskhub.rules.providers import ProviderName, ProviderNotFound
+from taskhub.rules.rooms import provider_room
 from taskhub.services import providers as service
 from taskhub.services.workers import heartbeat
 from taskhub.transport.sockets.acks import (
@@ -23,11 +24,6 @@ from taskhub.transport.sockets.acks import (
 from taskhub.transport.sockets.handlers import SocketHandlers
 
 PROVIDER_EVENTS = ("join_provider_room", "leave_provider_room")
-
-
-def provider_room(provider_id: object) -> str:
-    """The Socket.IO room of a provider's sockets (``ProviderRequest.room``)."""
-    return f"providers:{provider_id}"
 
 
 class ProviderSocketHandlers:
