@@ -183,8 +183,12 @@ async def test_a_task_published_while_the_timer_reads_its_next_look_is_announced
         return found
 
     monkeypatch.setattr(due_announcer, "next_due", read_then_submit_an_earlier_task)
-    late = await alice.submit(JOB, delay_seconds=5)
-    await recorder.wait_for(lambda events: bool(early) and early[0]["id"] in announced(events))
+    # Due long after the early one: a loaded machine announces the early one late, but
+    # well before this (and before the timer's fallback look, 30 s on).
+    late = await alice.submit(JOB, delay_seconds=25)
+    await recorder.wait_for(
+        lambda events: bool(early) and early[0]["id"] in announced(events), seconds=20
+    )
     assert late["id"] not in announced(recorder.events)
 
 
