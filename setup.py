@@ -13,6 +13,7 @@ from setuptools.command.build_py import build_py
 ROOT = Path(__file__).parent
 # What the page imports (its import map), where the package sees it (app/static is static/).
 VENDORED = (
+    "app/static/vendor/oauth4webapi/index.js",
     "app/static/vendor/socket.io/socket.io.esm.min.js",
     "app/static/vendor/uplot/uPlot.esm.js",
     "app/static/vendor/uplot/uPlot.min.css",

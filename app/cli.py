@@ -1,8 +1,8 @@
 """``taskhub``, the command line.
 
-``worker`` comes with the base install (the worker SDK); ``serve``, ``migrate``, ``users``
-and ``tokens`` are the hub's and need its dependencies (``pip install 'taskhub[server]'``):
-without them each says so in one line.
+``worker`` comes with the base install (the worker SDK); ``serve``, ``migrate``, ``users``,
+``tokens`` and ``rooms`` are the hub's and need its dependencies (``pip install
+'taskhub[server]'``): without them each says so in one line.
 """
 
 from __future__ import annotations
@@ -21,9 +21,11 @@ SERVER_COMMANDS = {
     "migrate": "upgrade the database schema to this version",
     "users": "manage users",
     "tokens": "manage tokens",
+    "rooms": "manage private rooms and their members",
 }
 DESCRIPTION = (
-    "Taskhub: serve the hub, migrate its database, manage users and tokens, and serve "
+    "Taskhub: serve the hub, migrate its database, manage users, tokens and private rooms, "
+    "and serve "
     "Extension classes as a worker. Settings come from TASKHUB_* environment variables."
 )
 

@@ -19,42 +19,25 @@ from starlette.routing import Mount, Route, request_response
 from starlette.staticfiles import StaticFiles
 
 from taskhub import __version__, runtime
-from taskhub.observability import metrics
+from taskhub.embedding import API_PREFIX, ENDPOINTS, EmbeddedHub, wire
 from taskhub.observability.request_id import Receive, RequestIdMiddleware, Scope, Send
 from taskhub.observability.scrape import metrics_endpoint
 from taskhub.realtime import socket_json
 from taskhub.realtime.redis_clients import socket_manager
-from taskhub.realtime.socket_sink import SocketSink
 from taskhub.runtime import Hub
 from taskhub.settings import Settings
 from taskhub.shutdown import StopSignals
-from taskhub.transport.http import dashboard, jobs, providers, task_logs, tasks, users, workers
 from taskhub.transport.http.openapi import openapi_endpoint
 from taskhub.transport.http.problems import EXCEPTION_HANDLERS, problem_response
-from taskhub.transport.http.router import ApiRoutes
 from taskhub.transport.page_security import PageSecurity, SecurityHeaders, security_headers
+from taskhub.transport.page_sign_in import provider_origin, sign_in_config
 from taskhub.transport.sockets.admission import SocketAdmission
-from taskhub.transport.sockets.handlers import SocketHandlers
 from taskhub.transport.sockets.packet_queue import PacketQueue
-from taskhub.transport.sockets.providers import ProviderSocketHandlers
-from taskhub.validation import payload_checks
 
-API_PREFIX = "/v1/joblib"
 # The room page ships inside the package (``app/static`` is ``static/`` in a checkout); its
 # browser libraries are in ``static/vendor/``, copied there from npm by ``npm ci``.
 STATIC_DIR = Path(__file__).resolve().parent / "static"
 VENDOR_DIR = STATIC_DIR / "vendor"
-# Order matters: ".../jobs/{full_name}/tasks" must be tried before ".../jobs/{full_name}".
-# The dashboard's ".../tasks/bulk" before the submit's ".../tasks/{full_name}".
-ENDPOINTS = [
-    *dashboard.api.endpoints,
-    *tasks.api.endpoints,
-    *task_logs.api.endpoints,
-    *jobs.api.endpoints,
-    *workers.api.endpoints,
-    *users.api.endpoints,
-    *providers.api.endpoints,
-]
 # uvicorn stops accepting within 0.1 s of the signal; polls are answered after that.
 POLL_RELEASE_DELAY_SECONDS = 0.5
 log = logging.getLogger(__name__)
@@ -95,38 +78,40 @@ async def readyz(request: Request) -> Response:
 class TaskhubApp(socketio.ASGIApp):
     """The REST API's requests to their endpoints, Socket.IO at ``/socket.io/``, everything
     else (and the lifespan) to Starlette; a request id around every HTTP request and socket
-    connection."""
+    connection. The hub is wired in as into any host (``taskhub.embedding.wire``)."""
 
     def __init__(
         self,
         sio: socketio.AsyncServer,
-        hub: Hub,
-        sockets: SocketHandlers,
+        web: Starlette,
+        embedded: EmbeddedHub,
+        admission: SocketAdmission,
         *,
         drain_on_signals: bool = False,
         freeze_start_up: bool = False,
     ) -> None:
         self.sio = sio
-        self.hub = hub
-        self.sockets = sockets
-        self.web = create_web_app(hub, self._running)
-        super().__init__(sio, other_asgi_app=self.web)
-        self.api = ApiRoutes(ENDPOINTS, API_PREFIX, hub)
+        self.web = web
+        self.embedded = embedded
+        self.hub = embedded.hub
+        self.sockets = embedded.sockets
+        self.api = embedded.api
+        self.admission = admission
+        super().__init__(sio, other_asgi_app=web)
         self._entry = SecurityHeaders(RequestIdMiddleware(self._dispatch))
         self._stop_signals = StopSignals(self.begin_shutdown) if drain_on_signals else None
         self._freeze_start_up = freeze_start_up
-        self._draining = False
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await self._entry(scope, receive, send)
 
     async def _dispatch(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """Requests under the API prefix to the API's router (``ApiRoutes``); the rest
-        (Socket.IO, the page, health, metrics) to Starlette."""
+        """Requests under the API prefix straight to the API's router (``ApiRoutes``, past
+        Starlette's); the rest (Socket.IO, the page, health, metrics) to Starlette."""
         if self.api.owns(scope):
             await self.api(scope, receive, send)
-        elif self.sockets.admission.owns(scope):  # Engine.IO: handshakes counted, bounded
-            await self.sockets.admission(scope, receive, send, super().__call__)
+        elif self.admission.owns(scope):  # Engine.IO: handshakes counted, bounded
+            await self.admission(scope, receive, send, super().__call__)
         else:
             await super().__call__(scope, receive, send)
 
@@ -135,10 +120,10 @@ class TaskhubApp(socketio.ASGIApp):
         return cast(AbstractAsyncContextManager[None], self.web.router.lifespan_context(self.web))
 
     @asynccontextmanager
-    async def _running(self) -> AsyncIterator[None]:
+    async def serving(self) -> AsyncIterator[None]:
+        """What a server process adds inside the hub's lifespan: signals that start the
+        graceful shutdown, the start-up objects frozen; the shutdown's first step."""
         try:
-            await self.hub.start()
-            self.sockets.start()
             if self._stop_signals is not None:
                 self._stop_signals.install()
             if self._freeze_start_up:
@@ -148,19 +133,12 @@ class TaskhubApp(socketio.ASGIApp):
             if self._stop_signals is not None:
                 self._stop_signals.uninstall()
             await self.begin_shutdown()
-            await self.sockets.stop()
-            await self.hub.close()
-            metrics.process_exiting()
 
     async def begin_shutdown(self) -> None:
         """The first step of a graceful shutdown: answer waiting long-polls with their
         task's current state and stop the sweeper; then end Socket.IO polls. In-flight
         requests finish on their own."""
-        if self._draining:
-            return
-        self._draining = True
-        log.info("shutting down: answering long-polls, releasing Socket.IO polls")
-        await self.hub.begin_shutdown()
+        await self.embedded.begin_shutdown()
         await self._end_socket_polls()
 
     async def _end_socket_polls(self) -> None:
@@ -215,30 +193,35 @@ def create_app(
         connect_timeout=settings.socket_connect_timeout_seconds,
         max_per_address=settings.max_unauthenticated_per_address,
     )
-    sockets = SocketHandlers(sio, hub, admission)
-    ProviderSocketHandlers(sockets)
-    if settings.worker_shortcuts:
-        hub.publisher.add_sink(sockets.pusher)  # first: a pushed task goes out soonest
-    hub.publisher.add_sink(SocketSink(sio))
-    payload_checks.PROCESS_CHECKS.deadline_seconds = settings.payload_validation_seconds
-    payload_checks.PROCESS_CHECKS.most_waiting_per_user = settings.user_max_costly_validations
-    payload_checks.PROCESS_CHECKS.observe(metrics.PayloadThreadMetrics())
-    return TaskhubApp(
-        sio, hub, sockets, drain_on_signals=drain_on_signals, freeze_start_up=freeze_start_up
-    )
-
-
-def create_web_app(hub: Hub, running: Callable[[], AbstractAsyncContextManager[None]]) -> Starlette:
-    """The Starlette app; ``running`` is its lifespan (starts and stops the hub)."""
+    app: TaskhubApp | None = None
 
     @asynccontextmanager
-    async def lifespan(_app: Starlette) -> AsyncIterator[None]:
-        async with running():
+    async def serving(_web: Starlette) -> AsyncIterator[None]:
+        assert app is not None
+        async with app.serving():
             yield
 
-    page_headers = security_headers(STATIC_DIR / "index.html")
+    web = create_web_app(hub, serving)
+    embedded = wire(web, sio, hub, admission=admission)
+    app = TaskhubApp(
+        sio,
+        web,
+        embedded,
+        admission,
+        drain_on_signals=drain_on_signals,
+        freeze_start_up=freeze_start_up,
+    )
+    return app
+
+
+def create_web_app(
+    hub: Hub, lifespan: Callable[[Starlette], AbstractAsyncContextManager[None]]
+) -> Starlette:
+    """The Starlette app: health, metrics, the OpenAPI document and the room page."""
+    page_headers = security_headers(STATIC_DIR / "index.html", provider_origin(hub.settings))
     routes = [
         Route("/healthz", healthz, methods=["GET"]),
+        Route("/auth/config.json", sign_in_config, methods=["GET"]),
         Route("/readyz", readyz, methods=["GET"]),
         Route("/metrics", metrics_endpoint, methods=["GET"]),
         Route(

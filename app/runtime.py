@@ -28,14 +28,86 @@ from taskhub.realtime.provider_results import LocalProviderResults, RedisProvide
 from taskhub.realtime.publisher import Publisher
 from taskhub.realtime.waiters import TaskWaiters
 from taskhub.realtime.wake_bus import RedisWakeBus
+from taskhub.services.identities import (
+    HostAuthenticate,
+    HostIdentities,
+    Identities,
+    IdentitySource,
+)
 from taskhub.services.internal_tasks import ensure_internal_jobs
 from taskhub.services.jobs import KnownJobs
+from taskhub.services.jwt_identities import jwt_identities
+from taskhub.services.room_access import RoomAccess, RoomPolicy
+from taskhub.services.rooms import PrivateRooms
 from taskhub.services.task_logs import LogRates
 from taskhub.services.users import Authenticator, ensure_admin_token
 from taskhub.services.workers import remove_silent_worker
 from taskhub.settings import Settings
 from taskhub.store.database import Database
 from taskhub.store.migrations import check_schema_current
+
+
+@dataclass
+class Execution:
+    """What runs ``@internal`` jobs and providers and publishes what they change: the same
+    in a hub (on the embedded broker) and in the taskiq worker process (on Redis)."""
+
+    db: Database
+    publisher: Publisher
+    wake_bus: RedisWakeBus | None
+    executor: InternalRuntime
+    provider_results: LocalProviderResults | RedisProviderResults
+    providers: ProviderRuntime
+
+    @classmethod
+    def create(
+        cls, settings: Settings, waiters: TaskWaiters, *, pre_ping: bool = False
+    ) -> Execution:
+        db = Database(settings, pre_ping=pre_ping)
+        bus = (
+            RedisWakeBus(settings.redis_url, settings.redis_key("task-ended"), waiters)
+            if settings.redis_url
+            else None
+        )
+        publisher = Publisher(waiters, bus)
+        modules = [*BUILT_IN_MODULES, *settings.internal_job_modules]
+        executor = InternalRuntime(
+            db=db, publisher=publisher, registry=InternalRegistry.from_modules(modules)
+        )
+        results = (
+            RedisProviderResults(
+                settings.redis_url, settings.redis_namespace, settings.provider_cache_max_bytes
+            )
+            if settings.redis_url
+            else LocalProviderResults(settings.provider_cache_max_bytes)
+        )
+        providers = ProviderRuntime(
+            db,
+            results,
+            publisher,
+            InternalProviders.from_modules(modules),
+            settings.provider_result_ttl_seconds,
+        )
+        return cls(db, publisher, bus, executor, results, providers)
+
+    def serve_on(self, broker: AsyncBroker) -> None:
+        """Let ``broker``'s tasks run ``@internal`` jobs and providers here."""
+        broker.state.taskhub = self.executor
+        broker.state.taskhub_providers = self.providers
+
+    async def start(self) -> None:
+        if self.wake_bus is not None:
+            await self.wake_bus.start()
+        if isinstance(self.provider_results, RedisProviderResults):
+            await self.provider_results.start()
+
+    async def close(self) -> None:
+        await self.publisher.drain(SHUTDOWN_SEND_SECONDS)
+        if self.wake_bus is not None:
+            await self.wake_bus.close(SHUTDOWN_SEND_SECONDS)
+        if isinstance(self.provider_results, RedisProviderResults):
+            await self.provider_results.close()
+        await self.db.dispose()
 
 
 @dataclass
@@ -47,16 +119,28 @@ class Hub:
     publisher: Publisher
     broker: AsyncBroker
     internal: InternalDispatcher
-    executor: InternalRuntime  # runs ``@internal`` tasks here on the embedded (in-memory) broker
-    wake_bus: RedisWakeBus | None = None
+    execution: Execution  # runs ``@internal`` tasks here on the embedded (in-memory) broker
+    identities: Identities  # who callers are: tokens, then a host's hook, JWTs
+    internal_providers: InternalProviderDispatcher
+    rooms: RoomAccess = field(default_factory=RoomAccess)  # the room policy
     known_jobs: KnownJobs = field(default_factory=KnownJobs)
     log_rates: LogRates = field(default_factory=LogRates)  # task logs' bounds and rates
     draining: bool = False  # a graceful shutdown has begun (``/readyz`` answers 503)
     presence: WorkerPresence = field(init=False)
-    provider_results: LocalProviderResults | RedisProviderResults = field(init=False)
-    internal_providers: InternalProviderDispatcher = field(init=False)
     sweeper: Sweeper = field(init=False)
     due_announcer: DueTaskAnnouncer = field(init=False)
+
+    @property
+    def wake_bus(self) -> RedisWakeBus | None:
+        return self.execution.wake_bus
+
+    @property
+    def executor(self) -> InternalRuntime:
+        return self.execution.executor
+
+    @property
+    def provider_results(self) -> LocalProviderResults | RedisProviderResults:
+        return self.execution.provider_results
 
     def __post_init__(self) -> None:
         shared = (
@@ -80,64 +164,47 @@ class Hub:
             self.db, self.publisher, dispatch=self.internal.dispatch_due
         )
         self.publisher.add_sink(self.due_announcer)
-        self._set_up_providers()
-
-    def _set_up_providers(self) -> None:
-        """Providers' results (in Redis across replicas, else here) and the ``@internal``
-        providers' dispatch; the embedded broker answers those here."""
-        settings = self.settings
-        self.provider_results = (
-            RedisProviderResults(
-                settings.redis_url, settings.redis_namespace, settings.provider_cache_max_bytes
-            )
-            if settings.redis_url
-            else LocalProviderResults(settings.provider_cache_max_bytes)
-        )
-        registry = InternalProviders.from_modules(
-            [*BUILT_IN_MODULES, *settings.internal_job_modules]
-        )
-        self.internal_providers = InternalProviderDispatcher(registry, self.broker)
-        self.broker.state.taskhub_providers = ProviderRuntime(
-            self.db,
-            self.provider_results,
-            self.publisher,
-            registry,
-            settings.provider_result_ttl_seconds,
-        )
 
     @classmethod
-    def create(cls, settings: Settings) -> Hub:
-        """Build the hub; nothing connects until ``start``."""
-        db = Database(settings)
+    def create(
+        cls,
+        settings: Settings,
+        *,
+        authenticate: HostAuthenticate | None = None,
+        room_policy: RoomPolicy | None = None,
+    ) -> Hub:
+        """Build the hub; nothing connects until ``start``. ``authenticate`` and
+        ``room_policy``: a host application's hooks (``taskhub.embedding``)."""
         waiters = TaskWaiters()
-        bus = (
-            RedisWakeBus(settings.redis_url, settings.redis_key("task-ended"), waiters)
-            if settings.redis_url
-            else None
-        )
-        publisher = Publisher(waiters, bus)
-        registry = InternalRegistry.from_modules(
-            [*BUILT_IN_MODULES, *settings.internal_job_modules]
-        )
+        execution = Execution.create(settings, waiters)
+        db = execution.db
         broker = make_broker(settings)
-        # Embedded (in-memory broker): internal tasks execute right here, in this process.
-        executor = InternalRuntime(db=db, publisher=publisher, registry=registry)
-        broker.state.taskhub = executor
+        # Embedded (in-memory broker): internal tasks and providers run right here.
+        execution.serve_on(broker)
+        tokens = Authenticator(
+            db,
+            settings.auth_cache_seconds,
+            settings.auth_miss_cache_seconds,
+            on_miss=metrics.auth_miss,
+        )
+        sources: list[IdentitySource] = []
+        if authenticate is not None:
+            sources.append(HostIdentities(authenticate))
+        jwts = jwt_identities(settings)
+        if jwts is not None:
+            sources.append(jwts)
         return cls(
             settings=settings,
             db=db,
-            auth=Authenticator(
-                db,
-                settings.auth_cache_seconds,
-                settings.auth_miss_cache_seconds,
-                on_miss=metrics.auth_miss,
-            ),
+            auth=tokens,
             waiters=waiters,
-            publisher=publisher,
+            publisher=execution.publisher,
             broker=broker,
-            internal=InternalDispatcher(db, broker, registry),
-            executor=executor,
-            wake_bus=bus,
+            internal=InternalDispatcher(db, broker, execution.executor.registry),
+            execution=execution,
+            identities=Identities(db, tokens, sources),
+            internal_providers=InternalProviderDispatcher(execution.providers.registry, broker),
+            rooms=RoomAccess(room_policy, PrivateRooms(db, settings.auth_cache_seconds)),
         )
 
     async def start(self) -> None:
@@ -154,10 +221,7 @@ class Hub:
         )
         await ensure_internal_providers(self.db, self.internal_providers.registry)
         await self.broker.startup()
-        if self.wake_bus is not None:
-            await self.wake_bus.start()
-        if isinstance(self.provider_results, RedisProviderResults):
-            await self.provider_results.start()
+        await self.execution.start()
         self.presence.start()
         if self.settings.sweeper_enabled:
             self.sweeper.start()
@@ -178,15 +242,10 @@ class Hub:
         await self.due_announcer.stop()
         self.waiters.release_all()
         await self.presence.close()
-        await self.auth.close()
+        await self.identities.close()
         await self.executor.drain(self.settings.graceful_shutdown_seconds)
-        await self.publisher.drain(SHUTDOWN_SEND_SECONDS)
         await self.broker.shutdown()
-        if self.wake_bus is not None:
-            await self.wake_bus.close(SHUTDOWN_SEND_SECONDS)
-        if isinstance(self.provider_results, RedisProviderResults):
-            await self.provider_results.close()
-        await self.db.dispose()
+        await self.execution.close()
 
     async def _remove_disconnected_worker(self, worker_id: UUID, since: datetime) -> bool:
         events = await remove_silent_worker(

@@ -1,5 +1,6 @@
 """The hub's commands: serve, migrate, users (create, list, update), tokens (create,
-revoke). They need the server extra; ``taskhub.cli`` adds them to the command line."""
+revoke), rooms (show, private, open, members, add, remove). They need the server extra;
+``taskhub.cli`` adds them to the command line."""
 
 from __future__ import annotations
 
@@ -13,8 +14,9 @@ from asyncpg import PostgresError
 from pydantic import ValidationError
 from sqlalchemy.exc import DBAPIError
 
-from taskhub.rules.errors import DomainError
-from taskhub.services import users
+from taskhub.rules.authorisation import MemberKind, RoomRole
+from taskhub.rules.errors import DomainError, NotFound
+from taskhub.services import rooms, users
 from taskhub.settings import Settings, setting_errors
 from taskhub.store import migrations
 from taskhub.store.database import Database, DatabaseUnavailable
@@ -197,6 +199,95 @@ def cmd_tokens_revoke(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
+def _rooms(db: Database) -> rooms.PrivateRooms:
+    """This process's view of the private rooms (nothing to tell: the hub's processes read
+    the change within ``TASKHUB_AUTH_CACHE_SECONDS``)."""
+    return rooms.PrivateRooms(db, 0)
+
+
+def cmd_rooms_show(settings: Settings, args: argparse.Namespace) -> int:
+    _ready_schema(settings)
+    visibility = _run_with_db(settings, lambda db: rooms.visibility(db, args.room))
+    print(f"{args.room}: {visibility}")
+    return cmd_rooms_members(settings, args)
+
+
+def cmd_rooms_members(settings: Settings, args: argparse.Namespace) -> int:
+    _ready_schema(settings)
+    members = _run_with_db(settings, lambda db: rooms.list_members(db, args.room))
+    rows = [("KIND", "MEMBER", "ROLE", "ID")]
+    for member in members:
+        shown = member.name if member.name is not None else member.subject
+        rows.append((member.kind.value, shown, member.role.value, member.subject))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
+    for row in rows:
+        print("  ".join([*(cell.ljust(w) for cell, w in zip(row, widths, strict=False)), row[-1]]))
+    return 0
+
+
+def cmd_rooms_private(settings: Settings, args: argparse.Namespace) -> int:
+    """Make a room private; ``--maintainer NAME`` becomes its first maintainer."""
+    _ready_schema(settings)
+
+    async def work(db: Database) -> None:
+        maintainer = (
+            None if args.maintainer is None else await rooms.user_id_named(db, args.maintainer)
+        )
+        await rooms.set_visibility(db, _rooms(db), args.room, "private", maintainer=maintainer)
+
+    _run_with_db(settings, work)
+    print(f"{args.room!r} is private: only its members (and superusers) reach it.")
+    return 0
+
+
+def cmd_rooms_open(settings: Settings, args: argparse.Namespace) -> int:
+    _ready_schema(settings)
+    _run_with_db(
+        settings,
+        lambda db: rooms.set_visibility(db, _rooms(db), args.room, "open", maintainer=None),
+    )
+    print(f"{args.room!r} is open to every signed-in user (its members are kept).")
+    return 0
+
+
+async def _member(db: Database, args: argparse.Namespace) -> tuple[MemberKind, str]:
+    if args.group is not None:
+        return MemberKind.GROUP, args.group
+    return MemberKind.USER, str(await rooms.user_id_named(db, args.user))
+
+
+def cmd_rooms_add(settings: Settings, args: argparse.Namespace) -> int:
+    """Add a member (a user by name, a group by its name in the identity claims) or change
+    its role."""
+    _ready_schema(settings)
+
+    async def work(db: Database) -> bool:
+        kind, subject = await _member(db, args)
+        return await rooms.put_member(db, _rooms(db), args.room, kind, subject, RoomRole(args.role))
+
+    created = _run_with_db(settings, work)
+    who = args.user if args.group is None else f"group {args.group}"
+    print(f"{who!r} {'is now' if created else 'stays'} a member of {args.room!r} as {args.role}.")
+    return 0
+
+
+def cmd_rooms_remove(settings: Settings, args: argparse.Namespace) -> int:
+    _ready_schema(settings)
+
+    who = args.user if args.group is None else f"group {args.group}"
+
+    async def work(db: Database) -> None:
+        kind, subject = await _member(db, args)
+        try:
+            await rooms.remove_member(db, _rooms(db), args.room, kind, subject)
+        except NotFound:
+            raise NotFound(f"{who!r} is not a member of {args.room!r}.") from None
+
+    _run_with_db(settings, work)
+    print(f"{who!r} is no longer a member of {args.room!r}.")
+    return 0
+
+
 def _positive_int(value: str) -> int:
     number = int(value)
     if number < 1:
@@ -286,6 +377,37 @@ def add_commands(
     which.add_argument("token", nargs="?", help="the token, or - to read it from stdin")
     which.add_argument("--user", metavar="NAME", help="revoke every token of this user")
     token_revoke.set_defaults(func=run, server_func=cmd_tokens_revoke)
+
+    _add_rooms_commands(commands, summaries["rooms"])
+
+
+def _add_rooms_commands(
+    commands: argparse._SubParsersAction[argparse.ArgumentParser], summary: str
+) -> None:
+    rooms_cmd = commands.add_parser("rooms", help=summary)
+    rooms_sub = rooms_cmd.add_subparsers(dest="action", required=True)
+    actions = {
+        "show": (cmd_rooms_show, "a room's visibility and members"),
+        "private": (cmd_rooms_private, "keep a room to its members"),
+        "open": (cmd_rooms_open, "open a room to every signed-in user again"),
+        "members": (cmd_rooms_members, "list a room's members and roles"),
+        "add": (cmd_rooms_add, "add a member to a room, or change its role"),
+        "remove": (cmd_rooms_remove, "remove a member from a room"),
+    }
+    for name, (func, help_text) in actions.items():
+        parser = rooms_sub.add_parser(name, help=help_text)
+        parser.add_argument("room")
+        parser.set_defaults(func=run, server_func=func)
+        if name == "private":
+            parser.add_argument("--maintainer", metavar="USER", help="its first maintainer")
+        if name in ("add", "remove"):
+            who = parser.add_mutually_exclusive_group(required=True)
+            who.add_argument("--user", metavar="NAME", help="a user, by name")
+            who.add_argument("--group", metavar="NAME", help="a group of the identity claims")
+        if name == "add":
+            parser.add_argument(
+                "--role", choices=[role.value for role in RoomRole], default="member"
+            )
 
 
 def run(args: argparse.Namespace) -> int:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from functools import cached_property
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, ValidationError, ValidationInfo, field_validator
+from pydantic import Field, SecretStr, ValidationError, ValidationInfo, field_validator
 from pydantic_core import PydanticUseDefault
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
@@ -35,6 +35,23 @@ ADMIN_TOKEN_RULE = (
 MAKE_ADMIN_TOKEN_COMMAND = (
     """python3 -c 'import secrets; print("th_" + secrets.token_urlsafe(32))'"""
 )
+# The signature algorithms a JWT may use: HMAC keyed with ``TASKHUB_JWT_SECRET`` (each needs
+# a secret at least as long as its hash, RFC 7518 3.2), or a public key of the issuer's JWKS.
+JWT_SECRET_ALGORITHMS = {"HS256": 32, "HS384": 48, "HS512": 64}
+JWT_KEY_ALGORITHMS = (
+    "RS256",
+    "RS384",
+    "RS512",
+    "PS256",
+    "PS384",
+    "PS512",
+    "ES256",
+    "ES384",
+    "ES512",
+)
+
+# What a scope may be made of (RFC 6749 3.3: %x21 / %x23-5B / %x5D-7E).
+_SCOPE_CHARACTERS = frozenset(chr(c) for c in (0x21, *range(0x23, 0x5C), *range(0x5D, 0x7F)))
 
 
 def admin_token_is_strong(token: str) -> bool:
@@ -88,6 +105,10 @@ class Settings(DatabaseSettings):
 
     redis_url: str | None = None
     redis_namespace: str = Field(default="taskhub", pattern=r"^[A-Za-z0-9_.-]{1,64}$")
+    # The Socket.IO manager's Redis channel (default ``{redis_namespace}:socketio``): an
+    # embedding host sets its own server's, so that what other processes publish (the
+    # taskiq worker's events) reaches the host's sockets.
+    socketio_channel: str | None = Field(default=None, min_length=1, max_length=256)
     admin_token: str | None = Field(default=None, repr=False)
     allowed_categories: Annotated[list[str], NoDecode] = ["modifiers", "selections", "analysis"]
 
@@ -124,6 +145,129 @@ class Settings(DatabaseSettings):
     auth_cache_seconds: float = duration(5.0, allow_zero=True)
     # How long a wrong token is remembered as wrong (no database read per attempt).
     auth_miss_cache_seconds: float = duration(5.0, allow_zero=True, most=3600)
+
+    # Bearer JWTs of an identity provider (docs/operations.md, "Signing in with an identity
+    # provider"): HMAC-signed ones checked with ``jwt_secret``, RSA and EC ones with the keys
+    # of the JWKS that OpenID Connect discovery of ``jwt_issuer`` names. Neither set: none.
+    jwt_secret: SecretStr | None = None
+    jwt_issuer: str | None = None
+    jwt_audience: Annotated[list[str], NoDecode] = []
+    # Empty: HS256 with a secret, RS256 and ES256 with an issuer.
+    jwt_algorithms: Annotated[list[str], NoDecode] = Field(default=[], validate_default=True)
+    jwt_leeway_seconds: float = duration(30, allow_zero=True, most=300)
+    jwt_id_claim: str = Field(default="sub", min_length=1)
+    jwt_name_claims: Annotated[list[str], NoDecode] = ["preferred_username", "email"]
+    jwt_groups_claim: str = Field(default="groups", min_length=1)
+    jwt_superuser_claim: str | None = None
+    jwt_superuser_group: str | None = None
+    # Read with the caller's token when its claims alone do not say who it is (ZnDraw's
+    # ``/v1/auth/users/me``); its answers are cached per token.
+    jwt_userinfo_url: str | None = None
+    jwt_userinfo_cache_seconds: float = duration(30, allow_zero=True, most=3600)
+
+    @field_validator("jwt_audience", "jwt_algorithms", "jwt_name_claims", mode="before")
+    @classmethod
+    def _split_jwt_lists(cls, value: object) -> object:
+        """A comma or JSON list."""
+        if isinstance(value, str):
+            stripped = value.strip()
+            if stripped.startswith("["):
+                import json
+
+                return json.loads(stripped)
+            return [part.strip() for part in stripped.split(",") if part.strip()]
+        return value
+
+    @field_validator(
+        "jwt_secret",
+        "jwt_issuer",
+        "jwt_superuser_claim",
+        "jwt_superuser_group",
+        "jwt_userinfo_url",
+        mode="before",
+    )
+    @classmethod
+    def _empty_is_unset(cls, value: object) -> object:
+        return None if isinstance(value, str) and not value.strip() else value
+
+    @field_validator("jwt_secret")
+    @classmethod
+    def _check_jwt_secret(cls, value: SecretStr | None) -> SecretStr | None:
+        """At least HS256's 32 bytes; the message never repeats the value."""
+        if value is not None and len(value.get_secret_value().encode()) < 32:
+            raise ValueError("too short: an HMAC secret needs at least 32 bytes (RFC 7518)")
+        return value
+
+    @field_validator("jwt_issuer", "jwt_userinfo_url")
+    @classmethod
+    def _check_jwt_url(cls, value: str | None) -> str | None:
+        from urllib.parse import urlsplit
+
+        if value is None:
+            return None
+        parts = urlsplit(value)
+        if parts.scheme not in ("https", "http") or not parts.hostname:
+            raise ValueError("not an http:// or https:// URL")
+        return value
+
+    @field_validator("jwt_algorithms")
+    @classmethod
+    def _check_jwt_algorithms(cls, value: list[str], info: ValidationInfo) -> list[str]:
+        """Only signature algorithms, each with what verifies it: HMAC with the secret, RSA
+        and EC with the issuer's keys (never ``none``, never HMAC with a public key)."""
+        secret: SecretStr | None = info.data.get("jwt_secret")
+        issuer: str | None = info.data.get("jwt_issuer")
+        if not value:
+            return (["HS256"] if secret else []) + (["RS256", "ES256"] if issuer else [])
+        for algorithm in value:
+            if algorithm in JWT_SECRET_ALGORITHMS:
+                if secret is None:
+                    raise ValueError(f"{algorithm} needs TASKHUB_JWT_SECRET")
+                if len(secret.get_secret_value().encode()) < JWT_SECRET_ALGORITHMS[algorithm]:
+                    raise ValueError(
+                        f"{algorithm} needs a TASKHUB_JWT_SECRET of at least "
+                        f"{JWT_SECRET_ALGORITHMS[algorithm]} bytes"
+                    )
+            elif algorithm in JWT_KEY_ALGORITHMS:
+                if issuer is None:
+                    raise ValueError(f"{algorithm} needs TASKHUB_JWT_ISSUER (its keys)")
+            else:
+                raise ValueError(
+                    f"{algorithm!r} is not one of "
+                    f"{', '.join([*JWT_SECRET_ALGORITHMS, *JWT_KEY_ALGORITHMS])}"
+                )
+        return list(dict.fromkeys(value))
+
+    # The room page's "Sign in with …" button (docs/operations.md, "Sign-in on the page"):
+    # the page is a public OpenID Connect client of ``jwt_issuer`` (authorization code with
+    # PKCE, no secret). Unset ``oidc_client_id``: no button, the page as without a provider.
+    oidc_client_id: str | None = None
+    oidc_scopes: str = "openid profile email"
+    oidc_provider_name: str | None = None  # the button's label; unset: the issuer's host
+
+    @field_validator("oidc_client_id", "oidc_provider_name", mode="before")
+    @classmethod
+    def _blank_is_unset(cls, value: object) -> object:
+        return None if isinstance(value, str) and not value.strip() else value
+
+    @field_validator("oidc_client_id")
+    @classmethod
+    def _check_oidc_client_id(cls, value: str | None, info: ValidationInfo) -> str | None:
+        """The page signs in with the issuer whose tokens the hub accepts."""
+        if value is not None and "jwt_issuer" in info.data and info.data["jwt_issuer"] is None:
+            raise ValueError("needs TASKHUB_JWT_ISSUER (the provider the page signs in with)")
+        return value
+
+    @field_validator("oidc_scopes")
+    @classmethod
+    def _check_oidc_scopes(cls, value: str) -> str:
+        """Space-separated scopes (RFC 6749 3.3), ``openid`` among them."""
+        scopes = value.split()
+        if "openid" not in scopes:
+            raise ValueError("must include openid (an OpenID Connect sign-in)")
+        if any(not all(c in _SCOPE_CHARACTERS for c in scope) for scope in scopes):
+            raise ValueError("scopes are printable ASCII without quotes or backslashes")
+        return " ".join(dict.fromkeys(scopes))
 
     # Sockets before they are someone's (docs/operations.md, "Connections before sign-in"):
     # an Engine.IO session that has not completed an authenticated Socket.IO CONNECT within
@@ -293,6 +437,11 @@ class Settings(DatabaseSettings):
         if value not in {"OFF", "NORMAL", "FULL", "EXTRA"}:
             raise ValueError("must be one of OFF, NORMAL, FULL, EXTRA")
         return value
+
+    @property
+    def socket_channel(self) -> str:
+        """The Redis channel Socket.IO's managers share."""
+        return self.socketio_channel or self.redis_key("socketio")
 
     def redis_key(self, name: str) -> str:
         """A Redis channel or key of this deployment (deployments may share one Redis)."""

@@ -17,7 +17,8 @@ import { refreshSharedQueues } from "./live-events.js";
 import { onRoomForm } from "./lobby.js";
 import { onRead } from "./providers-panel.js";
 import { show } from "./router.js";
-import { signIn, signOut, start, storedToken } from "./session.js";
+import { finishProviderSignIn, isSignInCallback, offerProviderSignIn } from "./provider-sign-in.js";
+import { signIn, signOutByHand, start, storedToken } from "./session.js";
 import { scheduleStatsTail, wireWindowSelect } from "./stats-panel.js";
 import { onSubmit, resetForm } from "./submit-panel.js";
 import { wireTableControls } from "./table-controls.js";
@@ -30,7 +31,7 @@ const WORKERS_TICK_MS = 1000; // "seen … ago"
 
 function init() {
   $("#sign-in-form").addEventListener("submit", signIn);
-  $("#sign-out").addEventListener("click", () => signOut());
+  $("#sign-out").addEventListener("click", signOutByHand);
   $("#room-form").addEventListener("submit", onRoomForm);
   $("#submit-form").addEventListener("submit", onSubmit);
   $("#reset-form").addEventListener("click", resetForm);
@@ -47,8 +48,10 @@ function init() {
   setInterval(scheduleStatsTail, STATS_IDLE_MS);
   setInterval(refreshSharedQueues, SHARED_QUEUE_REFRESH_MS);
   const token = storedToken();
-  if (token) start(token);
+  if (isSignInCallback()) finishProviderSignIn(); // back from the identity provider
+  else if (token) start(token);
   else show();
+  offerProviderSignIn();
 }
 
 init();

@@ -7,6 +7,7 @@ import { detail } from "./detail-panel.js";
 import { $ } from "./dom.js";
 import { refreshJobs } from "./jobs-panel.js";
 import { rememberRoom } from "./lobby.js";
+import { clearMembers, refreshMembers } from "./members-panel.js";
 import { SHARED_ROOMS } from "./naming.js";
 import { clearProviders, refreshProviders } from "./providers-panel.js";
 import { enterRoom, leaveRoom, state } from "./state.js";
@@ -24,6 +25,7 @@ export function openRoom(room) {
   $("#jobs").setAttribute("aria-busy", "true");
   $("#submit-panel").hidden = true;
   clearProviders();
+  clearMembers();
   $("#bulk-result").textContent = "";
   detail.close();
   taskTable.clearSelection();
@@ -44,6 +46,7 @@ export function closeRoom() {
 export function refreshAll() {
   refreshJobs();
   refreshProviders();
+  refreshMembers();
   loadPage();
   loadStats();
 }

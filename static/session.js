@@ -1,7 +1,9 @@
 // @ts-check
 // Signing in and out: the token (this tab's session storage, or this device's local storage
 // when asked), who its user is, the live connection and its state in the top bar. A 401
-// from the hub anywhere signs out (`signedOutBy`).
+// from the hub anywhere signs out (`signedOutBy`), and so does a JWT's expiry. A token from
+// the identity provider (provider-sign-in.js) is kept the same way, and signing out by hand
+// signs out at the provider too.
 
 import { Api, ApiError } from "./api.js";
 import { detail } from "./detail-panel.js";
@@ -10,6 +12,7 @@ import { messageOf } from "./format.js";
 import { scheduleJobsRefresh } from "./jobs-panel.js";
 import { onTaskStatus } from "./live-events.js";
 import { Live } from "./live.js";
+import { endSessionUrl, expiryOf, forgetSignIn, keptSignIn } from "./oidc.js";
 import { scheduleProvidersRefresh } from "./providers-panel.js";
 import { refreshAll } from "./room.js";
 import { routeFromUrl, show } from "./router.js";
@@ -27,6 +30,10 @@ const CONNECTION_LABELS = {
   reconnecting: "Reconnecting…",
   offline: "Offline",
 };
+const EXPIRED = "Your sign-in has expired. Sign in again.";
+const MAX_TIMER_MS = 2 ** 31 - 1; // setTimeout's longest wait (~24.8 days)
+/** @type {ReturnType<typeof setTimeout> | undefined} */
+let expiryTimer;
 
 /** The REST client of the session; only asked for while signed in. */
 export function api() {
@@ -65,11 +72,21 @@ export async function signIn(event) {
   }
   setFieldError(input, error, "");
   input.value = "";
-  // This tab only, unless the person asks this device to remember it.
-  if ($("#remember-input", HTMLInputElement).checked) localStorage.setItem(TOKEN_KEY, token);
-  else sessionStorage.setItem(TOKEN_KEY, token);
+  keepToken(token, $("#remember-input", HTMLInputElement).checked);
   start(token, me);
   $(routeFromUrl().room ? "#main" : "#room-input").focus();
+}
+
+/**
+ * Keep `token` in this tab only, unless the person asks this device to remember it; the
+ * storage it is kept in.
+ * @param {string} token
+ * @param {boolean} remember
+ */
+export function keepToken(token, remember) {
+  const storage = remember ? localStorage : sessionStorage;
+  storage.setItem(TOKEN_KEY, token);
+  return storage;
 }
 
 /**
@@ -79,6 +96,8 @@ export async function signIn(event) {
 export function signOut(message = "") {
   localStorage.removeItem(TOKEN_KEY);
   sessionStorage.removeItem(TOKEN_KEY);
+  forgetSignIn();
+  clearTimeout(expiryTimer);
   state.session.live?.close();
   state.session.live = null;
   state.session.api = null;
@@ -88,12 +107,27 @@ export function signOut(message = "") {
   $("#token-input").focus();
 }
 
+/** The Sign out button: sign out, and at the identity provider when the token came from one
+ * (its sign-out page sends the browser back here). */
+export async function signOutByHand() {
+  const provided = keptSignIn();
+  signOut();
+  if (!provided) return;
+  try {
+    const url = await endSessionUrl(provided);
+    if (url) location.assign(url);
+  } catch (error) {
+    toast(`Signed out here; the identity provider could not be reached: ${messageOf(error)}`);
+  }
+}
+
 /**
  * Use `token`: the REST client, the live connection, and the view the URL names.
  * @param {string} token
  * @param {User | null} [me] who its user is, when the hub has just said
  */
 export function start(token, me = null) {
+  signOutAt(expiryOf(token));
   state.session.api = new Api(token);
   if (me) setMe(me);
   else learnWhoIAm();
@@ -116,6 +150,20 @@ export function start(token, me = null) {
   });
   setConnection("connecting");
   show();
+}
+
+/**
+ * Sign out when the token expires (a JWT's `exp`; null: never).
+ * @param {number | null} expiry milliseconds since the epoch
+ */
+function signOutAt(expiry) {
+  clearTimeout(expiryTimer);
+  if (expiry === null) return;
+  const left = expiry - Date.now();
+  expiryTimer = setTimeout(
+    () => (left > MAX_TIMER_MS ? signOutAt(expiry) : signOut(EXPIRED)),
+    Math.min(Math.max(left, 0), MAX_TIMER_MS),
+  );
 }
 
 /** Ask the hub who the token's user is (a stored token was never checked). */

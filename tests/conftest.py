@@ -193,6 +193,7 @@ TIERS = {
     "observability": "integration",
     "sdk": "integration",
     "system": "system",
+    "embedding": "system",  # the example host application, as its users run it
     "page": "page",
     "chaos": "chaos",
     "benchmarks": "benchmark",

@@ -25,7 +25,16 @@ from tests.support.server import HOST, REPO_ROOT, free_port, run_async
 from tests.support.waiting import eventually_sync
 
 # Import names of the server extra's distributions that a worker must never need.
-SERVER_MODULES = ("sqlalchemy", "asyncpg", "aiosqlite", "uvicorn", "taskiq", "alembic", "redis")
+SERVER_MODULES = (
+    "sqlalchemy",
+    "asyncpg",
+    "aiosqlite",
+    "uvicorn",
+    "taskiq",
+    "alembic",
+    "redis",
+    "jwt",
+)
 EXTENSION = """
 from taskhub.sdk import Extension, TaskContext
 
@@ -230,6 +239,7 @@ def test_the_distributions_carry_one_package_with_its_migrations_and_page(built:
         "taskhub/static/vendor/socket.io/socket.io.esm.min.js",
         "taskhub/static/vendor/uplot/uPlot.esm.js",
         "taskhub/static/vendor/uplot/uPlot.min.css",
+        "taskhub/static/vendor/oauth4webapi/index.js",
         "taskhub/internal_jobs/broker.py",
         "taskhub/py.typed",
     ):

@@ -183,7 +183,7 @@ def socket_manager(settings: Settings, *, write_only: bool = False) -> socketio.
     """The Socket.IO client manager that fans events out across processes through Redis."""
     return TaskhubRedisManager(
         settings.redis_url,
-        channel=settings.redis_key("socketio"),
+        channel=settings.socket_channel,
         write_only=write_only,
         redis_options=redis_options(),
     )

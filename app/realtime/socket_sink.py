@@ -8,6 +8,7 @@ from typing import Any, Protocol
 
 import socketio
 
+from taskhub.realtime.event_payloads import event_payload
 from taskhub.realtime.redis_clients import TaskhubRedisManager
 from taskhub.rules.events import Event
 
@@ -33,8 +34,10 @@ class SocketSink:
 
     async def __call__(self, batch: list[Event]) -> None:
         for event in batch:
+            if not getattr(event, "sent_to_sockets", True):
+                continue  # for the process's own listeners only
             if self._local is None or self._has_listeners(event.room):
-                await self._emitter.emit(event.name, event.payload(), room=event.room)
+                await self._emitter.emit(event.name, event_payload(event), room=event.room)
 
     async def drain(self, within: float) -> None:
         if self._fanout is not None:

@@ -4,8 +4,9 @@
 A worker grants the hub slots (``worker_ready``) that a claim of its own found nothing
 for. While it holds some, a ``task_available`` of a job its socket serves (published here,
 or on another replica and passed on by the wake bus) makes this replica claim on the
-worker's behalf: the same fenced claim-and-start as ``POST /tasks/claim`` with ``start``,
-so the task is ``running`` when it is handed over, without a round trip of the worker's.
+worker's behalf (``services.task_push.claim_pushed``: the same fenced claim-and-start as
+``POST /tasks/claim`` with ``start``), so the task is ``running`` when it is handed over,
+without a round trip of the worker's.
 The tasks are delivered to the worker's socket (``task_pushed``). A push that does not
 arrive (the socket went meanwhile) is recovered like a claim whose reply was lost: the
 worker does not know the task, its heartbeats do not extend its lease, and the sweeper
@@ -25,11 +26,10 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from uuid import UUID
 
-from taskhub.observability import metrics
 from taskhub.realtime.publisher import Publisher
 from taskhub.rules.events import Event, TaskAvailable
 from taskhub.rules.records import Principal, TaskRecord
-from taskhub.services.claim import claim_tasks
+from taskhub.services.task_push import claim_pushed
 from taskhub.store.database import Database
 
 log = logging.getLogger(__name__)
@@ -38,6 +38,8 @@ log = logging.getLogger(__name__)
 MAX_GRANTED_SLOTS = 100
 
 Deliver = Callable[["Grant", list[TaskRecord]], Awaitable[bool]]
+# The private rooms whose tasks a push for a worker of this owner leaves alone.
+ClosedRooms = Callable[[Principal], Awaitable[frozenset[str]]]
 Announce = Callable[[Iterable[str]], None]
 
 
@@ -64,9 +66,11 @@ class TaskPusher:
         *,
         lease_seconds: float,
         deliver: Deliver,
+        closed: ClosedRooms,
         announce: Announce | None = None,
     ) -> None:
         self._db = db
+        self._closed = closed
         self._publisher = publisher
         self._lease_seconds = lease_seconds
         self._deliver = deliver
@@ -194,13 +198,13 @@ class TaskPusher:
         held.in_flight = asked
         records: list[TaskRecord] = []
         try:
-            records, events = await claim_tasks(
+            records, events = await claim_pushed(
                 self._db,
                 held.principal,
                 held.worker_id,
                 asked,
+                closed=await self._closed(held.principal),
                 lease_seconds=self._lease_seconds,
-                start=True,
             )
         except Exception as exc:  # the worker's own poll nudges again later
             log.warning("push to worker %s failed: %s", held.worker_id, exc)
@@ -211,7 +215,6 @@ class TaskPusher:
             held.slots += asked - len(records)
         if not records:
             return 0
-        metrics.worker_shortcut("push", len(records))
         try:
             delivered = await self._deliver(held, records)
         finally:

@@ -6,15 +6,17 @@ These classes are the one table of problem slugs: the HTTP framework's own error
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any
 
 
 class DomainError(Exception):
     """An expected refusal: the request is wrong or conflicts with the current state."""
 
-    slug: ClassVar[str] = "internal-error"
-    title: ClassVar[str] = "Internal Server Error"
-    status: ClassVar[int] = 500
+    # The problem's type, title and status: each class's own (a ``RoomRefused`` carries
+    # those its policy chose).
+    slug: str = "internal-error"
+    title: str = "Internal Server Error"
+    status: int = 500
     # Seconds after which the same request may succeed (``Retry-After``), if that is known:
     # a class's constant, or one refusal's own (``retry_after=`` when raised).
     retry_after: int | None = None
@@ -128,6 +130,48 @@ class InternalJobNotConfigured(DomainError):
 
 class ServiceUnavailable(DomainError):
     slug, title, status = "service-unavailable", "Service Unavailable", 503
+
+
+class SocketGone(DomainError):
+    """The socket an event came from disconnected while the event was handled."""
+
+    slug, title, status = "socket-disconnected", "Conflict", 409
+
+
+class TooManyRooms(DomainError):
+    """A socket is in as many rooms as it may be (``MAX_ROOMS_PER_SOCKET``)."""
+
+    slug, title, status = "too-many-rooms", "Too Many Rooms", 429
+
+
+class TooManySockets(DomainError):
+    """A user holds ``TASKHUB_USER_MAX_SOCKETS`` connected sockets in this process."""
+
+    slug, title, status = "too-many-sockets", "Too Many Sockets", 429
+
+
+class IdentityUnavailable(DomainError):
+    """A source of identity could not tell who the caller is now (a host's hook raised, an
+    identity provider's keys could not be read); nothing was done."""
+
+    slug, title, status = "identity-unavailable", "Identity Unavailable", 503
+    retry_after = 5
+
+
+class RoomPolicyUnavailable(DomainError):
+    """The room policy (a host's hook) could not decide; nothing was done."""
+
+    slug, title, status = "room-policy-unavailable", "Room Policy Unavailable", 503
+    retry_after = 5
+
+
+class RoomRefused(DomainError):
+    """A room policy's refusal, with the problem it chose: for instance 423 ``room-locked``
+    with the host's detail, or 404 for a room the host does not know."""
+
+    def __init__(self, status: int, slug: str, title: str, detail: str) -> None:
+        super().__init__(detail)
+        self.status, self.slug, self.title = status, slug, title
 
 
 class ValidationBusy(DomainError):

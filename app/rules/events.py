@@ -1,11 +1,13 @@
 """Real-time events a state change causes, collected during a request and published
-only after its transaction commits (never for a rolled-back change)."""
+only after its transaction commits (never for a rolled-back change). What each one sends
+is written by ``realtime.event_payloads``."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, ClassVar
+from uuid import UUID
 
 from taskhub.rules.records import TaskRecord
 from taskhub.rules.rooms import job_room, provider_room, room_room, worker_room
@@ -29,9 +31,6 @@ class TaskAvailable:
     def key(self) -> tuple[str, str, str]:
         return (self.name, self.room, self.task_id)
 
-    def payload(self) -> dict[str, Any]:
-        return {"job_name": self.job_name, "room_id": self.room_id, "task_id": self.task_id}
-
 
 @dataclass(frozen=True, slots=True)
 class TaskStatusChanged:
@@ -54,31 +53,6 @@ class TaskStatusChanged:
     def is_terminal(self) -> bool:
         return is_terminal(self.task.status)
 
-    def payload(self) -> dict[str, Any]:
-        task = self.task
-        return {
-            "id": str(task.id),
-            "name": task.job_name,
-            "room_id": task.room_id,
-            "status": task.status.value,
-            "created_at": task.created_at.isoformat(),
-            "started_at": task.started_at.isoformat() if task.started_at else None,
-            "completed_at": task.completed_at.isoformat() if task.completed_at else None,
-            "queue_position": task.queue_position,
-            "worker_id": str(task.worker_id) if task.worker_id else None,
-            "error": task.error,
-            "attempt": task.attempt,
-            "progress": task.progress,
-            "progress_message": task.progress_message,
-            "result": task.result,
-            "priority": task.priority,
-            "max_attempts": task.max_attempts,
-            "run_at": task.run_at.isoformat() if task.run_at else None,
-            "submitted_by": str(task.submitted_by) if task.submitted_by else None,
-            "version": task.version,
-            "rerun_of": str(task.rerun_of) if task.rerun_of else None,
-        }
-
 
 @dataclass(frozen=True, slots=True)
 class JobsInvalidate:
@@ -94,9 +68,6 @@ class JobsInvalidate:
     @property
     def key(self) -> tuple[str, str, str]:
         return (self.name, self.room, "")
-
-    def payload(self) -> dict[str, Any]:
-        return {}
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,9 +86,6 @@ class TaskCancelled:
     @property
     def key(self) -> tuple[str, str, str]:
         return (self.name, self.room, self.task_id)
-
-    def payload(self) -> dict[str, Any]:
-        return {"task_id": self.task_id, "job_name": self.job_name, "worker_id": self.worker_id}
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,10 +106,6 @@ class TaskLogged:
         first = self.lines[0]["id"] if self.lines else ""
         return (self.name, self.room, f"{self.task_id}:{first}")
 
-    def payload(self) -> dict[str, Any]:
-        lines = [{**line, "at": line["at"].isoformat()} for line in self.lines]
-        return {"task_id": self.task_id, "room_id": self.room_id, "lines": lines}
-
 
 @dataclass(frozen=True, slots=True)
 class ProvidersInvalidate:
@@ -157,9 +121,6 @@ class ProvidersInvalidate:
     @property
     def key(self) -> tuple[str, str, str]:
         return (self.name, self.room, "")
-
-    def payload(self) -> dict[str, Any]:
-        return {}
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,13 +144,6 @@ class ProviderRequest:
     def key(self) -> tuple[str, str, str]:
         return (self.name, self.room, self.request_id)
 
-    def payload(self) -> dict[str, Any]:
-        return {
-            "request_id": self.request_id,
-            "provider_name": self.provider_name,
-            "params": self.params,
-        }
-
 
 @dataclass(frozen=True, slots=True)
 class ProviderResultReady:
@@ -208,8 +162,26 @@ class ProviderResultReady:
     def key(self) -> tuple[str, str, str]:
         return (self.name, self.room, f"{self.provider_name}:{self.request_hash}")
 
-    def payload(self) -> dict[str, Any]:
-        return {"provider_name": self.provider_name, "request_hash": self.request_hash}
+
+@dataclass(frozen=True, slots=True)
+class WorkerRemoved:
+    """The hub removed a worker, and with it the links to its jobs and its providers (full
+    names). Not sent on Socket.IO (``jobs_invalidate`` and ``providers_invalidate`` tell
+    the rooms): for the process's own listeners, such as a host application's."""
+
+    name: ClassVar[str] = "worker_removed"
+    sent_to_sockets: ClassVar[bool] = False
+    worker_id: UUID
+    jobs: tuple[str, ...]
+    providers: tuple[str, ...]
+
+    @property
+    def room(self) -> str:
+        return worker_room(self.worker_id)
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        return (self.name, self.room, "")
 
 
 Event = (
@@ -221,6 +193,7 @@ Event = (
     | ProvidersInvalidate
     | ProviderRequest
     | ProviderResultReady
+    | WorkerRemoved
 )
 
 

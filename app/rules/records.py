@@ -12,11 +12,13 @@ from taskhub.rules.states import TaskStatus
 
 @dataclass(frozen=True, slots=True)
 class Principal:
-    """The authenticated caller."""
+    """The authenticated caller. ``groups``: the groups an identity provider or a host
+    application names it a member of (none for Taskhub's own tokens)."""
 
     id: UUID
     name: str
     is_superuser: bool
+    groups: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,7 +16,9 @@ will be free (docs/protocol.md, "Worker shortcuts"); at saturation a task then c
 worker one request. A hub that ignores them (an older one) answers tasks ``claimed`` and
 no ``next``: the run then starts with ``PATCH running`` and the claimer claims as before.
 Slots asked for by a claim or an end report in flight are reserved, so the two never
-claim more than the concurrency between them.
+claim more than the concurrency between them; an ending run's slot, once its report asks
+for the next task (or grants the slot), counts as that only, not as the run's too, so that
+runs ending together each ask for their successor instead of leaving it to a claim.
 
 End reports go over the Socket.IO link while it listens (``task_update``, docs/protocol.md
 "Task updates over Socket.IO"): the same update as the PATCH, without an HTTP request.
@@ -111,6 +113,9 @@ class WorkerEngine:
         self.fatal: BaseException | None = None
         self._runs: dict[TaskRun, asyncio.Task[None]] = {}  # every live run, and its task
         self._reserved = 0  # slots asked for by claims (or end reports) in flight
+        # Live runs whose slot their end report handed on (reserved for the next tasks, or
+        # granted): counted there, not again as the run's until it is gone.
+        self._handed_over: set[TaskRun] = set()
         # The shortcuts, used until the hub shows it does not know them.
         self._claims_start = True
         self._claims_next = True
@@ -395,7 +400,8 @@ class WorkerEngine:
 
     @property
     def _free_slots(self) -> int:
-        return self.config.concurrency - len(self._runs) - self._reserved - self._granted
+        held = len(self._runs) - len(self._handed_over)
+        return self.config.concurrency - held - self._reserved - self._granted
 
     async def _claim_loop(self) -> None:
         while not self._stopping.is_set():
@@ -449,18 +455,26 @@ class WorkerEngine:
         """``run``'s end report, asking the hub to claim as many tasks as slots will be free
         once it ends (none while stopping), which are launched at once."""
         worker_id = self.worker_id
-        want = self._free_slots + 1  # the ending run's slot too
+        own = run in self._runs and run not in self._handed_over
         if self._granted:
             # The hub holds slots of this worker: it pushed any task that waited, so a
             # claim would come back empty. Report, then hand the slots over as well.
             await self._report(run, body, None, retry_for)
+            want = self._free_slots + int(own)  # the ending run's slot too
+            if own:
+                self._handed_over.add(run)
             self._grant(want)
             return
+        want = self._free_slots + int(own)
         if not self._claims_next or self._stopping.is_set() or worker_id is None or want < 1:
             await self._report(run, body, None, retry_for)
             return
         ask = {"worker_id": worker_id, "max_tasks": want, "start": self._claims_start}
+        # Reserved as one: another run ending meanwhile does not count this slot again.
         self._reserved += want
+        if own:
+            self._handed_over.add(run)
+        claimed = None
         try:
             try:
                 claimed = await self._report(run, body, ask, retry_for)
@@ -473,6 +487,8 @@ class WorkerEngine:
                 return
         finally:
             self._reserved -= want
+            if claimed is None:  # nothing claimed for the slot: the run holds it to its end
+                self._handed_over.discard(run)
         if claimed is None:
             log.info("The hub does not claim with end reports; the claimer claims alone")
             self._claims_next = False
@@ -617,6 +633,7 @@ class WorkerEngine:
 
     def _finished(self, run: TaskRun, job: asyncio.Task[None]) -> None:
         self._runs.pop(run, None)
+        self._handed_over.discard(run)
         if not job.cancelled() and job.exception() is not None:
             log.error("Task %s: unexpected error", run.id, exc_info=job.exception())
         self._kick.set()

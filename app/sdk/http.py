@@ -25,6 +25,7 @@ from urllib.parse import quote
 import httpx
 
 from taskhub.sdk.errors import HubUnavailable, ProblemError, problem_error
+from taskhub.sdk.transport import HubTransport
 
 log = logging.getLogger("taskhub.sdk")
 
@@ -188,7 +189,10 @@ class AsyncHub:
         self.retry_for = RETRY_SECONDS if retry_for is None else retry_for
         self.backoff = backoff
         self._http = httpx.AsyncClient(
-            base_url=self.url + API_PREFIX, headers=_headers(token), timeout=timeout
+            base_url=self.url + API_PREFIX,
+            headers=_headers(token),
+            timeout=timeout,
+            transport=HubTransport(),
         )
 
     async def request(

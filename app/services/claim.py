@@ -31,12 +31,15 @@ async def claim_tasks(
     worker_id: UUID,
     max_tasks: int = 1,
     *,
+    closed: frozenset[str],
     lease_seconds: float,
     request_key: str | None = None,
     start: bool = False,
 ) -> tuple[list[TaskRecord], EventBatch]:
     """Hand the worker up to ``max_tasks`` of the oldest pending tasks of its jobs, each
     with a fresh claim token, in one atomic statement (which also checks ownership).
+    ``closed``: the private rooms whose tasks the claim leaves alone (those where the
+    caller, the worker's owner, may not work: ``RoomAccess.closed_to``).
 
     With ``request_key`` (the claim's ``Idempotency-Key``) the tasks keep the key, and the
     tasks this worker still holds as claimed under it are answered again instead of
@@ -58,11 +61,11 @@ async def claim_tasks(
         try:
             if request_key is not None:
                 return await _keyed_claim(
-                    db, principal, worker_id, max_tasks, lease_seconds, request_key, start
+                    db, principal, worker_id, max_tasks, lease_seconds, request_key, start, closed
                 )
             async with db.autocommit() as conn:
                 return await _claim(
-                    conn, principal, worker_id, max_tasks, lease_seconds, None, start
+                    conn, principal, worker_id, max_tasks, lease_seconds, None, start, closed
                 )
         except Exception as exc:
             raced = raced_a_running_limit(exc)
@@ -89,6 +92,7 @@ async def _claim(
     lease_seconds: float,
     request_key: str | None,
     start: bool = False,
+    closed: frozenset[str] = frozenset(),
 ) -> tuple[list[TaskRecord], EventBatch]:
     now = utcnow()
     claimed = await store.claim(
@@ -101,6 +105,7 @@ async def _claim(
         now=now,
         request_key=request_key,
         start=start,
+        closed_rooms=closed,
     )
     rows = claimed.rows
     if not rows:  # nothing claimed: is the worker unknown, or not the caller's?
@@ -121,6 +126,7 @@ async def _keyed_claim(
     lease_seconds: float,
     request_key: str,
     start: bool = False,
+    closed: frozenset[str] = frozenset(),
 ) -> tuple[list[TaskRecord], EventBatch]:
     """One transaction: the worker's row locked (SQLite: the one writer), then the tasks it
     holds under the key — or, if none, a fresh claim that leaves the key on its tasks."""
@@ -129,7 +135,7 @@ async def _keyed_claim(
         held = await store.held_under_key(conn, worker_id, request_key, started=start)
         if not held:
             return await _claim(
-                conn, principal, worker_id, max_tasks, lease_seconds, request_key, start
+                conn, principal, worker_id, max_tasks, lease_seconds, request_key, start, closed
             )
         names = await JobNames.resolve(conn, {row.job_id for row in held})
     records = _in_queue_order(task_record(row, names[row.job_id]) for row in held)
@@ -142,6 +148,7 @@ async def claim_next(
     worker_id: UUID,
     max_tasks: int,
     *,
+    closed: frozenset[str],
     lease_seconds: float,
     start: bool = False,
 ) -> tuple[list[TaskRecord], EventBatch, DomainError | None]:
@@ -151,7 +158,13 @@ async def claim_next(
     it is returned (third item) rather than raised."""
     try:
         records, events = await claim_tasks(
-            db, principal, worker_id, max_tasks, lease_seconds=lease_seconds, start=start
+            db,
+            principal,
+            worker_id,
+            max_tasks,
+            closed=closed,
+            lease_seconds=lease_seconds,
+            start=start,
         )
     except DomainError as exc:
         return [], EventBatch(), exc

@@ -230,6 +230,13 @@ async def list_jobs(db: Database, room_id: str, limit: int, offset: int) -> Page
     return Page(items=items, total=total, limit=limit, offset=offset)
 
 
+async def is_live(db: Database, room_id: str, category: str, name: str) -> bool:
+    """Whether the room has a live job of this name (a registration then only links a
+    worker to it, or re-registers it)."""
+    async with db.read() as conn:
+        return await store.find_live_job(conn, room_id, category, name) is not None
+
+
 async def get_job(db: Database, room_id: str, full_name: str) -> JobRecord:
     validate_room_id(room_id)
     async with db.read() as conn:

@@ -22,7 +22,7 @@ from taskhub.services.jobs import (
     soft_delete_orphans_after_commit,
 )
 from taskhub.services.providers import invalidations, removed_with_workers
-from taskhub.services.workers import WORKER_DISCONNECTED, remove_silent_worker
+from taskhub.services.workers import WORKER_DISCONNECTED, remove_silent_worker, worker_removed
 from taskhub.store import attempts as attempts_store
 from taskhub.store import sweeps as store
 from taskhub.store.database import Database
@@ -74,19 +74,23 @@ async def remove_idle_silent_workers(
     async with db.write() as conn:
         ids = await store.lock_idle_silent_workers(conn, cutoff, limit)
         removed: set[UUID] = set()
-        jobs: dict[UUID, list[tuple[UUID, str]]] = {}
-        providers: list[Any] = []
+        jobs: dict[UUID, list[Any]] = {}
+        providers: dict[UUID, list[Any]] = {}
         for chunk in chunked(ids):
             for row in await store.jobs_served_by(conn, chunk):
-                jobs.setdefault(row.worker_id, []).append((row.id, row.room_id))
-            providers.extend(await removed_with_workers(conn, chunk))
+                jobs.setdefault(row.worker_id, []).append(row)
+            for row in await removed_with_workers(conn, chunk):
+                providers.setdefault(row.worker_id, []).append(row)
             removed.update(await store.delete_idle_workers(conn, chunk))
         served = [job for worker_id in removed for job in jobs.get(worker_id, ())]
-    await soft_delete_orphans_after_commit(db, {job_id for job_id, _room in served})
+    await soft_delete_orphans_after_commit(db, {row.id for row in served})
     events = EventBatch()
-    for room in sorted({room for _job_id, room in served}):
+    for room in sorted({row.room_id for row in served}):
         events.add(JobsInvalidate(room))
-    events.extend(invalidations([row.room_id for row in providers if row.worker_id in removed]))
+    gone = [row for worker_id in removed for row in providers.get(worker_id, ())]
+    events.extend(invalidations([row.room_id for row in gone]))
+    for worker_id in sorted(removed):
+        events.add(worker_removed(worker_id, jobs.get(worker_id, ()), providers.get(worker_id, ())))
     return len(removed), events
 
 

@@ -3,14 +3,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 from uuid import UUID
 
 from taskhub.clock import new_id, utcnow
 from taskhub.rules.errors import Forbidden, WorkerNotFound
-from taskhub.rules.events import EventBatch, JobsInvalidate
+from taskhub.rules.events import EventBatch, JobsInvalidate, WorkerRemoved
 from taskhub.rules.naming import JobName, validate_room_id, visible_job_rooms
+from taskhub.rules.providers import ProviderName
 from taskhub.rules.records import Page, Principal, RoomWorker, WorkerRecord, beyond
 from taskhub.rules.retries import DEFAULT_RETRY_POLICY, RetryPolicy
 from taskhub.services.attempts import end_abandoned_attempts, ended_attempt_events
@@ -150,6 +153,7 @@ async def remove_worker(
     for job_row in job_rows:
         events.add(JobsInvalidate(job_row.room_id))
     events.extend(invalidations([row.room_id for row in providers]))
+    events.add(worker_removed(worker_id, job_rows, providers))
     jobs = {row.id for row in job_rows} | {attempt.record.job_id for attempt in ended}
     return Removal(events, jobs)
 
@@ -210,3 +214,15 @@ async def list_room_workers(
             )
         )
     return Page(items=items, total=total, limit=limit, offset=offset)
+
+
+def worker_removed(worker_id: UUID, jobs: Iterable[Any], providers: Iterable[Any]) -> WorkerRemoved:
+    """The removal's event, from the rows (room_id, category, name) of the jobs the worker
+    was linked to and of the providers that went with it."""
+    return WorkerRemoved(
+        worker_id,
+        tuple(sorted(JobName(row.room_id, row.category, row.name).full_name for row in jobs)),
+        tuple(
+            sorted(ProviderName(row.room_id, row.category, row.name).full_name for row in providers)
+        ),
+    )

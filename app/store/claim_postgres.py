@@ -34,7 +34,6 @@ from taskhub.store.claim_shape import (
     served_jobs,
     within_limits_together,
 )
-from taskhub.store.hot_statements import hot
 from taskhub.store.running_limits import within_limits
 from taskhub.store.tables import task_table, worker_table
 
@@ -56,7 +55,7 @@ def postgresql_claim(shape: ClaimShape) -> Executable:
     served = served_jobs(shape.check_owner).subquery("served")
     # Only tasks whose submitter and room are within their job's running limits
     # (``rules.running_limits``; a task of an unlimited job is told by its index entry).
-    with_room = [within_limits(task, DIALECT)]
+    with_room = [within_limits(task, DIALECT), *shape.room_conditions(task)]
 
     def heads_of(claimable: list[Any], name: str) -> Any:
         head = (
@@ -89,8 +88,8 @@ def postgresql_claim(shape: ClaimShape) -> Executable:
     owner = select(worker_table.c.user_id).where(worker_table.c.id == bindparam("worker_id"))
     columns: list[CTE | Label[Any]] = [rows, owner.scalar_subquery().label("worker_owner")]
     if shape.source == ClaimFrom.DUE_WAITING:  # asked only after a short claim of the queue
-        columns.append(claimable_left(DIALECT).label("claimable_left"))
-    return hot(select(*columns).select_from(one.outerjoin(rows, true())))
+        columns.append(claimable_left(DIALECT, shape.exclude_rooms).label("claimable_left"))
+    return shape.hot(select(*columns).select_from(one.outerjoin(rows, true())))
 
 
 def postgresql_taken(answer: Sequence[Any]) -> Taken:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import enum
 import functools
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 from uuid import UUID
 
 from sqlalchemy import Update, bindparam, exists, or_, select, union_all, update
@@ -31,6 +31,8 @@ from taskhub.store.tables import (
     task_table,
     worker_table,
 )
+
+S = TypeVar("S", bound=Executable)
 
 
 def _due() -> Any:
@@ -63,14 +65,30 @@ class ClaimShape:
     """What a claim statement is built for (once per shape): up to ``limit`` tasks of
     ``source``; with ``check_owner`` only for a caller holding a claim role; with ``start``
     started as well as claimed; with ``wait_for_locked`` (PostgreSQL) waiting for rows
-    another claim holds instead of skipping them. ``limit`` is part of the shape: it sets
-    the statement's form (one task or several) and its LIMITs' values."""
+    another claim holds instead of skipping them; with ``exclude_rooms`` never a task of
+    the rooms ``:closed_rooms`` (private rooms where the worker's owner may not work).
+    ``limit`` is part of the shape: it sets the statement's form (one task or several) and
+    its LIMITs' values."""
 
     check_owner: bool
     limit: int
     wait_for_locked: bool = False
     source: ClaimFrom = ClaimFrom.QUEUE
     start: bool = False
+    exclude_rooms: bool = False
+
+    def room_conditions(self, task: Any) -> list[Any]:
+        """Beside the running limits: the closed rooms left alone (``exclude_rooms``)."""
+        if not self.exclude_rooms:
+            return []
+        return [task.c.room_id.not_in(bindparam("closed_rooms", expanding=True))]
+
+    def hot(self, statement: S) -> S:
+        """``statement`` run straight on the driver (``hot_statements``), but for a claim
+        that leaves rooms alone: its list of rooms expands at execution time, which a hot
+        statement cannot (such a claim is rare: a non-member's worker while rooms are
+        private; the open rooms' claims stay hot)."""
+        return statement if self.exclude_rooms else hot(statement)
 
 
 def served_jobs(check_owner: bool) -> Any:
@@ -173,19 +191,23 @@ def claimed_update(shape: ClaimShape, chosen: Any) -> Update:
     )
 
 
-def claimable_left(dialect: str) -> Any:
+def claimable_left(dialect: str, exclude_rooms: bool = False) -> Any:
     """Whether a task of ``:worker_id``'s jobs is claimable at ``:now``, queued or due and
-    waiting (its submitter and room within their running limits)."""
+    waiting (its submitter and room within their running limits; with ``exclude_rooms``
+    not in ``:closed_rooms``)."""
     served = task_table.c.job_id.in_(_served_jobs())
     with_room = [within_limits(task_table, dialect)]
+    if exclude_rooms:
+        with_room.append(task_table.c.room_id.not_in(bindparam("closed_rooms", expanding=True)))
     return or_(*(exists().where(*kind, served, *with_room) for kind in ClaimFrom.BOTH.conditions()))
 
 
 @functools.cache
-def claimable_left_statement(dialect: str) -> Executable:
+def claimable_left_statement(dialect: str, exclude_rooms: bool = False) -> Executable:
     """``SELECT <claimable_left>``: asked after a claim that waited for a locked task and
     got nothing (PostgreSQL, ``claims.claim``)."""
-    return hot(select(claimable_left(dialect).label("claimable_left")))
+    statement = select(claimable_left(dialect, exclude_rooms).label("claimable_left"))
+    return statement if exclude_rooms else hot(statement)
 
 
 @dataclass(slots=True)

@@ -22,7 +22,6 @@ from taskhub.store.claim_shape import (
     served_jobs,
     within_limits_together,
 )
-from taskhub.store.hot_statements import hot
 from taskhub.store.running_limits import within_limits
 from taskhub.store.tables import task_table
 
@@ -39,7 +38,7 @@ def sqlite_claim(shape: ClaimShape) -> Executable:
     served = served_jobs(shape.check_owner)
     # Only tasks whose submitter and room are within their job's running limits
     # (``rules.running_limits``; a task of an unlimited job is told by its flag).
-    with_room = [within_limits(task, DIALECT)]
+    with_room = [within_limits(task, DIALECT), *shape.room_conditions(task)]
     kinds = [
         select(task.c.id, task.c.priority, task.c.turn_at)
         .where(*claimable, *with_room, task.c.job_id.in_(served))
@@ -54,7 +53,7 @@ def sqlite_claim(shape: ClaimShape) -> Executable:
             best_of([select(*kind.subquery().c) for kind in kinds]), shape.limit
         )
         candidates = select(heads.c.id).order_by(*in_queue_order(heads)).limit(shape.limit)
-    return hot(claimed_update(shape, task.c.id.in_(candidates.scalar_subquery())))
+    return shape.hot(claimed_update(shape, task.c.id.in_(candidates.scalar_subquery())))
 
 
 def sqlite_taken(answer: Sequence[Any]) -> Taken:

@@ -64,15 +64,16 @@ def claim_statement(
     wait_for_locked: bool = False,
     source: ClaimFrom = ClaimFrom.QUEUE,
     start: bool = False,
+    exclude_rooms: bool = False,
 ) -> Executable:
     """Claim up to ``limit`` of the first claimable tasks of ``source`` (due at ``:now``;
     in queue order: ``claim_shape.in_queue_order``) of ``:worker_id``'s jobs, atomically,
     as a new attempt with ``:claim_token`` (and ``:claim_key``, the claim's
     Idempotency-Key or NULL), leased until ``:lease_until``; with ``check_owner`` only if
     ``:owner_id`` holds one of ``rules.authorisation.claim_roles``; with ``start`` also
-    started, in the same statement. One statement per shape (``ClaimShape``), built by
-    ``dialect``'s builder."""
-    shape = ClaimShape(check_owner, limit, wait_for_locked, source, start)
+    started, in the same statement; with ``exclude_rooms`` none of ``:closed_rooms``. One
+    statement per shape (``ClaimShape``), built by ``dialect``'s builder."""
+    shape = ClaimShape(check_owner, limit, wait_for_locked, source, start, exclude_rooms)
     return _ENGINES[dialect].build(shape)
 
 
@@ -103,6 +104,7 @@ async def claim(
     now: datetime,
     request_key: str | None = None,
     start: bool = False,
+    closed_rooms: frozenset[str] = frozenset(),
 ) -> Claimed:
     """Claim up to ``limit`` tasks for the worker (``claim_statement``): the claim queue
     first, then, if that was short, the due waiting tasks. When the claim's own answer
@@ -111,8 +113,9 @@ async def claim(
     nothing was claimed. After an empty claim although a task was claimable (skipped as
     locked: PostgreSQL), it waits for the locked ones. Tasks claimed by the first statement
     (committed on their own outside a transaction) are answered even if the second fails.
-    With ``start`` every statement also starts the tasks it claims."""
-    params = {
+    With ``start`` every statement also starts the tasks it claims. ``closed_rooms``: the
+    rooms whose tasks it leaves alone (private rooms where the caller may not work)."""
+    params: dict[str, Any] = {
         "worker_id": worker_id,
         "claim_token": claim_token,
         "claim_key": request_key,
@@ -122,7 +125,13 @@ async def claim(
     }
     dialect = conn.dialect.name
     engine = _ENGINES[dialect]
-    common = {"check_owner": not is_unrestricted(principal), "start": start}
+    common = {
+        "check_owner": not is_unrestricted(principal),
+        "start": start,
+        "exclude_rooms": bool(closed_rooms),
+    }
+    if closed_rooms:
+        params["closed_rooms"] = sorted(closed_rooms)
     statement = claim_statement(dialect, **common, limit=limit)
     first = engine.taken((await conn.execute(statement, params)).all())
     rows, owner = first.rows, first.worker_owner
@@ -146,14 +155,21 @@ async def claim(
             waiting = claim_statement(
                 dialect, **common, limit=limit, wait_for_locked=True, source=ClaimFrom.BOTH
             )
-            rows = await _claim_waiting_for_locked(conn, engine, waiting, params)
+            rows = await _claim_waiting_for_locked(
+                conn, engine, waiting, params, exclude_rooms=bool(closed_rooms)
+            )
     if not rows and not first.owner_read:  # is the worker unknown, or not the caller's?
         owner = await conn.scalar(_WORKER_OWNER, {"worker_id": worker_id})
     return Claimed(rows, owner)
 
 
 async def _claim_waiting_for_locked(
-    conn: Connection, engine: _Engine, statement: Executable, params: dict[str, Any]
+    conn: Connection,
+    engine: _Engine,
+    statement: Executable,
+    params: dict[str, Any],
+    *,
+    exclude_rooms: bool,
 ) -> list[Any]:
     """After a claim that got nothing although a task was claimable: it skipped what
     another claim held but did not take, so wait for it this time (``statement``). Again
@@ -166,7 +182,7 @@ async def _claim_waiting_for_locked(
         rows = engine.taken((await conn.execute(statement, params)).all()).rows
         if rows:
             return rows
-        left = await conn.scalar(claimable_left_statement(conn.dialect.name), params)
+        left = await conn.scalar(claimable_left_statement(conn.dialect.name, exclude_rooms), params)
     return []
 
 

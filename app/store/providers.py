@@ -83,12 +83,12 @@ async def provider_page(
 
 
 async def provider_rooms_of(conn: Connection, worker_ids: Sequence[UUID]) -> list[Any]:
-    """``(worker_id, room_id)`` of the providers of ``worker_ids``: read before those workers
-    are deleted (their providers go with them, ON DELETE CASCADE)."""
+    """``(worker_id, room_id, category, name)`` of the providers of ``worker_ids``: read
+    before those workers are deleted (their providers go with them, ON DELETE CASCADE)."""
     rows = await conn.execute(
-        select(provider.c.worker_id, provider.c.room_id).where(
-            provider.c.worker_id.in_(list(worker_ids))
-        )
+        select(
+            provider.c.worker_id, provider.c.room_id, provider.c.category, provider.c.name
+        ).where(provider.c.worker_id.in_(list(worker_ids)))
     )
     return list(rows.all())
 

@@ -57,9 +57,16 @@ async def lock_idle_silent_workers(
 
 
 async def jobs_served_by(conn: AsyncConnection, worker_ids: Sequence[UUID]) -> list[Any]:
-    """(worker_id, id, room_id) of the jobs linked to each of ``worker_ids``."""
+    """(worker_id, id, room_id, category, name) of the jobs linked to each of
+    ``worker_ids``."""
     statement = (
-        select(link_table.c.worker_id, job_table.c.id, job_table.c.room_id)
+        select(
+            link_table.c.worker_id,
+            job_table.c.id,
+            job_table.c.room_id,
+            job_table.c.category,
+            job_table.c.name,
+        )
         .join(job_table, link_table.c.job_id == job_table.c.id)
         .where(link_table.c.worker_id.in_(worker_ids))
     )

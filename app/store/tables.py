@@ -186,6 +186,30 @@ class Provider(TaskhubModel, table=True):
     created_at: datetime = Field(default_factory=utcnow, sa_type=UTCDateTime)
 
 
+class RoomSetting(TaskhubModel, table=True):
+    """A room's visibility (docs/protocol.md, "Private rooms"): ``private`` keeps the room
+    to its members; no row, or ``open``, is every room's default."""
+
+    __tablename__ = "room_setting"
+
+    room_id: str = Field(sa_type=String(128), primary_key=True)
+    visibility: str = Field(sa_type=String(16))
+    updated_at: datetime = Field(default_factory=utcnow, sa_type=UTCDateTime)
+
+
+class RoomMember(TaskhubModel, table=True):
+    """A member of a room: a user (by id) or a group (a name from identity claims), with a
+    role (``rules.authorisation.RoomRole``). Kept when a room is opened again."""
+
+    __tablename__ = "room_member"
+
+    room_id: str = Field(sa_type=String(128), primary_key=True)
+    kind: str = Field(sa_type=String(8), primary_key=True)  # "user" or "group"
+    subject: str = Field(sa_type=String(255), primary_key=True)  # a user id, or a group
+    role: str = Field(sa_type=String(16))
+    created_at: datetime = Field(default_factory=utcnow, sa_type=UTCDateTime)
+
+
 class Task(TaskhubModel, table=True):
     """One invocation of a job. ``worker_id`` has no foreign key on purpose: the task keeps
     the id of the worker that ran it after that worker is gone."""
@@ -395,6 +419,8 @@ cluster_lease_table = metadata.tables[ClusterLeaseRow.__tablename__]
 user_usage_table = metadata.tables[UserUsage.__tablename__]
 revoked_token_table = metadata.tables[RevokedToken.__tablename__]
 provider_table = metadata.tables[Provider.__tablename__]
+room_setting_table = metadata.tables[RoomSetting.__tablename__]
+room_member_table = metadata.tables[RoomMember.__tablename__]
 
 
 def answered_task_columns() -> list[Any]:

@@ -34,6 +34,39 @@ async def insert_user(conn: AsyncConnection, user_id: UUID, name: str, *, superu
     return True
 
 
+async def upsert_user(conn: AsyncConnection, user_id: UUID, name: str, *, superuser: bool) -> None:
+    """The user of ``user_id`` (signed in elsewhere: a host application, an identity
+    provider) exists with this name and superuser flag. Names are unique: a name held by
+    another user gets ``~`` and the start of the id after it."""
+    row = (
+        await conn.execute(
+            select(user_table.c.name, user_table.c.is_superuser).where(user_table.c.id == user_id)
+        )
+    ).first()
+    if row is not None and row.is_superuser == superuser and _same_name(row.name, name, user_id):
+        return
+    taken = await conn.scalar(
+        select(user_table.c.id).where(user_table.c.name == name[:128], user_table.c.id != user_id)
+    )
+    stored = name[:128] if taken is None else f"{name[:119]}~{user_id.hex[:8]}"
+    if row is None:
+        await conn.execute(
+            insert(user_table).values(
+                id=user_id, name=stored, is_superuser=superuser, created_at=utcnow()
+            )
+        )
+    else:
+        await conn.execute(
+            update(user_table)
+            .where(user_table.c.id == user_id)
+            .values(name=stored, is_superuser=superuser)
+        )
+
+
+def _same_name(stored: str, name: str, user_id: UUID) -> bool:
+    return stored in (name[:128], f"{name[:119]}~{user_id.hex[:8]}")
+
+
 async def insert_token(conn: AsyncConnection, user_id: UUID, token_hash: str) -> None:
     await conn.execute(
         insert(token_table).values(

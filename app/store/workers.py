@@ -147,9 +147,9 @@ async def lock_if_silent(conn: AsyncConnection, worker_id: UUID, silent_since: d
 
 
 async def linked_jobs(conn: AsyncConnection, worker_id: UUID) -> Sequence[Any]:
-    """(id, room_id) of the jobs the worker is linked to."""
+    """(id, room_id, category, name) of the jobs the worker is linked to."""
     rows = await conn.execute(
-        select(job_table.c.id, job_table.c.room_id)
+        select(job_table.c.id, job_table.c.room_id, job_table.c.category, job_table.c.name)
         .join(link_table, link_table.c.job_id == job_table.c.id)
         .where(link_table.c.worker_id == worker_id)
     )

@@ -4,7 +4,8 @@ and a default set on every other response the hub writes.
 The page: a strict Content-Security-Policy: scripts only from the hub itself, plus the
 page's one inline script, its import map, allowed by the SHA-256 of its exact text (read
 from index.html when the app starts, so an edit of the map never needs a hand-made hash);
-no inline styles, no plugins, no framing, no other origins. With it, the usual hardening
+no inline styles, no plugins, no framing, no other origins (but the identity provider's,
+for the page's sign-in, when one is configured). With it, the usual hardening
 headers: no MIME sniffing, no referrer, no framing (for browsers without CSP level 2).
 
 Everything else (API JSON, problems, 404s, metrics, health, Socket.IO polling answers):
@@ -34,15 +35,19 @@ def import_map_hash(index_html: Path) -> str:
     return f"'sha256-{base64.b64encode(digest).decode('ascii')}'"
 
 
-def content_security_policy(index_html: Path) -> str:
-    """The page's policy: everything from the hub itself, nothing inline but the import map."""
+def content_security_policy(index_html: Path, sign_in_origin: str | None = None) -> str:
+    """The page's policy: everything from the hub itself, nothing inline but the import map;
+    with a provider to sign in with, requests to its origin too (its discovery document and
+    token endpoint: the page leaves for its sign-in and sign-out pages by navigating, which
+    no directive restricts)."""
+    connect = "connect-src 'self'" + (f" {sign_in_origin}" if sign_in_origin else "")
     return "; ".join(
         [
             "default-src 'self'",
             f"script-src 'self' {import_map_hash(index_html)}",
             "style-src 'self'",
             "img-src 'self' data:",
-            "connect-src 'self'",
+            connect,
             "object-src 'none'",
             "base-uri 'none'",
             "form-action 'self'",
@@ -64,10 +69,13 @@ DEFAULT_HEADERS: tuple[tuple[bytes, bytes], ...] = (
 )
 
 
-def security_headers(index_html: Path) -> list[tuple[bytes, bytes]]:
+def security_headers(
+    index_html: Path, sign_in_origin: str | None = None
+) -> list[tuple[bytes, bytes]]:
     """Every header the page and its assets are served with."""
+    policy = content_security_policy(index_html, sign_in_origin)
     return [
-        (b"content-security-policy", content_security_policy(index_html).encode("ascii")),
+        (b"content-security-policy", policy.encode("ascii")),
         *_HARDENING,
     ]
 

@@ -11,8 +11,10 @@ from uuid import UUID
 
 from taskhub.clock import utcnow
 from taskhub.observability import metrics
+from taskhub.rules.authorisation import RoomAction
 from taskhub.rules.events import EventBatch
 from taskhub.rules.records import Principal
+from taskhub.rules.states import TaskStatus
 from taskhub.runtime import Hub
 from taskhub.services import claim, transitions
 from taskhub.transport.http.problems import problem_body
@@ -27,9 +29,12 @@ from taskhub.transport.http.schemas import (
 async def apply_task_update(
     hub: Hub, principal: Principal, task_id: UUID, body: TaskUpdateIn
 ) -> dict[str, Any]:
+    writer = await hub.rooms.updating_as(
+        hub.db, principal, task_id, cancel=body.status == TaskStatus.CANCELLED
+    )
     record, events = await transitions.update_task(
         hub.db,
-        principal,
+        writer,
         task_id,
         status=body.status,
         error=body.error,
@@ -59,6 +64,7 @@ async def _claim_next(
             principal,
             ask.worker_id,
             ask.max_tasks,
+            closed=await hub.rooms.closed_to(principal, RoomAction.WORK),
             lease_seconds=hub.settings.task_lease_seconds,
             start=ask.start,
         )

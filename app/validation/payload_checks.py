@@ -107,6 +107,11 @@ class PayloadChecks:
             max_workers=1, thread_name_prefix="taskhub-payloads"
         )
 
+    def configure(self, settings: Settings) -> None:
+        """Take the process's bounds from its settings."""
+        self.deadline_seconds = settings.payload_validation_seconds
+        self.most_waiting_per_user = settings.user_max_costly_validations
+
     def observe(self, observer: ThreadObserver) -> None:
         """Tell ``observer`` what goes on at the thread from now on (the process's metrics)."""
         self._observer = observer

@@ -74,3 +74,33 @@ def cpu_used(
         key: None if start is None or end is None else round(end - start, 2)
         for key, start, end in zip(CPU_KEYS, before, after, strict=True)
     }
+
+
+def process_tree_cpu_seconds(pid: int | None) -> float | None:
+    """CPU time so far of a process, of its children it has reaped and of its live
+    descendants (a worker that runs its jobs in child processes); None if it is gone."""
+    stat = None if pid is None else proc_stat(pid)
+    if stat is None:
+        return None
+    children: dict[str, list[tuple[int, list[str]]]] = {}
+    for entry in Path("/proc").iterdir():
+        child = proc_stat(int(entry.name)) if entry.name.isdigit() else None
+        if child is not None:
+            children.setdefault(child[1][1], []).append((int(entry.name), child[1]))
+    total, pending = _ticks(stat[1], 11, 12, 13, 14), [pid]
+    while pending:
+        for child_pid, fields in children.get(str(pending.pop()), []):
+            total += _ticks(fields, 11, 12, 13, 14)
+            pending.append(child_pid)
+    return total
+
+
+def machine_busy_seconds() -> float | None:
+    """CPU time every core of the machine has spent busy so far (``/proc/stat``: user,
+    nice, system, irq, softirq and steal; not idle or iowait); None elsewhere."""
+    try:
+        fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()
+    except OSError:
+        return None
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(v) for v in fields[1:9])
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")

@@ -357,16 +357,21 @@ async def strip_to_floor(database_url: str) -> list[str]:
 
 @asynccontextmanager
 async def hub_target(
-    engine: str, options: TargetOptions, *, floor: bool = False
+    engine: str,
+    options: TargetOptions,
+    *,
+    floor: bool = False,
+    extra_env: dict[str, str] | None = None,
 ) -> AsyncIterator[Target]:
     """``taskhub serve`` on a fresh, migrated database of ``engine`` (``sqlite`` or
     ``postgres``; a PostgreSQL database is dropped afterwards); with ``floor``, a
-    PostgreSQL schema stripped by ``strip_to_floor``."""
+    PostgreSQL schema stripped by ``strip_to_floor``; ``extra_env`` added to the hub's
+    environment (e.g. a ``PYTHONPATH`` naming another tree's ``taskhub``)."""
     port, token = free_port(), "th_" + secrets.token_urlsafe(32)
     async with fresh_database(engine, options) as url:
         if floor:
             await strip_to_floor(url)
-        env = _hub_env(url, token, options)
+        env = {**_hub_env(url, token, options), **(extra_env or {})}
         name = f"{engine}-floor" if floor else engine
         log = options.workdir / f"{name}.log"
         postmaster = await pg_server_pid(options.pg_admin_url) if engine == "postgres" else None

@@ -23,6 +23,7 @@ COMMANDS = {
     "providers": "provider reads, cached and round trips, against zndraw-joblib's server",
     "socket_memory": "the hub's memory per connected socket",
     "versus": "the throughput of two checkouts side by side",
+    "peers": "Taskhub against procrastinate, PgQueuer, SAQ and taskiq",
 }
 
 

@@ -10,6 +10,7 @@ from sqlalchemy import delete, update
 
 from taskhub.clock import utcnow
 from taskhub.duties.sweeper import Sweeper
+from taskhub.realtime.event_payloads import event_payload
 from taskhub.rules.states import TaskStatus
 from taskhub.services import sweeps
 from taskhub.services.workers import remove_silent_worker
@@ -158,9 +159,11 @@ async def test_two_sweepers_at_once_do_the_work_once(alice, db, app, published):
     reports = await asyncio.gather(first.run_once(), second.run_once())
     assert sum(r.workers_removed for r in reports) == 1
     failures = [
-        e for e in published if e.name == "task_status_event" and e.payload()["status"] == "failed"
+        e
+        for e in published
+        if e.name == "task_status_event" and event_payload(e)["status"] == "failed"
     ]
-    assert [e.payload()["id"] for e in failures] == [task["id"]]
+    assert [event_payload(e)["id"] for e in failures] == [task["id"]]
 
 
 async def test_stuck_internal_tasks_fail_with_internal_timeout(alice, db, sweeper, published):
@@ -187,7 +190,7 @@ async def test_stuck_internal_tasks_fail_with_internal_timeout(alice, db, sweepe
     assert (after["status"], after["error"]) == ("failed", "Internal worker timeout")
     assert (await alice.task(fresh["id"]))["status"] == "running"
     assert any(
-        e.name == "task_status_event" and e.payload()["id"] == stuck["id"] for e in published
+        e.name == "task_status_event" and event_payload(e)["id"] == stuck["id"] for e in published
     )
 
 
@@ -354,7 +357,7 @@ async def test_an_expired_lease_fails_the_task_and_tells_its_worker(alice, db, s
     assert (failed["status"], failed["error"]) == ("failed", "Lease expired")
     assert (await alice.task(kept["id"]))["status"] == "claimed"
     assert (await alice.get("/workers")).json()["total"] == 1  # the worker itself is alive
-    told = [e.payload() for e in published if e.name == "task_cancelled"]
+    told = [event_payload(e) for e in published if e.name == "task_cancelled"]
     assert told == [{"task_id": lost["id"], "job_name": JOB, "worker_id": job["worker_id"]}]
 
 
@@ -382,7 +385,7 @@ async def test_tasks_claimed_by_a_worker_that_is_gone_end_as_its_removal_would(
         None,
     )
     assert (await alice.task(kept["id"]))["status"] == "claimed"  # its worker is alive
-    changed = {e.payload()["id"] for e in published if e.name == "task_status_event"}
+    changed = {event_payload(e)["id"] for e in published if e.name == "task_status_event"}
     assert changed == {last_try["id"], retried["id"]}
     assert (await sweeper.run_once()).orphaned_attempts_ended == 0
 
@@ -432,7 +435,7 @@ async def test_an_expired_lease_with_attempts_left_is_retried_and_its_worker_tol
     assert (back["status"], back["error"], back["attempt"]) == ("pending", "Lease expired", 1)
     assert back["worker_id"] is None and back["run_at"] is not None
     told = [e for e in published if e.name == "task_cancelled"]
-    assert [e.payload()["worker_id"] for e in told] == [job["worker_id"]]
+    assert [event_payload(e)["worker_id"] for e in told] == [job["worker_id"]]
     # The wedged worker's late write is refused; the task waits for its next attempt.
     late = await alice.transition(task["id"], "completed", claim_token=claimed["claim_token"])
     assert_problem(late, 409, "stale-claim")

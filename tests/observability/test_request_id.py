@@ -109,10 +109,17 @@ async def test_log_lines_outside_requests_have_no_id(json_log: io.StringIO) -> N
     assert line["message"] == "between requests"
 
 
-async def test_socket_handler_log_lines_carry_the_connection_id(app, json_log) -> None:
-    """A failing Socket.IO event is logged with ``sio-<sid>`` (here: an unknown sid)."""
+async def test_socket_handler_log_lines_carry_the_connection_id(app, json_log, monkeypatch) -> None:
+    """A failing Socket.IO event is logged with ``sio-<sid>`` (here: its session cannot be
+    read)."""
+
+    async def broken(_sid: str) -> None:
+        raise RuntimeError("the session store is broken")
+
+    monkeypatch.setattr(app.sockets, "session_of", broken)
     handler = app.sio.handlers["/"]["join_job_room"]
-    ack = await handler("s1d-x", {"job_name": "lab:modifiers:R", "worker_id": "w"})
+    worker_id = "0192f0c4-0000-7000-8000-000000000001"
+    ack = await handler("s1d-x", {"job_name": "lab:modifiers:R", "worker_id": worker_id})
     assert ack["status"] == 500
     (line,) = [line for line in lines(json_log) if line["level"] == "ERROR"]
     assert line["request_id"] == "sio-s1d-x"

@@ -4,9 +4,10 @@ background itself), every event is emitted, whatever its payload holds."""
 from __future__ import annotations
 
 from typing import Any
+from uuid import uuid4
 
 from taskhub.realtime.socket_sink import SocketSink
-from taskhub.rules.events import TaskStatusChanged
+from taskhub.rules.events import TaskStatusChanged, WorkerRemoved
 from taskhub.rules.states import TaskStatus
 from tests.support.records import a_task_record
 
@@ -32,3 +33,11 @@ async def test_an_event_whose_result_holds_an_integer_beyond_64_bits_goes_out() 
     [(name, payload, room)] = emitter.sent
     assert (name, room) == ("task_status_event", "room:room")
     assert payload["result"] == {"big": 2**70}
+
+
+async def test_an_event_for_the_process_s_own_listeners_is_not_emitted() -> None:
+    emitter = SharedRooms()
+    sink = SocketSink(emitter)
+    gone = WorkerRemoved(uuid4(), jobs=("room:modifiers:Job",), providers=())
+    await sink([gone, TaskStatusChanged(a_task_record())])
+    assert [name for name, _, _ in emitter.sent] == ["task_status_event"]

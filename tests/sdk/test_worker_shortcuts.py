@@ -75,6 +75,28 @@ def test_the_worker_uses_the_shortcuts(sqlite_hub: Hub, room: str) -> None:
         assert task["status"] == "completed" and task["attempt"] == 1
 
 
+def test_runs_ending_together_each_claim_their_successor(sqlite_hub: Hub, room: str) -> None:
+    """Every slot of a full worker frees at once with tasks waiting: each end report claims
+    the next task for its own slot, none is left to a claim of the claimer's."""
+    hub = sqlite_hub
+    keys = [f"{room}-{i}" for i in range(4)]
+    with (
+        Worker(hub.url, hub.user_token, [Gate, Echo], room=room, concurrency=4, push=False),
+        Client(hub.url, hub.user_token) as client,
+    ):
+        gated = [client.submit(Gate(key=key), room=room) for key in keys]
+        for key in keys:
+            assert STARTED[key].wait(10)
+        waiting = [client.submit(Echo(text=str(i)), room=room) for i in range(4)]
+        started, nexts, _, _ = shortcut_counts(hub)
+        for key in keys:
+            GATES[key].set()
+        assert [handle.result(timeout=30)["echo"] for handle in waiting] == ["0", "1", "2", "3"]
+        assert [handle.result(timeout=10) for handle in gated] == ["passed"] * 4
+    after = shortcut_counts(hub)
+    assert (after[0] - started, after[1] - nexts) == (0, 4)
+
+
 def test_the_worker_falls_back_on_a_hub_without_the_shortcuts(older_hub: Hub, room: str) -> None:
     before = shortcut_counts(older_hub)
     ids = serve_many(older_hub, room, 12, concurrency=3)

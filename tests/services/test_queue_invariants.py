@@ -72,6 +72,11 @@ from tests.support.machines import NoExecutors, ServiceMachine
 from tests.support.properties import examples
 from tests.support.queue_model import QueueModel
 
+
+async def _open_everywhere(_principal: Principal) -> frozenset[str]:
+    return frozenset()
+
+
 S = TaskStatus
 IMMEDIATE_RETRY = RetryPolicy(base_seconds=0, jitter=0)  # retried tasks are due at once
 CATEGORIES = ["modifiers"]
@@ -93,7 +98,11 @@ class QueueMachine(ServiceMachine):
         self.pushed: list[TaskRecord] = []
         self.socket_up = True  # whether a push finds the worker's socket
         self.pusher = TaskPusher(
-            self.db, Publisher(TaskWaiters()), lease_seconds=60, deliver=self._deliver
+            self.db,
+            Publisher(TaskWaiters()),
+            lease_seconds=60,
+            deliver=self._deliver,
+            closed=_open_everywhere,
         )
 
     async def _deliver(self, _grant: Grant, records: list[TaskRecord]) -> bool:
@@ -204,7 +213,15 @@ class QueueMachine(ServiceMachine):
         worker_id = self.workers[worker]
         expected = self._next_claims(worker_id, batch)
         records, _ = self.run(
-            claim.claim_tasks(self.db, self.owner, worker_id, batch, lease_seconds=60, start=start)
+            claim.claim_tasks(
+                self.db,
+                self.owner,
+                worker_id,
+                batch,
+                closed=frozenset(),
+                lease_seconds=60,
+                start=start,
+            )
         )
         self._took(records, worker_id, expected, start)
 
@@ -364,7 +381,15 @@ class QueueMachine(ServiceMachine):
         self._release(task_id, S.COMPLETED)
         expected = self._next_claims(worker_id, batch)
         records, _, refused = self.run(
-            claim.claim_next(self.db, self.owner, worker_id, batch, lease_seconds=60, start=start)
+            claim.claim_next(
+                self.db,
+                self.owner,
+                worker_id,
+                batch,
+                closed=frozenset(),
+                lease_seconds=60,
+                start=start,
+            )
         )
         assert refused is None
         self._took(records, worker_id, expected, start)

@@ -117,7 +117,13 @@ class LimitMachine(ServiceMachine):
         expected = self._next_claims(batch)
         records, _ = self.run(
             claim.claim_tasks(
-                self.db, self.users[0], self.workers[worker], batch, lease_seconds=60, start=True
+                self.db,
+                self.users[0],
+                self.workers[worker],
+                batch,
+                closed=frozenset(),
+                lease_seconds=60,
+                start=True,
             )
         )
         assert sorted(r.id for r in records) == sorted(expected), "not the model's claim"
@@ -141,7 +147,13 @@ class LimitMachine(ServiceMachine):
             return await asyncio.gather(
                 *(
                     claim.claim_tasks(
-                        self.db, self.users[0], self.workers[n % 2], 1, lease_seconds=60, start=True
+                        self.db,
+                        self.users[0],
+                        self.workers[n % 2],
+                        1,
+                        closed=frozenset(),
+                        lease_seconds=60,
+                        start=True,
                     )
                     for n in range(claimers)
                 )

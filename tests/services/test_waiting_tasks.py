@@ -102,7 +102,9 @@ async def test_a_retry_with_a_backoff_waits_and_an_immediate_one_is_queued(db: D
     flags = {}
     for base_seconds in (600, 0):
         task_id = await submit(db, owner, max_attempts=2)
-        (claimed,), _ = await claim.claim_tasks(db, owner, worker, 1, lease_seconds=60)
+        (claimed,), _ = await claim.claim_tasks(
+            db, owner, worker, 1, closed=frozenset(), lease_seconds=60
+        )
         assert claimed.id == task_id
         record, _ = await transitions.update_task(
             db,
@@ -123,7 +125,7 @@ async def test_a_retry_with_a_backoff_waits_and_an_immediate_one_is_queued(db: D
 async def test_a_task_whose_lease_ran_out_waits_for_its_backoff(db: Database) -> None:
     owner, worker = await owner_and_worker(db)
     task_id = await submit(db, owner, max_attempts=2)
-    await claim.claim_tasks(db, owner, worker, 1, lease_seconds=60)
+    await claim.claim_tasks(db, owner, worker, 1, closed=frozenset(), lease_seconds=60)
     later = utcnow() + timedelta(minutes=5)  # the lease (60 s) has run out by then
     ended, _ = await sweeps.end_expired_leases(db, later, RetryPolicy(base_seconds=600, jitter=0))
     assert ended == 1
@@ -145,9 +147,9 @@ async def test_a_claim_takes_the_queue_first_then_the_due_tasks_not_yet_queued(
     await come_due(db, urgent_delayed)
     assert (await waiting_flags(db))[delayed] is True
 
-    first, _ = await claim.claim_tasks(db, owner, worker, 1, lease_seconds=60)
+    first, _ = await claim.claim_tasks(db, owner, worker, 1, closed=frozenset(), lease_seconds=60)
     assert [record.id for record in first] == [queued[0]]
-    rest, _ = await claim.claim_tasks(db, owner, worker, 3, lease_seconds=60)
+    rest, _ = await claim.claim_tasks(db, owner, worker, 3, closed=frozenset(), lease_seconds=60)
     # Higher priority first, then FIFO: the older delayed task before the queued one.
     assert [record.id for record in rest] == [urgent_delayed, delayed, queued[1]]
 
@@ -158,18 +160,20 @@ async def test_once_queued_a_due_task_is_claimed_in_its_place(db: Database) -> N
     urgent_delayed = await submit(db, owner, priority=5, run_at=utcnow() + timedelta(hours=1))
     await come_due(db, urgent_delayed)
     assert await due_tasks.queue_due(db, utcnow(), 1000) == 1
-    claimed, _ = await claim.claim_tasks(db, owner, worker, 1, lease_seconds=60)
+    claimed, _ = await claim.claim_tasks(db, owner, worker, 1, closed=frozenset(), lease_seconds=60)
     assert [record.id for record in claimed] == [urgent_delayed]
-    claimed, _ = await claim.claim_tasks(db, owner, worker, 1, lease_seconds=60)
+    claimed, _ = await claim.claim_tasks(db, owner, worker, 1, closed=frozenset(), lease_seconds=60)
     assert [record.id for record in claimed] == [queued]
 
 
 async def test_an_empty_claim_is_empty_only_when_nothing_is_due(db: Database) -> None:
     owner, worker = await owner_and_worker(db)
     delayed = await submit(db, owner, run_at=utcnow() + timedelta(hours=1))
-    assert (await claim.claim_tasks(db, owner, worker, 1, lease_seconds=60))[0] == []
+    assert (await claim.claim_tasks(db, owner, worker, 1, closed=frozenset(), lease_seconds=60))[
+        0
+    ] == []
     await come_due(db, delayed)
-    claimed, _ = await claim.claim_tasks(db, owner, worker, 1, lease_seconds=60)
+    claimed, _ = await claim.claim_tasks(db, owner, worker, 1, closed=frozenset(), lease_seconds=60)
     assert [record.id for record in claimed] == [delayed]
 
 
@@ -233,7 +237,7 @@ async def test_tasks_claimed_from_the_queue_are_answered_when_the_due_ones_canno
     owner, worker = await owner_and_worker(db)
     queued = await submit(db, owner)
     failing_due_claims(monkeypatch)
-    claimed, _ = await claim.claim_tasks(db, owner, worker, 3, lease_seconds=60)
+    claimed, _ = await claim.claim_tasks(db, owner, worker, 3, closed=frozenset(), lease_seconds=60)
     assert [record.id for record in claimed] == [queued]
     assert (await task_reads.get_task(db, queued)).status == S.CLAIMED
 
@@ -244,7 +248,7 @@ async def test_a_claim_that_got_nothing_fails_with_the_due_ones(
     owner, worker = await owner_and_worker(db)
     failing_due_claims(monkeypatch)
     with pytest.raises(DBAPIError):
-        await claim.claim_tasks(db, owner, worker, 3, lease_seconds=60)
+        await claim.claim_tasks(db, owner, worker, 3, closed=frozenset(), lease_seconds=60)
 
 
 async def test_a_keyed_claim_takes_nothing_when_the_due_ones_cannot_be_read(
@@ -255,5 +259,7 @@ async def test_a_keyed_claim_takes_nothing_when_the_due_ones_cannot_be_read(
     queued = await submit(db, owner)
     failing_due_claims(monkeypatch)
     with pytest.raises(DBAPIError):
-        await claim.claim_tasks(db, owner, worker, 3, lease_seconds=60, request_key="k1")
+        await claim.claim_tasks(
+            db, owner, worker, 3, closed=frozenset(), lease_seconds=60, request_key="k1"
+        )
     assert (await task_reads.get_task(db, queued)).status == S.PENDING

@@ -55,6 +55,8 @@ APP_TABLES = {
     "revoked_token",
     "user_usage",
     "provider",
+    "room_setting",
+    "room_member",
 }
 
 

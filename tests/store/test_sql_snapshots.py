@@ -146,7 +146,8 @@ TASKS = {
 def claims() -> Iterator[Statement]:
     """Each shape ``claims.claim`` runs: the queue, then the due waiting tasks, and on
     PostgreSQL both waiting for locked rows; of one task or more, for a caller whose
-    ownership is checked or not, claiming or claiming and starting."""
+    ownership is checked or not, claiming or claiming and starting; and leaving the closed
+    rooms alone (private rooms where the worker's owner may not work)."""
     shapes: list[tuple[ClaimFrom, bool, tuple[str, ...]]] = [
         (ClaimFrom.QUEUE, False, DIALECTS),
         (ClaimFrom.DUE_WAITING, False, DIALECTS),
@@ -166,6 +167,16 @@ def claims() -> Iterator[Statement]:
                         "start": start,
                     }
                     yield Statement(name, dialects, _claim(shape))
+            # A worker whose owner may not work in some private rooms: they are left alone.
+            name = f"claim-{source.value}{'-waiting' if wait else ''}-limit{limit}"
+            shape = {
+                "check_owner": True,
+                "limit": limit,
+                "wait_for_locked": wait,
+                "source": source,
+                "exclude_rooms": True,
+            }
+            yield Statement(f"{name}-owner-checked-closed-rooms", dialects, _claim(shape))
 
 
 def _claim(shape: dict[str, Any]) -> Source:

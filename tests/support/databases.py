@@ -32,6 +32,8 @@ TABLES = (
     "app_user",
     "cluster_lease",
     "revoked_token",
+    "room_setting",
+    "room_member",
 )
 
 

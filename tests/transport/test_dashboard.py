@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from taskhub.clock import utcnow
+from taskhub.realtime.event_payloads import event_payload
 from taskhub.rules.events import JobsInvalidate, TaskAvailable, TaskStatusChanged
 from taskhub.services import bulk
 from tests.support.api import JOB, assert_problem
@@ -286,7 +287,7 @@ async def test_rerun_submits_the_same_task_again(alice, bob, job, published):
     ]
     assert any(isinstance(e, TaskAvailable) for e in events)
     [status] = [e for e in events if isinstance(e, TaskStatusChanged)]
-    assert status.payload()["rerun_of"] == original["id"] and status.previous is None
+    assert event_payload(status)["rerun_of"] == original["id"] and status.previous is None
 
 
 async def test_rerun_of_a_cancelled_task(alice, job):

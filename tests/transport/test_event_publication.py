@@ -2,6 +2,7 @@
 
 import pytest
 
+from taskhub.realtime.event_payloads import event_payload
 from taskhub.rules.events import Event
 from taskhub.rules.rooms import job_room, room_room, worker_room
 from tests.support.api import JOB
@@ -39,9 +40,12 @@ async def test_submit_announces_the_task(alice, published):
     task = await alice.submit(JOB)
     status, available = published[-1]
     assert (status.name, status.room) == ("task_status_event", room_room("room1"))
-    assert status.payload()["status"] == "pending" and status.payload()["queue_position"] == 1
+    assert (
+        event_payload(status)["status"] == "pending"
+        and event_payload(status)["queue_position"] == 1
+    )
     assert (available.name, available.room) == ("task_available", job_room(JOB))
-    assert available.payload() == {"job_name": JOB, "room_id": "room1", "task_id": task["id"]}
+    assert event_payload(available) == {"job_name": JOB, "room_id": "room1", "task_id": task["id"]}
 
 
 async def test_every_transition_is_published(alice, published):
@@ -51,7 +55,7 @@ async def test_every_transition_is_published(alice, published):
     await alice.transition(task["id"], "running")
     await alice.transition(task["id"], "completed")
     statuses = [
-        event.payload()["status"]
+        event_payload(event)["status"]
         for batch in published
         for event in batch
         if event.name == "task_status_event"
@@ -82,8 +86,8 @@ async def test_deleting_a_worker_publishes_failures_and_invalidation(alice, publ
     assert ("task_status_event", room_room("room1")) in names(batch)
     assert ("jobs_invalidate", room_room("room1")) in names(batch)
     (failed,) = [e for e in batch if e.name == "task_status_event"]
-    assert failed.payload()["id"] == task["id"]
-    assert failed.payload()["error"] == "Worker disconnected"
+    assert event_payload(failed)["id"] == task["id"]
+    assert event_payload(failed)["error"] == "Worker disconnected"
 
 
 async def test_cancelling_a_claimed_task_tells_its_worker(alice, bob, published):
@@ -92,7 +96,7 @@ async def test_cancelling_a_claimed_task_tells_its_worker(alice, bob, published)
     await alice.claim(job["worker_id"])
     await bob.transition(task["id"], "cancelled")
     cancelled = [e for e in published[-1] if e.name == "task_cancelled"]
-    assert [(e.room, e.payload()) for e in cancelled] == [
+    assert [(e.room, event_payload(e)) for e in cancelled] == [
         (
             worker_room(job["worker_id"]),
             {"task_id": task["id"], "job_name": JOB, "worker_id": job["worker_id"]},

@@ -87,6 +87,8 @@ def path_values(known: dict[str, str]) -> dict[str, st.SearchStrategy[str]]:
         "task_id": st.one_of(st.just(known["task_id"]), st.uuids().map(str), HOSTILE_TEXT),
         "worker_id": st.one_of(st.just(known["worker_id"]), st.uuids().map(str), HOSTILE_TEXT),
         "provider_id": st.one_of(st.uuids().map(str), HOSTILE_TEXT),
+        "kind": st.one_of(st.sampled_from(["user", "group"]), HOSTILE_TEXT),
+        "subject": st.one_of(st.uuids().map(str), st.just("physics"), HOSTILE_TEXT),
     }
 
 

@@ -20,6 +20,7 @@ import pytest
 
 from taskhub.clock import utcnow
 from taskhub.main import TaskhubApp
+from taskhub.realtime.event_payloads import event_payload
 from taskhub.rules.events import ProviderRequest, ProviderResultReady, ProvidersInvalidate
 from taskhub.rules.rooms import room_room
 from taskhub.services.sweeps import remove_idle_silent_workers
@@ -212,7 +213,7 @@ async def test_a_read_waits_for_the_provider_s_answer_then_is_cached(alice, bob,
     # zndraw-joblib's request: the hash of the sorted parameters as compact JSON (non-ASCII
     # escaped), the parameters as that text, the provider's full name.
     canonical = json.dumps({"index": "3", "path": "ü/x"}, sort_keys=True, separators=(",", ":"))
-    assert request.payload() == {
+    assert event_payload(request) == {
         "request_id": hashlib.sha256(canonical.encode()).hexdigest(),
         "provider_name": name,
         "params": canonical,
@@ -223,7 +224,7 @@ async def test_a_read_waits_for_the_provider_s_answer_then_is_cached(alice, bob,
     assert answered.headers["content-type"] == "application/octet-stream"
     assert answered.headers["preference-applied"] == "wait=5"
     ready = [e for e in recorder.events if isinstance(e, ProviderResultReady)]
-    assert [(e.room, e.payload()) for e in ready] == [
+    assert [(e.room, event_payload(e)) for e in ready] == [
         (room_room(ROOM), {"provider_name": name, "request_hash": request.request_id})
     ]
 

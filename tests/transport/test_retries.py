@@ -7,6 +7,7 @@ from datetime import datetime, timedelta
 import pytest
 
 from taskhub.clock import utcnow
+from taskhub.realtime.event_payloads import event_payload
 from taskhub.rules.events import Event, TaskAvailable, TaskStatusChanged
 from taskhub.rules.states import TaskStatus
 from taskhub.settings import Settings
@@ -168,7 +169,7 @@ async def test_the_retry_is_announced_when_it_comes_due(alice, job, published, r
         lambda events: sum(isinstance(e, TaskAvailable) for e in events) > before
     )
     announced = [e for e in published if isinstance(e, TaskAvailable)][-1]
-    assert announced.payload() == {"job_name": JOB, "room_id": "room1", "task_id": task["id"]}
+    assert event_payload(announced) == {"job_name": JOB, "room_id": "room1", "task_id": task["id"]}
     assert await alice.claim(job["worker_id"]) is not None
 
 

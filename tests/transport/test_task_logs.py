@@ -12,6 +12,7 @@ from prometheus_client import REGISTRY
 from sqlalchemy import update
 
 from taskhub.clock import utcnow
+from taskhub.realtime.event_payloads import event_payload
 from taskhub.rules.events import TaskLogged
 from taskhub.rules.log_limits import TRUNCATED_MARKER, LogLimits
 from taskhub.services import sweeps
@@ -71,7 +72,7 @@ async def test_lines_are_stored_in_order_and_readable_by_anyone(alice, bob, job,
     assert items[0]["id"] < items[1]["id"] < items[2]["id"]
     logged = [event for event in published if isinstance(event, TaskLogged)]
     assert len(logged) == 1  # one event per POST, not one per line
-    payload = logged[0].payload()
+    payload = event_payload(logged[0])
     assert payload["task_id"] == task["id"] and payload["room_id"] == "room1"
     assert [line["message"] for line in payload["lines"]] == ["one", "two", "three"]
     assert [line["id"] for line in payload["lines"]] == [item["id"] for item in items]

@@ -3,6 +3,7 @@ a worker (``owned_by``): together they tell a client which tasks its user may ca
 
 from uuid import UUID
 
+from taskhub.realtime.event_payloads import event_payload
 from tests.support.api import JOB, assert_problem
 
 
@@ -52,7 +53,7 @@ async def test_the_room_hears_who_submitted(alice, bob, published):
     bob_id = (await bob.get("/users/me")).json()["id"]
     task = await bob.submit(JOB)
     await bob.transition(task["id"], "cancelled")
-    statuses = [e.payload() for e in published if e.name == "task_status_event"]
+    statuses = [event_payload(e) for e in published if e.name == "task_status_event"]
     assert [(s["status"], s["submitted_by"]) for s in statuses] == [
         ("pending", bob_id),
         ("cancelled", bob_id),

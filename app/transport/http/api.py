@@ -17,10 +17,11 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from taskhub.json_codec import has_long_digit_run, wire_json
-from taskhub.rules.errors import PayloadTooLarge, Unauthorized, ValidationFailed
-from taskhub.rules.records import Principal
+from taskhub.rules.authorisation import RoomAction
+from taskhub.rules.errors import DomainError, PayloadTooLarge, Unauthorized, ValidationFailed
+from taskhub.rules.naming import validate_room_id
 from taskhub.runtime import Hub
-from taskhub.services.users import hash_token
+from taskhub.services.identities import Caller, Identity
 from taskhub.transport.credentials import bearer_token
 
 M = TypeVar("M", bound=BaseModel)
@@ -162,12 +163,30 @@ def nested_deeper_than(raw: bytes, limit: int) -> bool:
 class ApiRequest:
     """What a handler sees: the hub, the caller, and typed accessors for its input."""
 
-    __slots__ = ("hub", "principal", "request")
+    __slots__ = ("caller", "hub", "identity", "principal", "request")
 
-    def __init__(self, request: Request, hub: Hub, principal: Principal) -> None:
+    def __init__(self, request: Request, hub: Hub, identity: Identity, caller: Caller) -> None:
         self.request = request
         self.hub = hub
-        self.principal = principal
+        self.identity = identity
+        self.principal = identity.principal
+        self.caller = caller
+
+    async def check_room(
+        self, room_id: str, action: RoomAction, *, hidden: DomainError | None = None
+    ) -> None:
+        """The room rules allow the caller ``action`` in ``room_id`` (else their problem;
+        ``hidden``: what to answer who may not read a private room, 404 else)."""
+        await self.hub.rooms.check(self.principal, room_id, action, self.caller, hidden=hidden)
+
+    async def check_task_room(
+        self, task_id: UUID, action: RoomAction, *, others: RoomAction | None = None
+    ) -> None:
+        """``check_room`` for the room of a task (read only when a policy or a private room
+        could refuse); ``others``: what a private room asks on another's task."""
+        await self.hub.rooms.check_task(
+            self.hub.db, self.principal, task_id, action, self.caller, others=others
+        )
 
     def path(self, name: str) -> str:
         value: str = self.request.path_params[name]
@@ -198,11 +217,6 @@ class ApiRequest:
 
     def header(self, name: str) -> str | None:
         return self.request.headers.get(name)
-
-    def token_digest(self) -> str:
-        """The stored form of the bearer token that authenticated the caller (what
-        ``Authenticator.watch`` takes)."""
-        return hash_token(bearer_token(self.header("authorization")) or "")
 
     async def optional_body(self, model: type[M]) -> M | None:
         """Like ``body``, but an empty body is ``None`` (for bodies that are extensions)."""
@@ -292,25 +306,25 @@ class Endpoint:
     # The setting bounding this endpoint's body instead of ``max_body_bytes`` (a provider's
     # result: ``provider_max_result_bytes``).
     body_limit: str | None = None
+    # What the request does in the room of its ``room_id`` path parameter, asked of the
+    # room policy before the handler runs (every endpoint with a room in its path has one).
+    room: RoomAction | None = None
 
     def max_body(self, settings: Any) -> int:
         """The largest body this endpoint takes (413 beyond)."""
         return int(getattr(settings, self.body_limit or "max_body_bytes"))
 
-    @property
-    def handler_endpoint(self) -> Callable[[Request], Awaitable[Response]]:
-        """The Starlette endpoint: authenticate, then call the handler."""
-        return _authenticated(self.handler)
 
-
-async def authenticate(request: Request, hub: Hub) -> Principal:
+async def authenticate(request: Request, hub: Hub) -> tuple[Identity, Caller]:
+    """Who sent ``request`` (401 when nobody the hub knows)."""
     token = bearer_token(request.headers.get("authorization"))
-    if token is None:
-        raise Unauthorized("Missing bearer token (Authorization: Bearer <token>).")
-    principal = await hub.auth.authenticate(token)
-    if principal is None:
+    caller = Caller(request, token)
+    identity = await hub.identities.identify(caller)
+    if identity is None:
+        if token is None:
+            raise Unauthorized("Missing bearer token (Authorization: Bearer <token>).")
         raise Unauthorized("Invalid or revoked token.")
-    return principal
+    return identity, caller
 
 
 class Api:
@@ -328,19 +342,12 @@ class Api:
         return register
 
 
-async def call_authenticated(
-    handler: Handler, request: Request, hub: Hub, body_limit: int | None = None
-) -> Response:
-    """Authenticate the caller, then call the handler (``body_limit``: the endpoint's own
-    bound on its body, else ``max_body_bytes``)."""
-    principal = await authenticate(request, hub)
-    refuse_declared_oversize(request, body_limit or hub.settings.max_body_bytes)
-    return await handler(ApiRequest(request, hub, principal))
-
-
-def _authenticated(handler: Handler) -> Callable[[Request], Awaitable[Response]]:
-    async def endpoint(request: Request) -> Response:
-        return await call_authenticated(handler, request, request.app.state.hub)
-
-    endpoint.__name__ = handler.__name__
-    return endpoint
+async def call_authenticated(endpoint: Endpoint, request: Request, hub: Hub) -> Response:
+    """Authenticate the caller, refuse a declared oversize body, ask the room policy about
+    the endpoint's room, then call the handler."""
+    identity, caller = await authenticate(request, hub)
+    refuse_declared_oversize(request, endpoint.max_body(hub.settings))
+    req = ApiRequest(request, hub, identity, caller)
+    if endpoint.room is not None:
+        await req.check_room(validate_room_id(req.path("room_id")), endpoint.room)
+    return await endpoint.handler(req)

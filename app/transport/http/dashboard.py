@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from starlette.responses import Response
 
+from taskhub.rules.authorisation import RoomAction
 from taskhub.rules.events import EventBatch
 from taskhub.rules.naming import is_internal_job
 from taskhub.rules.records import TaskRecord
@@ -31,6 +32,7 @@ api = Api()
     query=StatsQuery,
     response=RoomStatsOut,
     errors=(400, 422),
+    room=RoomAction.READ,
 )
 async def room_stats(req: ApiRequest) -> Response:
     """The room's task counts per job, and per time bucket of a window: tasks finished,
@@ -46,6 +48,7 @@ async def room_stats(req: ApiRequest) -> Response:
 async def get_task_place(req: ApiRequest) -> Response:
     """Where a task stands in its job's queue, the job's claim order and running limits,
     and the limit that holds it back, if one does."""
+    await req.check_task_room(req.uuid("task_id"), RoomAction.READ)
     place = await task_place.task_place(req.hub.db, req.uuid("task_id"))
     return json_response(TaskPlaceOut.of(place))
 
@@ -61,6 +64,7 @@ async def get_task_place(req: ApiRequest) -> Response:
 async def rerun_task(req: ApiRequest) -> Response:
     """Submit a new task with the job, room, payload and priority of a failed or cancelled
     one (its ``rerun_of``)."""
+    await req.check_task_room(req.uuid("task_id"), RoomAction.SUBMIT, others=RoomAction.MANAGE)
     record, events = await rerun.rerun_task(
         req.hub.db,
         req.principal,
@@ -93,6 +97,7 @@ async def _published(req: ApiRequest, record: TaskRecord, events: EventBatch) ->
     body=BulkIn,
     response=BulkOut,
     errors=(400, 422),
+    room=RoomAction.MANAGE,
 )
 async def bulk_action(req: ApiRequest) -> Response:
     """Cancel or re-run many of the room's tasks (by ids, or by a filter), each as its own

@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from taskhub.rules.errors import ValidationFailed
 from taskhub.rules.fair_share import ClaimOrder
-from taskhub.rules.records import Principal, TaskRecord
+from taskhub.rules.records import Principal
 from taskhub.rules.states import TaskStatus
 from taskhub.rules.task_filter import (
     DEFAULT_SORT,
@@ -25,7 +25,8 @@ from taskhub.rules.task_filter import (
 from taskhub.services.bulk import MAX_BULK_TASKS
 from taskhub.services.room_stats import RoomStats
 from taskhub.services.task_place import TaskPlace
-from taskhub.transport.http.schemas import PageQuery, task_body
+from taskhub.task_wire import summary_body as summary_body
+from taskhub.transport.http.schemas import PageQuery
 
 
 class FilterFields(BaseModel):
@@ -73,40 +74,6 @@ class RoomTaskQuery(PageQuery, FilterFields):
 
     sort: Sort = DEFAULT_SORT
     view: Literal["full", "summary"] = "full"
-
-
-class TaskSummaryOut(BaseModel):
-    """A task of a ``view=summary`` page: ``TaskOut`` without ``payload`` and ``result``
-    (they are not read), with its submitter's user name (null if that user is gone)."""
-
-    id: UUID
-    job_name: str
-    room_id: str
-    status: TaskStatus
-    created_at: datetime
-    started_at: datetime | None
-    completed_at: datetime | None
-    worker_id: UUID | None
-    error: str | None
-    queue_position: int | None
-    attempt: int
-    max_attempts: int
-    priority: int
-    run_at: datetime | None
-    progress: float | None
-    progress_message: str | None
-    submitted_by: UUID | None
-    version: int
-    rerun_of: UUID | None = None
-    submitter: str | None
-
-
-def summary_body(record: TaskRecord, submitter: str | None) -> dict[str, Any]:
-    """A task as ``TaskSummaryOut`` writes it (``task_body`` less the documents)."""
-    body = task_body(record)
-    del body["payload"], body["result"]
-    body["submitter"] = submitter
-    return body
 
 
 class StatsQuery(BaseModel):

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from starlette.responses import Response
 
+from taskhub.rules.authorisation import RoomAction
 from taskhub.services import jobs as service
+from taskhub.services import rooms as room_service
 from taskhub.services import workers as worker_service
 from taskhub.transport.http.api import Api, ApiRequest, json_response
 from taskhub.transport.http.schemas import (
@@ -27,10 +29,15 @@ api = Api()
     body=JobRegisterIn,
     response=JobOut,
     errors=(400, 403, 404, 409, 422),
+    room=RoomAction.WORK,
 )
 async def register_job(req: ApiRequest) -> Response:
     """Register a job in a room (201 new or revived, 200 identical re-registration)."""
     body = await req.body(JobRegisterIn)
+    room_id = req.path("room_id")
+    if not await service.is_live(req.hub.db, room_id, body.category, body.name):
+        # A worker joins a live job with ``work``; a new (or revived) job is ``register``.
+        await req.check_room(room_id, RoomAction.REGISTER)
     registration, events = await service.register_job(
         req.hub.db,
         req.principal,
@@ -58,6 +65,7 @@ async def register_job(req: ApiRequest) -> Response:
     query=PageQuery,
     response=PageOut[JobSummaryOut],
     errors=(400,),
+    room=RoomAction.READ,
 )
 async def list_jobs(req: ApiRequest) -> Response:
     """The room's live jobs plus @global and @internal ones."""
@@ -66,7 +74,13 @@ async def list_jobs(req: ApiRequest) -> Response:
     return json_response(page_of(JobSummaryOut, result))
 
 
-@api.route("GET", "/rooms/{room_id:room}/jobs/{full_name:path}", response=JobOut, errors=(400, 404))
+@api.route(
+    "GET",
+    "/rooms/{room_id:room}/jobs/{full_name:path}",
+    response=JobOut,
+    errors=(400, 404),
+    room=RoomAction.READ,
+)
 async def get_job(req: ApiRequest) -> Response:
     """One job, by full name, as seen from the room."""
     record = await service.get_job(req.hub.db, req.path("room_id"), req.path("full_name"))
@@ -79,6 +93,7 @@ async def get_job(req: ApiRequest) -> Response:
     query=PageQuery,
     response=PageOut[RoomWorkerOut],
     errors=(400,),
+    room=RoomAction.READ,
 )
 async def list_room_workers(req: ApiRequest) -> Response:
     """Workers serving jobs visible from the room, with their owners, those jobs, slots and
@@ -88,6 +103,9 @@ async def list_room_workers(req: ApiRequest) -> Response:
         req.hub.db, req.path("room_id"), page.limit, page.offset
     )
     items = [RoomWorkerOut.of_room(record) for record in result.items]
+    # A worker's tasks are listed from any room: not those of private rooms hidden here.
+    closed = await req.hub.rooms.closed_to(req.principal, RoomAction.READ)
+    await room_service.hide_closed_tasks(req.hub.db, [item.running for item in items], closed)
     return json_response(
         PageOut[RoomWorkerOut](
             items=items, total=result.total, limit=result.limit, offset=result.offset

@@ -27,6 +27,9 @@ SECURITY_SCHEME = "bearerAuth"
 # body over TASKHUB_MAX_BODY_BYTES, declared (any operation) or read (``api.py``).
 # 503: on PostgreSQL any request may meet ``database-unavailable``.
 ALWAYS_ERRORS = (401, 413, 422, 503)
+# An endpoint with a room door: a private room refuses a non-member 404, a member whose
+# role falls short 403.
+ROOM_ERRORS = (403, 404)
 # Response headers of problems, by status.
 _PROBLEM_HEADERS: dict[int, dict[str, str]] = {
     401: {"WWW-Authenticate": "Bearer"},
@@ -234,7 +237,8 @@ def _responses(
     for status in _OTHER_SUCCESSES.get((ep.method, ep.path), ()):
         responses[str(status)] = {**success, "description": HTTPStatus(status).phrase}
     responses = dict(sorted(responses.items()))
-    for status in sorted({*ep.errors, *ALWAYS_ERRORS}):
+    room_errors = ROOM_ERRORS if ep.room is not None else ()
+    for status in sorted({*ep.errors, *ALWAYS_ERRORS, *room_errors}):
         responses[str(status)] = {
             "description": HTTPStatus(status).phrase,
             "content": {PROBLEM_MEDIA_TYPE: {"schema": dict(problem)}},

@@ -14,6 +14,7 @@ from starlette.responses import Response
 from starlette.types import Receive
 
 from taskhub.observability import metrics
+from taskhub.rules.authorisation import RoomAction
 from taskhub.rules.errors import ValidationFailed
 from taskhub.rules.events import EventBatch
 from taskhub.rules.naming import INTERNAL_ROOM
@@ -84,6 +85,7 @@ def _superuser_categories(req: ApiRequest) -> list[str]:
     body=ProviderRegisterIn,
     response=ProviderOut,
     errors=(400, 403, 404),
+    room=RoomAction.REGISTER,
 )
 async def register_provider(req: ApiRequest) -> Response:
     """Register a provider in a room, or update it (201 new, 200 updated)."""
@@ -113,6 +115,7 @@ async def register_provider(req: ApiRequest) -> Response:
     query=PageQuery,
     response=PageOut[ProviderOut],
     errors=(400,),
+    room=RoomAction.READ,
 )
 async def list_providers(req: ApiRequest) -> Response:
     """The providers visible from the room: its own, @global's and @internal's."""
@@ -133,6 +136,7 @@ async def list_providers(req: ApiRequest) -> Response:
     "/rooms/{room_id:room}/providers/{full_name:path}/info",
     response=ProviderOut,
     errors=(400, 403, 404),
+    room=RoomAction.READ,
 )
 async def get_provider_info(req: ApiRequest) -> Response:
     """One provider, with its JSON schema, as seen from the room."""
@@ -151,6 +155,7 @@ async def get_provider_info(req: ApiRequest) -> Response:
     "/rooms/{room_id:room}/providers/{full_name:path}",
     errors=(400, 403, 404, 504),
     headers={"Preference-Applied": "wait=N when the answer waited (Prefer: wait=N)"},
+    room=RoomAction.READ,
 )
 async def read_provider(req: ApiRequest) -> Response:
     """Read from a provider: the query parameters are the read's; its cached result at once,

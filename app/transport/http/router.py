@@ -115,8 +115,7 @@ class ApiRoutes:
         scope["path_params"] = params
         request = Request(scope, receive)
         try:
-            limit = endpoint.max_body(self._hub.settings)
-            response = await call_authenticated(endpoint.handler, request, self._hub, limit)
+            response = await call_authenticated(endpoint, request, self._hub)
         except Exception as exc:
             response = await _problem(request, exc)
         await response(scope, receive, send)

@@ -38,6 +38,8 @@ from taskhub.rules.running_limits import MAX_RUNNING_LIMIT
 from taskhub.rules.states import TaskStatus
 from taskhub.services.submit import SubmitOptions
 from taskhub.services.task_listing import TaskListing
+from taskhub.task_wire import TaskOut as TaskOut
+from taskhub.task_wire import task_body as task_body
 from taskhub.transport.http.api import JSON_MEDIA_TYPE, dump_body, json_response
 
 T = TypeVar("T")
@@ -298,63 +300,6 @@ class TaskSubmitIn(BaseModel):
             max_attempts=self.max_attempts,
             delay_seconds=self.delay_seconds,
         )
-
-
-class TaskOut(BaseModel):
-    id: UUID
-    job_name: str
-    room_id: str
-    status: TaskStatus
-    created_at: datetime
-    started_at: datetime | None
-    completed_at: datetime | None
-    worker_id: UUID | None
-    error: str | None
-    payload: dict[str, Any]
-    queue_position: int | None
-    attempt: int
-    max_attempts: int
-    priority: int
-    run_at: datetime | None
-    result: Any
-    progress: float | None
-    progress_message: str | None
-    # The user who submitted it (null only if that user's row was deleted): with
-    # ``GET /users/me`` a client can tell which tasks the viewer may cancel.
-    submitted_by: UUID | None
-    # Counts the task's writes: of two states of one task, the higher version is the later.
-    version: int
-    # Taskhub extension: the task this one re-runs (``POST /tasks/{id}/rerun``).
-    rerun_of: UUID | None = None
-
-
-def task_body(record: TaskRecord) -> dict[str, Any]:
-    """A task as ``TaskOut`` writes it, as a dict for ``json_response``: the hot answers
-    skip building a model (a record is typed already: nothing to validate), which cost
-    about a tenth of a request's CPU. ``tests/transport`` keeps the two in step."""
-    return {
-        "id": record.id,
-        "job_name": record.job_name,
-        "room_id": record.room_id,
-        "status": record.status,
-        "created_at": record.created_at,
-        "started_at": record.started_at,
-        "completed_at": record.completed_at,
-        "worker_id": record.worker_id,
-        "error": record.error,
-        "payload": record.payload,
-        "queue_position": record.queue_position,
-        "attempt": record.attempt,
-        "max_attempts": record.max_attempts,
-        "priority": record.priority,
-        "run_at": record.run_at,
-        "result": record.result,
-        "progress": record.progress,
-        "progress_message": record.progress_message,
-        "submitted_by": record.submitted_by,
-        "version": record.version,
-        "rerun_of": record.rerun_of,
-    }
 
 
 class ClaimedTaskOut(TaskOut):

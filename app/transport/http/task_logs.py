@@ -10,6 +10,7 @@ from uuid import UUID
 from pydantic import AwareDatetime, BaseModel, Field
 from starlette.responses import Response
 
+from taskhub.rules.authorisation import RoomAction
 from taskhub.rules.log_limits import MAX_LINES_PER_POST
 from taskhub.services import task_logs as service
 from taskhub.transport.http.api import Api, ApiRequest, json_response
@@ -96,5 +97,6 @@ async def read_task_logs(req: ApiRequest) -> Response:
     """A task's log lines after the line ``after``, oldest first."""
     task_id = req.uuid("task_id")
     query = req.query(TaskLogsQuery)
+    await req.check_task_room(task_id, RoomAction.READ)
     items = await service.read_lines(req.hub.db, task_id, after=query.after, limit=query.limit)
     return json_response({"items": items, "next": items[-1]["id"] if items else None})

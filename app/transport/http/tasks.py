@@ -12,7 +12,8 @@ from starlette.types import Receive
 
 from taskhub.clock import utcnow
 from taskhub.observability import metrics
-from taskhub.rules.errors import Unauthorized, ValidationFailed
+from taskhub.rules.authorisation import RoomAction
+from taskhub.rules.errors import TaskNotFound, Unauthorized, ValidationFailed
 from taskhub.rules.naming import is_internal_job
 from taskhub.rules.records import TaskRecord
 from taskhub.rules.states import is_terminal
@@ -50,6 +51,7 @@ SAFETY_RECHECK_SECONDS = 5.0
     response=TaskOut,
     errors=(400, 404, 422, 429, 503),
     headers={"Location": "URL of the task", "Retry-After": "seconds before polling"},
+    room=RoomAction.SUBMIT,
 )
 async def submit_task(req: ApiRequest) -> Response:
     """Submit a task of a job visible from the room."""
@@ -103,6 +105,7 @@ async def claim_task(req: ApiRequest) -> Response:
             req.principal,
             body.worker_id,
             body.max_tasks or 1,
+            closed=await req.hub.rooms.closed_to(req.principal, RoomAction.WORK),
             lease_seconds=req.hub.settings.task_lease_seconds,
             request_key=_idempotency_key(req.header("idempotency-key")),
             start=start,
@@ -132,12 +135,15 @@ async def get_task(req: ApiRequest) -> Response:
     task_id = req.uuid("task_id")
     wait = _requested_wait(req.header("prefer"), req.hub.settings.long_poll_max_wait_seconds)
     if wait <= 0:
-        return json_response(task_body(await _read(req, task_id)))
+        record = await _read(req, task_id)
+        await _check_read(req, record)
+        return json_response(task_body(record))
     with req.hub.waiters.watch(task_id) as wake:
         record = await _read(req, task_id)
+        await _check_read(req, record)
         if is_terminal(record.status):
             return json_response(task_body(record))
-        with metrics.long_poll() as outcome, req.hub.auth.watch(req.token_digest()) as revoked:
+        with metrics.long_poll() as outcome, req.hub.identities.watch(req.identity) as revoked:
             try:
                 ended = await _wait_for_end(req, record, wake, wait, revoked)
             except Unauthorized:
@@ -146,7 +152,14 @@ async def get_task(req: ApiRequest) -> Response:
             outcome.value = _wait_outcome(ended, released=req.hub.waiters.closed)
     if ended is None:  # the client hung up: whatever is sent goes nowhere
         return Response(status_code=499)
+    await _check_read(req, ended)  # still a reader (a member may be removed meanwhile)
     return json_response(task_body(ended), headers={"Preference-Applied": f"wait={wait}"})
+
+
+async def _check_read(req: ApiRequest, record: TaskRecord) -> None:
+    """The caller may read the task's room (a private room's task is not found else)."""
+    hidden = TaskNotFound(f"Task {record.id} not found.")
+    await req.check_room(record.room_id, RoomAction.READ, hidden=hidden)
 
 
 async def _read(req: ApiRequest, task_id: UUID) -> TaskRecord:
@@ -237,6 +250,7 @@ async def update_task(req: ApiRequest) -> Response:
     query=RoomTaskQuery,
     response=PageOut[TaskOut],
     errors=(400, 422),
+    room=RoomAction.READ,
 )
 async def list_room_tasks(req: ApiRequest) -> Response:
     """Tasks submitted into the room, newest first unless ``sort`` says otherwise; narrowed
@@ -275,6 +289,7 @@ async def list_room_tasks(req: ApiRequest) -> Response:
     query=TaskPageQuery,
     response=PageOut[TaskOut],
     errors=(400, 404, 422),
+    room=RoomAction.READ,
 )
 async def list_job_tasks(req: ApiRequest) -> Response:
     """Tasks of one job submitted into the room, newest first."""

@@ -11,7 +11,7 @@ from typing import Any
 from uuid import UUID
 
 from taskhub.observability.request_id import bound, socket_request_id
-from taskhub.rules.errors import DomainError, ValidationFailed
+from taskhub.rules.errors import DomainError, SocketGone, TooManyRooms, ValidationFailed
 from taskhub.store.database import DatabaseUnavailable
 from taskhub.transport.http.problems import database_unavailable_body, problem_body
 
@@ -28,13 +28,15 @@ MAX_ROOMS_PER_SOCKET = 256
 
 
 # The answer to a join whose socket went while it was handled (nobody receives it).
-SOCKET_GONE = problem_body(409, "socket-disconnected", "Conflict", "The socket is gone.")
+SOCKET_GONE = problem_body(
+    SocketGone.status, SocketGone.slug, SocketGone.title, "The socket is gone."
+)
 
 
 TOO_MANY_ROOMS = problem_body(
-    429,
-    "too-many-rooms",
-    "Too Many Rooms",
+    TooManyRooms.status,
+    TooManyRooms.slug,
+    TooManyRooms.title,
     f"A socket may be in at most {MAX_ROOMS_PER_SOCKET} rooms: leave one before joining another.",
 )
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from taskhub.rules.authorisation import RoomAction
 from taskhub.rules.errors import DomainError
 from taskhub.rules.providers import ProviderName, ProviderNotFound
 from taskhub.rules.rooms import provider_room
@@ -16,7 +17,6 @@ from taskhub.transport.sockets.acks import (
     MAX_ROOMS_PER_SOCKET,
     SOCKET_GONE,
     TOO_MANY_ROOMS,
-    acknowledged,
     problem_of,
     text_field,
     uuid_field,
@@ -27,24 +27,24 @@ PROVIDER_EVENTS = ("join_provider_room", "leave_provider_room")
 
 
 class ProviderSocketHandlers:
-    def __init__(self, sockets: SocketHandlers) -> None:
+    def __init__(self, sockets: SocketHandlers, *, take_over: bool = False) -> None:
         self.sockets = sockets
         self.sio = sockets.sio
         self.hub = sockets.hub
         for name in PROVIDER_EVENTS:
-            self.sio.on(name, acknowledged(getattr(self, name)))
+            sockets.register(name, getattr(self, name), take_over=take_over)
         sockets.events.extend(PROVIDER_EVENTS)
 
     async def join_provider_room(self, sid: str, data: Any) -> dict[str, Any]:
         """Join as the provider ``provider_name`` for ``worker_id``: the worker serving it,
         and the socket user's own (zndraw-joblib's host checks nothing here). Counts as a
         heartbeat and ties the worker's presence to the socket, as ``join_job_room``."""
-        session = self.sockets.sessions.get(sid)
-        if session is None:
-            return SOCKET_GONE
         try:
             full_name = text_field(data, "provider_name")
             worker_id = uuid_field(data, "worker_id")
+            session = await self.sockets.session_of(sid)
+            parsed = ProviderName.parse(full_name)
+            await self.sockets.check_room(session, parsed.room_id, RoomAction.WORK)
             principal = session.principal
             record = await service.check_serves(self.hub.db, principal, full_name, worker_id)
             room = provider_room(record.id)
