@@ -12,14 +12,16 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
 import httpx
+import jwt
 import pytest
 
-from tests.support.server import REPO_ROOT, HubServer
+from tests.support.server import REPO_ROOT, HubServer, running_hub
 from tests.support.waiting import eventually_sync
 
 PREFIX = "/v1/joblib"
@@ -34,7 +36,14 @@ TASKS = 20
 class JobManagerProcess:
     """Drives ``tests.system.joblib_worker`` over its stdin/stdout, one JSON line each way."""
 
-    def __init__(self, server: HubServer, log_path: Path, *, socket: bool = False) -> None:
+    def __init__(
+        self,
+        server: HubServer,
+        log_path: Path,
+        *,
+        socket: bool = False,
+        token: str | None = None,
+    ) -> None:
         self.log_path = log_path
         self._log = log_path.open("wb")
         self.process = subprocess.Popen(
@@ -43,7 +52,7 @@ class JobManagerProcess:
                 "-m",
                 "tests.system.joblib_worker",
                 server.base_url,
-                server.admin_token,
+                token or server.admin_token,
                 *(["--socket"] if socket else []),
             ],
             cwd=REPO_ROOT,
@@ -260,3 +269,41 @@ def test_job_manager_with_a_socket_is_woken_by_task_available(
         assert manager.call("problems") == []
     finally:
         assert manager.close() == 0, manager.output()
+
+
+JWT_SECRET = "a-shared-secret-of-the-host-application-0123456789"
+
+
+def test_job_manager_serves_tasks_signed_in_with_a_jwt(tmp_path: Path) -> None:
+    """The unmodified ``JobManager`` with a bearer JWT of a shared-secret issuer (ZnDraw's
+    case) instead of a Taskhub token: registered, served, gone, as with a ``th_`` token."""
+    env = {"TASKHUB_JWT_SECRET": JWT_SECRET, "TASKHUB_JWT_SUPERUSER_CLAIM": "is_superuser"}
+    claims = {
+        "sub": str(uuid.uuid4()),
+        "preferred_username": "zndraw-user",
+        "is_superuser": True,  # registers @global jobs, as ZnDraw's own user does
+        "exp": int(time.time()) + 3600,
+    }
+    token = jwt.encode(claims, JWT_SECRET, algorithm="HS256")
+    with running_hub("sqlite", tmp_path, env=env) as server:
+        manager = JobManagerProcess(server, tmp_path / "joblib_worker.log", token=token)
+        headers = {"Authorization": f"Bearer {token}"}
+        with httpx.Client(
+            base_url=server.base_url, headers=headers, timeout=15.0, trust_env=False
+        ) as http:
+            try:
+                worker_id = manager.call("register", name="Scale")
+                tasks = [
+                    manager.call("submit", name="Scale", params={"factor": i}, room=ROOM)
+                    for i in range(3)
+                ]
+                for task_id in tasks:
+                    task = wait_terminal(http, task_id)
+                    assert task["status"] == "completed", task
+                    assert task["worker_id"] == worker_id
+                me = http.get(f"{PREFIX}/users/me").json()
+                assert me["name"] == "zndraw-user" and me["id"] == claims["sub"]
+                assert manager.call("disconnect") is None
+                assert worker_id not in listed_workers(http)
+            finally:
+                assert manager.close() == 0
