@@ -8,7 +8,6 @@ from taskhub.rules.errors import TaskNotFound
 from taskhub.rules.records import TaskRecord
 from taskhub.store.database import Database
 from taskhub.store.task_rows import load_task
-from taskhub.store.tasks import room_of_task
 
 
 async def get_task(db: Database, task_id: UUID, *, stored_documents: bool = False) -> TaskRecord:
@@ -20,12 +19,3 @@ async def get_task(db: Database, task_id: UUID, *, stored_documents: bool = Fals
     if record is None:
         raise TaskNotFound(f"Task {task_id} not found.")
     return record
-
-
-async def task_room(db: Database, task_id: UUID) -> str:
-    """The room of a task, or ``TaskNotFound``."""
-    async with db.read() as conn:
-        room = await room_of_task(conn, task_id)
-    if room is None:
-        raise TaskNotFound(f"Task {task_id} not found.")
-    return room

@@ -134,11 +134,3 @@ async def submitted_to_name_before(
     )
     row = (await conn.execute(statement)).first()
     return None if row is None else await _submitted(conn, row)
-
-
-async def room_of_task(conn: Connection, task_id: UUID) -> str | None:
-    """The room a task was submitted into (None: no such task)."""
-    room: str | None = await conn.scalar(
-        select(task_table.c.room_id).where(task_table.c.id == task_id)
-    )
-    return room

@@ -320,15 +320,14 @@ class SocketHandlers:
         )
 
     async def recheck_tokens(self) -> list[str]:
-        """End the sessions whose sign-in no longer holds: a token revoked since the socket
-        signed in, a JWT past its expiry (and take up a changed superuser flag); on a
+        """End the sessions whose token was revoked since the socket signed in (and take up
+        a changed superuser flag; a JWT's session ends at its expiry by a timer); on a
         host's server, also forget the sessions of sockets gone without Taskhub being told.
         On Taskhub's own server such a socket is disconnected; on a host's it only leaves
         Taskhub (its other business is the host's). The sids whose sessions ended."""
         sessions = dict(self.sessions)
         digests = {s.identity.token_digest for s in sessions.values()} - {None}
         current = await self.hub.auth.current(cast(set[str], digests))
-        now = time.time()
         ended: dict[str, str] = {}
         for sid, session in sessions.items():
             identity = session.identity
@@ -338,8 +337,6 @@ class SocketHandlers:
                     ended[sid] = "its token was revoked"
                 elif principal != identity.principal:
                     session.identity = replace(identity, principal=principal)
-            elif identity.expires_at is not None and identity.expires_at <= now:
-                ended[sid] = "its sign-in expired"
             if self.admission is None and self.sio.get_environ(sid) is None:
                 ended[sid] = "it is gone"
         for sid, why in ended.items():
