@@ -184,7 +184,7 @@ def wire(
     ProviderSocketHandlers(sockets, take_over=take_over_events)
     if hub.settings.worker_shortcuts:
         hub.publisher.add_sink(sockets.pusher)  # first: a pushed task goes out soonest
-    hub.publisher.add_sink(SocketSink(sio))
+    hub.publisher.add_sink(SocketSink(sio, hub.rooms.is_private))
     payload_checks.PROCESS_CHECKS.configure(hub.settings)
     payload_checks.PROCESS_CHECKS.observe(metrics.PayloadThreadMetrics())
     api = ApiRoutes(ENDPOINTS, API_PREFIX, hub)

@@ -4,13 +4,14 @@ background) or, from a process without sockets, a write-only manager."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 import socketio
 
 from taskhub.realtime.event_payloads import event_payload
 from taskhub.realtime.redis_clients import TaskhubRedisManager
-from taskhub.rules.events import Event
+from taskhub.rules.events import Event, TaskAvailable
 
 NAMESPACE = "/"
 
@@ -19,9 +20,16 @@ class Emitter(Protocol):
     async def emit(self, event: str, data: Any, *, room: str | None = None) -> Any: ...
 
 
+IsPrivate = Callable[[str], Awaitable[bool]]
+
+
 class SocketSink:
-    def __init__(self, emitter: Emitter) -> None:
+    """``is_private(room_id)``: whether a room is private (its ``task_available`` hints
+    are then withheld, ``TaskAvailable.withheld``); None: every room is open."""
+
+    def __init__(self, emitter: Emitter, is_private: IsPrivate | None = None) -> None:
         self._emitter = emitter
+        self._is_private = is_private
         manager = getattr(emitter, "manager", emitter)
         # A server whose rooms all live in this process (no Redis manager: one replica)
         # knows when nobody would receive an event: it is then neither built nor encoded.
@@ -37,7 +45,12 @@ class SocketSink:
             if not getattr(event, "sent_to_sockets", True):
                 continue  # for the process's own listeners only
             if self._local is None or self._has_listeners(event.room):
+                if isinstance(event, TaskAvailable) and await self._private(event.room_id):
+                    event = event.withheld()
                 await self._emitter.emit(event.name, event_payload(event), room=event.room)
+
+    async def _private(self, room_id: str) -> bool:
+        return self._is_private is not None and await self._is_private(room_id)
 
     async def drain(self, within: float) -> None:
         if self._fanout is not None:

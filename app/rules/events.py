@@ -5,7 +5,7 @@ is written by ``realtime.event_payloads``."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 from uuid import UUID
 
@@ -30,6 +30,13 @@ class TaskAvailable:
     @property
     def key(self) -> tuple[str, str, str]:
         return (self.name, self.room, self.task_id)
+
+    def withheld(self) -> TaskAvailable:
+        """The hint for a task of a private room: the job only (``room_id`` and
+        ``task_id`` empty). A job's workers may include some whose owners may not read
+        the room (an ``@global`` job's); a claim still gives each worker only the tasks
+        its owner may run, so the hint needs neither."""
+        return replace(self, room_id="", task_id="")
 
 
 @dataclass(frozen=True, slots=True)

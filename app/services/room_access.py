@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from uuid import UUID
 
 from taskhub.rules.authorisation import RoomAction, check_in_room, may_in_room
@@ -85,6 +85,10 @@ class RoomAccess:
             raise ServiceUnavailable("This hub keeps no private rooms.")
         return self.private
 
+    async def is_private(self, room_id: str) -> bool:
+        """Whether ``room_id`` is a private room (from the cache the doors read)."""
+        return self.private is not None and await self.private.room(room_id) is not None
+
     async def guards_tasks(self) -> bool:
         """Whether a door naming only a task must read its room (a policy, or a private
         room, could refuse it); else an open hub reads nothing more."""
@@ -118,26 +122,23 @@ class RoomAccess:
         if others is not None and submitter != principal.id and self.private is not None:
             check_in_room(principal, await self.private.room(room_id), others, hidden=hidden)
 
-    async def updating_as(
+    async def check_update(
         self, db: Database, principal: Principal, task_id: UUID, *, cancel: bool
-    ) -> Principal:
-        """Who writes a task update (a PATCH) as the task rules see it. In a private room:
-        a caller who may not read it is told the task is not found; a cancel needs the
-        submitter to be a member still, and a maintainer cancels anyone's task (acting, for
-        the task rules, as a superuser would). Elsewhere the caller as it is."""
+    ) -> bool:
+        """The room's part of a task update (a PATCH); whether the caller maintains the
+        task's private room (``transitions.update_task``'s ``maintains_room``). In a
+        private room: a caller who may not read it is told the task is not found; a cancel
+        of one's own task needs one to be a member still. The task rules do the rest."""
         if self.private is None or not await self.private.any():
-            return principal
+            return False
         room_id, submitter = await task_room_and_submitter(db, task_id)
         room = await self.private.room(room_id)
         if room is None:
-            return principal
+            return False
         check_in_room(
             principal, room, RoomAction.READ, hidden=TaskNotFound(f"Task {task_id} not found.")
         )
-        if not cancel:
-            return principal
-        if may_in_room(principal, room, RoomAction.MANAGE):
-            return replace(principal, is_superuser=True)
-        if submitter == principal.id:
+        maintains = may_in_room(principal, room, RoomAction.MANAGE)
+        if cancel and not maintains and submitter == principal.id:
             check_in_room(principal, room, RoomAction.SUBMIT)
-        return principal
+        return maintains

@@ -2,7 +2,8 @@
 backends): every socket event by every role, expected from the one rule; a private room's
 events reach only who may read it, and stop at once for a member removed or a watcher of a
 room made private; a claim leaves alone the private rooms its worker's owner may not work
-in (``@global`` jobs too)."""
+in (``@global`` jobs too), and its ``task_available`` hints to an ``@global`` job's
+workers name only the job."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from uuid import UUID
 
 import httpx
 import pytest
+from zndraw_joblib.events import TaskAvailable
 
 from taskhub.main import create_app
 from taskhub.rules.authorisation import MemberKind, PrivateRoom, RoomAction, RoomRole, may_in_room
@@ -196,3 +198,32 @@ async def test_a_claim_leaves_alone_the_private_rooms_its_owner_may_not_work_in(
         assert added.status_code == 201
         claimed = await dave.claim(daves_worker)
         assert claimed is not None and claimed["id"] == secret_task["id"]
+
+
+async def test_an_outsiders_worker_is_woken_for_a_private_rooms_task_without_learning_it(
+    settings: Settings, db: Database, tokens: Users
+) -> None:
+    async with hub(settings, db, tokens) as world:
+        clients = world["clients"]
+        root, bob, dave = clients["root"], clients["bob"], clients["dave"]
+        await private_room(clients)
+        daves_worker = (await dave.post("/workers")).json()["id"]
+        shared = await root.register("@global", name="Shared", schema={}, worker_id=daves_worker)
+        async with SocketProbe("dave") as probe:
+            await probe.connect(world["url"], world["tokens"]["dave"])
+            await probe.join_job_room(shared["full_name"], daves_worker)
+            start = probe.mark()
+            secret_task = await bob.submit(shared["full_name"], ROOM)
+            lobby_task = await bob.submit(shared["full_name"], "lobby")
+            await probe.wait_for(
+                "task_available", lambda data: data["task_id"] == lobby_task["id"], after=start
+            )
+            hints = [data for event, data in probe.between(start) if event == "task_available"]
+            # The lobby's hint names its task; the private room's names only the job, in
+            # the shape zndraw-joblib's workers read (and are woken by).
+            assert hints == [
+                {"job_name": shared["full_name"], "room_id": "", "task_id": ""},
+                {"job_name": shared["full_name"], "room_id": "lobby", "task_id": lobby_task["id"]},
+            ]
+            assert TaskAvailable.model_validate(hints[0]).job_name == shared["full_name"]
+            assert secret_task["id"] not in str(probe.between(start))
