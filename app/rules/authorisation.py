@@ -150,15 +150,27 @@ def holds_role(
     return submitted_by is not None and submitted_by == principal.id
 
 
+def update_unrestricted(
+    principal: Principal, target: TaskStatus | None, *, maintains_room: bool = False
+) -> bool:
+    """Whether an update needs no role towards the task: a superuser's, or the cancel of a
+    maintainer of the task's private room (``maintains_room``), who cancels anyone's task
+    there."""
+    if is_unrestricted(principal):
+        return True
+    return maintains_room and target == TaskStatus.CANCELLED
+
+
 def may_update(
     principal: Principal,
     target: TaskStatus | None,
     *,
     worker_owner: UUID | None,
     submitted_by: UUID | None,
+    maintains_room: bool = False,
 ) -> bool:
     """``worker_owner``: the owner of the worker holding the task (None: no worker)."""
-    if is_unrestricted(principal):
+    if update_unrestricted(principal, target, maintains_room=maintains_room):
         return True
     facts = {"worker_owner": worker_owner, "submitted_by": submitted_by}
     return any(holds_role(principal, role, **facts) for role in update_roles(target))
@@ -176,9 +188,11 @@ def check_update(
     *,
     worker_owner: UUID | None,
     submitted_by: UUID | None,
+    maintains_room: bool = False,
 ) -> None:
     """403 unless ``may_update``."""
-    if not may_update(principal, target, worker_owner=worker_owner, submitted_by=submitted_by):
+    facts = {"worker_owner": worker_owner, "submitted_by": submitted_by}
+    if not may_update(principal, target, maintains_room=maintains_room, **facts):
         raise Forbidden(
             "Only the claiming worker's owner, the submitter (to cancel) or a superuser."
         )

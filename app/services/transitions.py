@@ -41,6 +41,7 @@ async def update_task(
     lease_seconds: float | None = None,
     retry: bool = False,
     retry_policy: RetryPolicy = DEFAULT_RETRY_POLICY,
+    maintains_room: bool = False,
 ) -> tuple[TaskRecord, EventBatch]:
     """Apply a PATCH — a transition, or (``status=None``) a progress report while running —
     as one guarded ``UPDATE … WHERE id = ? AND status IN (allowed predecessors) AND
@@ -51,7 +52,10 @@ async def update_task(
 
     ``failed`` with ``retry`` sends the task back to pending (due after the policy's
     backoff) while it has attempts left; the attempt read for that decision is part of the
-    guard, so a concurrent change makes the write match nothing."""
+    guard, so a concurrent change makes the write match nothing.
+
+    ``maintains_room``: the caller maintains the task's private room (its cancel then
+    needs no role towards the task, ``rules.authorisation.update_unrestricted``)."""
     events = EventBatch()
     async with db.autocommit() as conn:
         now = utcnow()
@@ -76,9 +80,10 @@ async def update_task(
             progress_message=progress_message,
             lease_until=lease_until,
             retry=again,
+            maintains_room=maintains_room,
         )
         if updated is None:
-            await _explain_refusal(conn, principal, task_id, status, claim_token)
+            await _explain_refusal(conn, principal, task_id, status, claim_token, maintains_room)
             raise InvalidTaskTransition(f"Task {task_id} changed concurrently; retry.")
         row = updated.row
         record = task_record(row, await JobNames.one(conn, row.job_id))
@@ -119,13 +124,18 @@ async def _explain_refusal(
     task_id: UUID,
     target: TaskStatus | None,
     claim_token: UUID | None,
+    maintains_room: bool,
 ) -> None:
     """Raise the reason the guarded update matched nothing, in the order a client needs."""
     row = await store.task_with_worker_owner(conn, task_id)
     if row is None:
         raise TaskNotFound(f"Task {task_id} not found.")
     # ``worker_owner`` is None when no worker holds the task (or it was removed).
-    facts = {"worker_owner": row.worker_owner, "submitted_by": row.submitted_by}
+    facts = {
+        "worker_owner": row.worker_owner,
+        "submitted_by": row.submitted_by,
+        "maintains_room": maintains_room,
+    }
     if claim_token is not None:
         # The token is handed only to the claimant: a matching one proves who writes, even
         # after its worker was removed (its late write then gets 409, not 403).

@@ -22,7 +22,7 @@ from sqlalchemy import (
     update,
 )
 
-from taskhub.rules.authorisation import Role, is_unrestricted, update_roles
+from taskhub.rules.authorisation import Role, update_roles, update_unrestricted
 from taskhub.rules.records import Principal
 from taskhub.rules.states import TaskStatus, is_terminal, patch_predecessors
 from taskhub.store.connections import Connection
@@ -83,11 +83,12 @@ async def update_status(
     progress_message: str | None = None,
     lease_until: datetime | None = None,
     retry: Retry | None = None,
+    maintains_room: bool = False,
 ) -> Updated | None:
     """Move the task to ``target`` (None: a progress report while running), or with
     ``retry`` back to pending, in one statement guarded by the task's status, the caller's
-    roles (``rules.authorisation``), ``claim_token`` and the retry's attempt; None when
-    the guard matched nothing."""
+    roles (``rules.authorisation``; none for ``update_unrestricted``), ``claim_token`` and
+    the retry's attempt; None when the guard matched nothing."""
     values = _transition_values(target, error, result, now)
     if retry is not None:
         values = _retry_values(error, retry.run_at, now)
@@ -100,7 +101,7 @@ async def update_status(
     statement = _update_statement(
         target,
         claim_token is not None,
-        is_unrestricted(principal),
+        update_unrestricted(principal, target, maintains_room=maintains_room),
         tuple(sorted(values)),
         retry is not None,
     )

@@ -29,12 +29,12 @@ from taskhub.transport.http.schemas import (
 async def apply_task_update(
     hub: Hub, principal: Principal, task_id: UUID, body: TaskUpdateIn
 ) -> dict[str, Any]:
-    writer = await hub.rooms.updating_as(
+    maintains_room = await hub.rooms.check_update(
         hub.db, principal, task_id, cancel=body.status == TaskStatus.CANCELLED
     )
     record, events = await transitions.update_task(
         hub.db,
-        writer,
+        principal,
         task_id,
         status=body.status,
         error=body.error,
@@ -45,6 +45,7 @@ async def apply_task_update(
         lease_seconds=hub.settings.task_lease_seconds,
         retry=body.retry,
         retry_policy=hub.settings.retry_policy,
+        maintains_room=maintains_room,
     )
     reply = task_body(record)
     if body.claim_next is not None and hub.settings.worker_shortcuts:

@@ -12,6 +12,7 @@ from taskhub.rules.authorisation import (
     may_claim,
     may_update,
     update_roles,
+    update_unrestricted,
 )
 from taskhub.rules.errors import Forbidden, WorkerNotFound
 from taskhub.rules.records import Principal
@@ -48,6 +49,17 @@ def test_the_submitter_may_cancel_and_nothing_else(target) -> None:
 def test_a_superuser_may_update_any_task(target) -> None:
     assert may_update(ROOT, target, worker_owner=None, submitted_by=None)
     check_update(ROOT, target, worker_owner=ALICE.id, submitted_by=BOB.id)
+
+
+@pytest.mark.parametrize("target", UPDATES)
+def test_a_private_rooms_maintainer_may_cancel_anyones_task_there_and_nothing_else(
+    target,
+) -> None:
+    facts = {"worker_owner": ALICE.id, "submitted_by": ALICE.id}
+    allowed = may_update(BOB, target, maintains_room=True, **facts)
+    assert allowed == (target == TaskStatus.CANCELLED)
+    assert update_unrestricted(BOB, target, maintains_room=True) == allowed
+    assert not may_update(BOB, target, **facts)
 
 
 def test_a_refused_update_is_forbidden() -> None:
