@@ -9,7 +9,9 @@ statement made from it), ``joined_record`` / ``task_record`` for the record, and
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import MISSING, fields
 from datetime import datetime
+from operator import attrgetter
 from typing import Any
 from uuid import UUID
 
@@ -32,35 +34,26 @@ def joined_record(row: Any) -> TaskRecord:
 
 
 def task_record(row: Any, job_name: str, queue_position: int | None = None) -> TaskRecord:
-    return TaskRecord(
-        id=row.id,
-        job_id=row.job_id,
-        job_name=job_name,
-        room_id=row.room_id,
-        status=TaskStatus(row.status),
-        payload=row.payload,
-        created_at=row.created_at,
-        started_at=row.started_at,
-        completed_at=row.completed_at,
-        worker_id=row.worker_id,
-        error=row.error,
-        submitted_by=row.submitted_by,
-        claim_token=row.claim_token,
-        attempt=row.attempt,
-        queue_position=queue_position,
-        result=row.result,
-        progress=row.progress,
-        progress_message=row.progress_message,
-        priority=row.priority,
-        max_attempts=row.max_attempts,
-        run_at=row.run_at,
-        version=row.version,
-        # (rows of statements that return only some columns have none)
-        rerun_of=getattr(row, "rerun_of", None),
-        turn_at=getattr(row, "turn_at", None),
-        share_key=getattr(row, "share_key", None),
-        share_backlogged=bool(getattr(row, "share_backlogged", False)),
-    )
+    """The record of a task row: each ``TaskRecord`` field from the column of its name (a
+    new column is read once it is a field of the record), but the job's full name and the
+    queue position, which are no columns of ``task``. A field with a default may be
+    missing from the row (statements that return only some columns)."""
+    values = dict(zip(_REQUIRED, _read_required(row), strict=True))
+    for name, default in _OPTIONAL:
+        values[name] = getattr(row, name, default)
+    values["status"] = TaskStatus(values["status"])
+    values["share_backlogged"] = bool(values["share_backlogged"])
+    return TaskRecord(job_name=job_name, queue_position=queue_position, **values)
+
+
+_COLUMN_FIELDS = [
+    item for item in fields(TaskRecord) if item.name not in {"job_name", "queue_position"}
+]
+_REQUIRED = tuple(item.name for item in _COLUMN_FIELDS if item.default is MISSING)
+_OPTIONAL = tuple(
+    (item.name, item.default) for item in _COLUMN_FIELDS if item.default is not MISSING
+)
+_read_required = attrgetter(*_REQUIRED)
 
 
 SELECT_TASKS = select(
