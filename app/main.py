@@ -32,7 +32,7 @@ from taskhub.transport.http.problems import EXCEPTION_HANDLERS, problem_response
 from taskhub.transport.page_security import PageSecurity, SecurityHeaders, security_headers
 from taskhub.transport.page_sign_in import provider_origin, sign_in_config
 from taskhub.transport.sockets.admission import SocketAdmission
-from taskhub.transport.sockets.packet_queue import PacketQueue
+from taskhub.transport.sockets.bounded_queue import bounded_packet_queue
 
 # The room page ships inside the package (``app/static`` is ``static/`` in a checkout); its
 # browser libraries are in ``static/vendor/``, copied there from npm by ``npm ci``.
@@ -186,8 +186,9 @@ def create_app(
         # A message past it closes its connection (docs/operations.md, "Limits").
         max_http_buffer_size=settings.max_socket_message_bytes,
     )
-    # Each session's outgoing packets: 3 KiB a socket less than engineio's asyncio.Queue.
-    sio.eio.create_queue = PacketQueue
+    # Each session's outgoing packets: 3 KiB a socket less than engineio's asyncio.Queue,
+    # and bounded for a client that stops reading (docs/operations.md, "Limits").
+    sio.eio.create_queue = bounded_packet_queue(sio.eio, settings.socket_queue_limit)
     admission = SocketAdmission(
         sio,
         connect_timeout=settings.socket_connect_timeout_seconds,

@@ -277,6 +277,10 @@ class Settings(DatabaseSettings):
     max_unauthenticated_per_address: int = Field(default=32, gt=0)
     # The largest Socket.IO message the hub reads (Engine.IO closes the connection past it).
     max_socket_message_bytes: int = Field(default=512 * 1024, ge=1024, le=64 * 1024 * 1024)
+    # The packets one socket may have waiting for its reader: past it the oldest room events
+    # are dropped for a ``resync`` event; past 4 times it (none left to drop) the session is
+    # ended (docs/operations.md, "Limits").
+    socket_queue_limit: int = Field(default=1000, ge=16, le=1_000_000)
 
     # Per-user limits (docs/operations.md, "Per-user limits"); 0 turns one off. Users named
     # in ``limits_exempt_users`` (and superusers, unless ``limits_exempt_superusers`` is

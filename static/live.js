@@ -1,13 +1,20 @@
 // @ts-check
 // The Socket.IO connection: authenticates with the token, keeps the wanted rooms joined
 // (again after every reconnect) and reports its state: connecting / connected /
-// reconnecting / offline.
+// reconnecting / offline. When the hub dropped events this page read too slowly (a
+// `resync`), what it shows is read again, as after a reconnect.
 
 import { io } from "socket.io-client";
+
+import { throttle } from "./throttle.js";
 
 /** @import { TaskEvent, TaskLogEvent } from "./types.js" */
 
 /** @typedef {"connecting" | "connected" | "reconnecting" | "offline"} ConnectionState */
+
+// While the hub keeps dropping events for this page (a tab too slow for a burst), read
+// everything again at most this often.
+const RESYNC_INTERVAL_MS = 2000;
 
 /**
  * @typedef {object} LiveHandlers
@@ -16,7 +23,8 @@ import { io } from "socket.io-client";
  * @property {(event: unknown) => void} [jobsInvalidate]
  * @property {(event: unknown) => void} [providersInvalidate]
  * @property {(event: TaskLogEvent) => void} [taskLog]
- * @property {() => void} [synced] rooms (re)joined after a connect: refetch what may be missed
+ * @property {() => void} [synced] rooms (re)joined after a connect, or events dropped for
+ *   this socket (`resync`): refetch what may be missed
  * @property {(message: string) => void} [refused] the hub refused the token
  * @property {(room: string, error: Error) => void} [joinFailed]
  */
@@ -40,6 +48,8 @@ export class Live {
     this.socket.on("jobs_invalidate", (event) => handlers.jobsInvalidate?.(event));
     this.socket.on("providers_invalidate", (event) => handlers.providersInvalidate?.(event));
     this.socket.on("task_log", (event) => handlers.taskLog?.(event));
+    this.resync = throttle(() => handlers.synced?.(), { interval: RESYNC_INTERVAL_MS });
+    this.socket.on("resync", () => this.resync.schedule());
     this.onOnline = () => this.#setState(this.socket.connected ? "connected" : "reconnecting");
     this.onOffline = () => this.#setState("offline", "This device is offline.");
     window.addEventListener("online", this.onOnline);
@@ -65,6 +75,7 @@ export class Live {
     window.removeEventListener("online", this.onOnline);
     window.removeEventListener("offline", this.onOffline);
     this.socket.removeAllListeners();
+    this.resync.cancel();
     this.socket.disconnect();
   }
 

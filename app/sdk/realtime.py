@@ -1,4 +1,5 @@
-"""The worker's Socket.IO link: wake-ups (``task_available``), cancel notices
+"""The worker's Socket.IO link: wake-ups (``task_available``, and ``resync``: the hub
+dropped events this link read too slowly, a wake-up perhaps among them), cancel notices
 (``task_cancelled``), and tasks the hub pushes into slots the worker granted it
 (``worker_ready`` / ``task_pushed``, docs/protocol.md "Task push"). Only hints and a short
 cut: the worker polls anyway, so a link that is down or blocked costs latency, never a
@@ -86,6 +87,7 @@ class SocketLink:
         self._sio.on("connect", self._connected)
         self._sio.on("disconnect", self._disconnected)
         self._sio.on("task_available", self._task_available)
+        self._sio.on("resync", self._task_available)
         self._sio.on("task_cancelled", self._task_cancelled)
         self._sio.on("task_pushed", self._task_pushed)
         self._sio.on("provider_request", self._provider_request)

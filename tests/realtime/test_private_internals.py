@@ -1,11 +1,12 @@
 """python-socketio's and python-engineio's private internals that Taskhub overrides or
 calls, as the pinned versions have them: those of ``TaskhubRedisManager``
 (``app/realtime/redis_clients.py``), and those of the socket admission
-(``app/transport/sockets/admission.py``), each session's ``PacketQueue``
-(``app/transport/sockets/packet_queue.py``) and ``TaskhubApp`` (``app/main.py``). An
-upgrade that changes one fails here, saying what changed, before cross-replica events
-quietly stop or sessions before sign-in go unbounded: re-test that code against the new
-version, then widen the pin in pyproject.toml (and ``PINS`` below).
+(``app/transport/sockets/admission.py``), each session's ``PacketQueue`` and its bound
+(``app/transport/sockets/packet_queue.py``, ``bounded_queue.py``) and ``TaskhubApp``
+(``app/main.py``). An upgrade that changes one fails here, saying what changed, before
+cross-replica events quietly stop or sessions before sign-in (or a slow reader's queue)
+go unbounded: re-test that code against the new version, then widen the pin in
+pyproject.toml (and ``PINS`` below).
 
 Another python-socketio (or python-engineio) private name used anywhere in ``app/`` is one
 more line in ``INTERNALS``; another subclass of one of their classes, one more line in
@@ -48,6 +49,13 @@ from taskhub.transport.sockets.admission import (
     EIO_SID_KEY,
     SocketAdmission,
     _query_sid,
+)
+from taskhub.transport.sockets.bounded_queue import (
+    RESYNC,
+    BoundedPacketQueue,
+    bounded_packet_queue,
+    droppable,
+    resync_packet,
 )
 from taskhub.transport.sockets.packet_queue import PacketQueue
 from tests.realtime.hubs import served
@@ -135,8 +143,8 @@ INTERNALS = [
         "create_queue",
         "(self, *args, **kwargs)",
         "python-engineio",
-        "create_app replaces it on the instance (sio.eio.create_queue = PacketQueue): each "
-        "session's outgoing queue",
+        "create_app replaces it on the instance (sio.eio.create_queue = "
+        "bounded_packet_queue(sio.eio, limit), a PacketQueue): each session's outgoing queue",
     ),
     Internal(
         BaseSocket,
@@ -151,7 +159,8 @@ INTERNALS = [
         "(self)",
         "python-engineio",
         "it reads the PacketQueue: get under wait_for, task_done, get_nowait until "
-        "asyncio.QueueEmpty, put_nowait",
+        "asyncio.QueueEmpty, put_nowait; a None ends it with [] (the websocket's writer then "
+        "stops: BoundedPacketQueue queues one past its hard limit)",
     ),
     Internal(
         AsyncSocket,
@@ -166,7 +175,24 @@ INTERNALS = [
         "close",
         "(self, wait=True, abort=False, reason=None)",
         "python-engineio",
-        "it puts CLOSE on the PacketQueue and joins it",
+        "it puts CLOSE on the PacketQueue and joins it; BoundedPacketQueue ends a session "
+        "past its hard limit with close(wait=False, abort=True, reason=server.reason."
+        "TRANSPORT_ERROR), found in server.sockets by its .queue",
+    ),
+    Internal(
+        engineio.AsyncServer,
+        "reason",
+        None,
+        "python-engineio",
+        "BoundedPacketQueue closes a session with reason=server.reason.TRANSPORT_ERROR",
+    ),
+    Internal(
+        eio_packet.Packet,
+        "__init__",
+        "(self, packet_type=6, data=None, encoded_packet=None)",
+        "python-engineio",
+        "BoundedPacketQueue reads each queued packet's packet_type and data (a room event: "
+        'MESSAGE, text 2["<event>",...) and queues its resync as Packet(MESSAGE, text)',
     ),
     Internal(
         AsyncSocket,
@@ -349,12 +375,12 @@ def test_python_socketio_hears_engineio_through_the_handlers_admission_wraps() -
 
 
 def test_engineio_calls_on_a_session_s_queue_only_what_packet_queue_implements() -> None:
-    """python-engineio makes each session's queue with ``create_queue()`` (a ``PacketQueue``
-    in Taskhub): every method it calls on one must be one ``PacketQueue`` has."""
+    """python-engineio makes each session's queue with ``create_queue()`` (a bounded
+    ``PacketQueue`` in Taskhub): every method it calls on one must be one it has."""
     implemented = {
         name
-        for name in dir(PacketQueue)
-        if not name.startswith("_") and callable(getattr(PacketQueue, name))
+        for name in dir(BoundedPacketQueue)
+        if not name.startswith("_") and callable(getattr(BoundedPacketQueue, name))
     }
     called: dict[str, list[str]] = {}
     for module in ENGINEIO_SERVER_MODULES:
@@ -369,7 +395,8 @@ def test_engineio_calls_on_a_session_s_queue_only_what_packet_queue_implements()
     assert not missing, (
         f"{installed(ENGINEIO)} now calls queue.{', queue.'.join(sorted(missing))}() on each "
         f"session's queue ({missing}), which PacketQueue (app/transport/sockets/"
-        "packet_queue.py; create_app sets sio.eio.create_queue = PacketQueue) does not "
+        "packet_queue.py; create_app sets sio.eio.create_queue = bounded_packet_queue(...)) "
+        "does not "
         "implement: add it with asyncio.Queue's semantics, or drop the create_queue override."
     )
     uses = [use for module in ENGINEIO_SERVER_MODULES for use in bare_uses(module, "queue")]
@@ -394,15 +421,16 @@ async def _poll(session: Any) -> list[Any]:
 
 
 async def test_a_session_queues_its_packets_on_what_create_queue_makes() -> None:
-    """As ``create_app`` sets it up: a session of the server gets a ``PacketQueue``, and
-    Engine.IO's ``send``, ``poll`` and ``close`` (which joins the queue) work on it."""
+    """As ``create_app`` sets it up: a session of the server gets a bounded
+    ``PacketQueue``, and Engine.IO's ``send``, ``poll`` and ``close`` (which joins the
+    queue) work on it."""
     eio = engineio.AsyncServer(async_mode="asgi")
-    eio.create_queue = PacketQueue
+    eio.create_queue = bounded_packet_queue(eio, 1000)
     session = AsyncSocket(eio, "canary")
-    assert isinstance(session.queue, PacketQueue), (
+    assert isinstance(session.queue, BoundedPacketQueue), (
         f"{installed(ENGINEIO)}: a session's queue is a {type(session.queue).__name__}, not "
-        "what server.create_queue() makes: create_app's sio.eio.create_queue = PacketQueue "
-        "(app/main.py) no longer takes effect."
+        "what server.create_queue() makes: create_app's sio.eio.create_queue = "
+        "bounded_packet_queue(...) (app/main.py) no longer takes effect."
     )
     for data in ("a", "b"):
         await session.send(eio_packet.Packet(eio_packet.MESSAGE, data))
@@ -411,6 +439,98 @@ async def test_a_session_queues_its_packets_on_what_create_queue_makes() -> None
     assert [p.packet_type for p in await _poll(session)] == [eio_packet.CLOSE]
     await asyncio.wait_for(closing, 5)  # close's join saw the CLOSE packet's task_done
     assert session.closed
+
+
+async def test_a_session_past_the_bound_s_hard_limit_ends_through_engineio() -> None:
+    """``BoundedPacketQueue`` past its hard limit: it queues ``None`` (Engine.IO's poll then
+    answers ``[]``, which ends a websocket's writer) and finds the session in
+    ``server.sockets`` by its ``queue`` to ``close(wait=False, abort=True, reason=
+    server.reason.TRANSPORT_ERROR)``: the disconnect handler runs, no CLOSE is queued."""
+    eio = engineio.AsyncServer(async_mode="asgi")
+    eio.create_queue = bounded_packet_queue(eio, 16)
+    ended: list[tuple[str, Any]] = []
+
+    async def disconnect(sid: str, reason: Any) -> None:
+        ended.append((sid, reason))
+
+    eio.on("disconnect", disconnect)
+    session = AsyncSocket(eio, "canary")
+    eio.sockets["canary"] = session
+    ack = eio_packet.Packet(eio_packet.MESSAGE, "31[{}]")
+    for _ in range(4 * 16 + 1):
+        await session.send(ack)
+    where = "app/transport/sockets/bounded_queue.py"
+    await eventually(
+        lambda: ended,
+        5,
+        f"{installed(ENGINEIO)}: the session whose queue overflowed closed through "
+        f"server.sockets[sid].close(...) and its disconnect handler ran ({where})",
+    )
+    assert ended == [("canary", eio.reason.TRANSPORT_ERROR)] and session.closed, (
+        f"{installed(ENGINEIO)}: close(wait=False, abort=True, reason=...) gave {ended}, "
+        f"closed={session.closed}: BoundedPacketQueue ({where}) ends a session by it."
+    )
+    assert await _poll(session) == [], (
+        f"{installed(ENGINEIO)}: AsyncSocket.poll no longer answers [] to a None in the "
+        f"queue: the writer of a session BoundedPacketQueue ended ({where}) would go on."
+    )
+
+
+async def test_a_room_event_is_queued_as_the_packet_the_bound_reads() -> None:
+    """Over a real connection: python-socketio queues a room event as one Engine.IO
+    MESSAGE whose text is ``2["<event>",…`` (namespace ``/``), which ``BoundedPacketQueue``
+    tells by its start; an acknowledgement and CONNECT's answer are not taken for one; the
+    resync it queues reaches a python-socketio client as the event ``resync``."""
+    queued: list[Any] = []
+
+    class Recording(BoundedPacketQueue):
+        __slots__ = ()
+
+        def put_nowait(self, item: Any) -> None:
+            queued.append(item)
+            super().put_nowait(item)
+
+    wired = Wired.create()
+    wired.sio.eio.create_queue = Recording
+    resyncs: list[Any] = []
+    try:
+        async with served(wired) as base_url:
+            client = socketio.AsyncClient(reconnection=False)
+
+            async def on_resync(data: Any) -> None:
+                resyncs.append(data)
+
+            client.on(RESYNC, on_resync)
+            await client.connect(base_url, transports=["websocket"], wait_timeout=10)
+            try:
+                [(sid, _environ)] = wired.connects
+                await wired.sio.enter_room(sid, "room:canary")
+                await wired.sio.emit("task_log", {"n": 1}, room="room:canary")
+                assert await client.call("echo", {"n": 2}, timeout=10) == {"n": 2}
+                texts = {
+                    item.data[:1]: item
+                    for item in queued
+                    if isinstance(item, eio_packet.Packet)
+                    and item.packet_type == eio_packet.MESSAGE
+                    and isinstance(item.data, str)
+                }
+                event = texts.get("2")
+                assert event is not None and event.data == '2["task_log",{"n":1}]', (
+                    f"{installed(SOCKETIO)} with {installed(ENGINEIO)}: a room event was "
+                    f"queued as {[vars(item) for item in queued]}, not Packet(MESSAGE, "
+                    "'2[\"task_log\",...]'): BoundedPacketQueue (app/transport/sockets/"
+                    "bounded_queue.py) would never drop a room event."
+                )
+                assert droppable(event)
+                assert not droppable(texts["3"]) and not droppable(texts["0"])
+                [session] = wired.sio.eio.sockets.values()
+                await session.send(resync_packet(3))
+                await eventually(lambda: resyncs, 10, "the client heard the resync")
+                assert resyncs == [{"dropped": 3}]
+            finally:
+                await client.disconnect()
+    finally:
+        await wired.close()
 
 
 async def test_the_asgi_driver_s_environ_holds_the_connection_s_scope_and_send() -> None:
@@ -550,7 +670,7 @@ async def _asgi_request(app: Any, scope: Scope) -> list[Message]:
 @dataclass(eq=False)
 class Wired:
     """A Socket.IO server wired as ``create_app`` wires Taskhub's (each session's queue a
-    ``PacketQueue``, ``SocketAdmission`` wrapping the Engine.IO handlers and gating
+    bounded ``PacketQueue``, ``SocketAdmission`` wrapping the Engine.IO handlers and gating
     Engine.IO's requests), recording what reaches each layer; an ASGI app."""
 
     sio: socketio.AsyncServer
@@ -567,7 +687,7 @@ class Wired:
     @classmethod
     def create(cls) -> Wired:
         sio = socketio.AsyncServer(async_mode="asgi", json=socket_json)
-        sio.eio.create_queue = PacketQueue
+        sio.eio.create_queue = bounded_packet_queue(sio.eio, 1000)
         admission = SocketAdmission(sio, connect_timeout=60, max_per_address=10)
         wired = cls(sio, admission, socketio.ASGIApp(sio))
         admitted_connect = sio.eio.handlers["connect"]

@@ -7,7 +7,8 @@ python-engineio gives each session a queue from its server's ``create_queue()`` 
 creation, empty or not: 3 KiB a socket, most of them idle. ``PacketQueue`` has the same
 behaviour for that use (unbounded: ``put`` never waits) and makes its containers when
 first needed, letting go of them once empty again: about 3 KiB less a socket (``python -m
-benchmarks socket_memory``).
+benchmarks socket_memory``). The hub's sessions use its bounded kind
+(``bounded_queue.BoundedPacketQueue``).
 """
 
 from __future__ import annotations
