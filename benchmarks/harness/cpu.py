@@ -1,6 +1,6 @@
 """CPU readings of processes (Linux ``/proc``; None elsewhere): the client's own, a
 server's, and a server that works in child processes (PostgreSQL's postmaster and its
-backends)."""
+backends); and a process's resident memory."""
 
 from __future__ import annotations
 
@@ -93,6 +93,14 @@ def process_tree_cpu_seconds(pid: int | None) -> float | None:
             total += _ticks(fields, 11, 12, 13, 14)
             pending.append(child_pid)
     return total
+
+
+def rss_kib(pid: int) -> int:
+    """The process's resident set (``VmRSS`` of ``/proc/<pid>/status``) in KiB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise RuntimeError(f"no VmRSS for process {pid}")
 
 
 def machine_busy_seconds() -> float | None:

@@ -522,10 +522,15 @@ ABLATIONS: dict[str, TargetFactory] = {
 
 @asynccontextmanager
 async def postgres_replicas(
-    options: TargetOptions, count: int, redis_url: str
+    options: TargetOptions,
+    count: int,
+    redis_url: str,
+    *,
+    extra_env: dict[str, str] | None = None,
 ) -> AsyncIterator[list[Target]]:
     """``count`` ``taskhub serve`` processes on one fresh PostgreSQL database, sharing Redis
-    (Socket.IO fan-out and long-poll wake-ups across replicas)."""
+    (Socket.IO fan-out and long-poll wake-ups across replicas); ``extra_env`` added to their
+    environment."""
     require_local(options.pg_admin_url)
     require_local(redis_url.replace("redis://", "http://"))
     token = "th_" + secrets.token_urlsafe(32)
@@ -533,6 +538,7 @@ async def postgres_replicas(
     url = _database_url(options.pg_admin_url, database)
     env = _hub_env(url, token, options)
     env["TASKHUB_REDIS_URL"] = redis_url
+    env.update(extra_env or {})
     log = options.workdir / "replicas.log"
     await _pg_admin(options.pg_admin_url, f'CREATE DATABASE "{database}"')
     try:

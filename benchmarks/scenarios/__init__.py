@@ -22,6 +22,7 @@ COMMANDS = {
     "floods": "another user's service while one user floods the hub",
     "providers": "provider reads, cached and round trips, against zndraw-joblib's server",
     "socket_memory": "the hub's memory per connected socket",
+    "scale": "thousands of sockets and workers, a long history, a long run",
     "versus": "the throughput of two checkouts side by side",
     "peers": "Taskhub against procrastinate, PgQueuer, SAQ and taskiq",
 }

@@ -28,94 +28,17 @@ open however long the run takes.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import json
 import os
-from pathlib import Path
 from typing import Any
 
-import websockets
-
 from benchmarks.harness.cli import choices, raise_fd_limit, run_command, scenario_parser
+from benchmarks.harness.cpu import rss_kib
 from benchmarks.harness.report import Results, emit, log, markdown_table
+from benchmarks.harness.sockets import close_sessions, open_sessions, websocket_url
 from benchmarks.harness.targets import Target, TargetOptions, hub_target
 
 KINDS = ("authenticated", "pending")
 SETTLE_SECONDS = 1.0  # after the last socket, before RSS is read (late allocations)
-BATCH = 50  # sessions opened at once
-
-
-def rss_kib(pid: int) -> int:
-    """The process's resident set (``VmRSS``) in KiB."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1])
-    raise RuntimeError(f"no VmRSS for process {pid}")
-
-
-class Session:
-    """One raw Engine.IO websocket session: opened, optionally signed in (Socket.IO
-    CONNECT) and in one room, answering pings until closed."""
-
-    def __init__(self, url: str, deflate: bool) -> None:
-        self.url = url
-        self.deflate = deflate
-        self.ws: Any = None
-        self._pong: asyncio.Task[None] | None = None
-
-    async def open(self, token: str | None, room: str) -> None:
-        compression = "deflate" if self.deflate else None
-        self.ws = await websockets.connect(
-            self.url, max_size=None, open_timeout=30, compression=compression
-        )
-        opening = await self.ws.recv()
-        assert isinstance(opening, str) and opening.startswith("0"), opening
-        if token is not None:
-            await self.ws.send("40" + json.dumps({"token": token}))
-            answer = await self._next_message()
-            assert answer.startswith("40"), answer
-            await self.ws.send(f'421["room_join",{{"room_id":"{room}"}}]')
-            ack = await self._next_message()
-            assert ack.startswith("431"), ack
-        self._pong = asyncio.create_task(self._answer_pings())
-
-    async def _next_message(self) -> str:
-        """The next Socket.IO message, answering pings that come first."""
-        while True:
-            message = await self.ws.recv()
-            if message == "2":
-                await self.ws.send("3")
-                continue
-            return str(message)
-
-    async def _answer_pings(self) -> None:
-        with contextlib.suppress(websockets.ConnectionClosed):
-            async for message in self.ws:
-                if message == "2":
-                    await self.ws.send("3")
-
-    async def close(self) -> None:
-        if self._pong is not None:
-            self._pong.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._pong
-        if self.ws is not None:
-            await self.ws.close()
-
-
-async def open_sessions(
-    url: str, count: int, token: str | None, room: str, deflate: bool
-) -> list[Session]:
-    sessions = []
-    for start in range(0, count, BATCH):
-        batch = [Session(url, deflate) for _ in range(min(BATCH, count - start))]
-        await asyncio.gather(*(session.open(token, room) for session in batch))
-        sessions += batch
-    return sessions
-
-
-async def close_sessions(sessions: list[Session]) -> None:
-    await asyncio.gather(*(session.close() for session in sessions))
 
 
 async def measure(
@@ -130,7 +53,7 @@ async def _measure_on(
     target: Target, kind: str, sockets: int, warmup: int, deflate: bool
 ) -> dict[str, Any]:
     assert target.pid is not None
-    url = target.base_url.replace("http://", "ws://") + "/socket.io/?EIO=4&transport=websocket"
+    url = websocket_url(target.base_url)
     token = target.token if kind == "authenticated" else None
     warm = await open_sessions(url, warmup, token, "bench-memory", deflate)
     await close_sessions(warm)
