@@ -24,6 +24,7 @@ from taskhub.observability.request_id import Receive, RequestIdMiddleware, Scope
 from taskhub.observability.scrape import metrics_endpoint
 from taskhub.realtime import socket_json
 from taskhub.realtime.redis_clients import socket_manager
+from taskhub.realtime.room_fanout import RoomFanout, RoomFanoutManager
 from taskhub.runtime import Hub
 from taskhub.settings import Settings
 from taskhub.shutdown import StopSignals
@@ -174,7 +175,7 @@ def create_app(
     ``runtime.freeze_start_up``."""
     settings = settings or Settings()
     hub = Hub.create(settings)
-    manager = socket_manager(settings) if settings.redis_url else None
+    manager: RoomFanout = socket_manager(settings) if settings.redis_url else RoomFanoutManager()
     sio = socketio.AsyncServer(
         async_mode="asgi",
         client_manager=manager,
@@ -189,6 +190,8 @@ def create_app(
     # Each session's outgoing packets: 3 KiB a socket less than engineio's asyncio.Queue,
     # and bounded for a client that stops reading (docs/operations.md, "Limits").
     sio.eio.create_queue = bounded_packet_queue(sio.eio, settings.socket_queue_limit)
+    # A room event goes straight onto each such queue (no task per recipient).
+    manager.direct_queue = sio.eio.create_queue
     admission = SocketAdmission(
         sio,
         connect_timeout=settings.socket_connect_timeout_seconds,

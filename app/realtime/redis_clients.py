@@ -37,6 +37,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 
 from taskhub.duty import Reconnecting
 from taskhub.realtime.outbox import Outbox
+from taskhub.realtime.room_fanout import RoomFanout
 
 COMMAND_TIMEOUT = 3.0
 CONNECT_TIMEOUT = 2.0
@@ -129,14 +130,17 @@ async def subscription_messages(
             deadline = loop.time() + liveness.answer_within
 
 
-class TaskhubRedisManager(socketio.AsyncRedisManager):
+class TaskhubRedisManager(socketio.AsyncRedisManager, RoomFanout):
     """python-socketio's Redis manager, with:
 
     - a listener that keeps retrying at a steady pace, says once that Redis went away and
       once that it is back, and takes a subscription whose ping goes unanswered for dead;
     - publishes sent in the background, in order, through an ``Outbox``: an emit reaches
       this process's sockets at once, whatever Redis does; while Redis is away (a publish
-      just failed) the next ones fail at once instead of each waiting for its own failure.
+      just failed) the next ones fail at once instead of each waiting for its own failure;
+    - delivery to this process's sockets (its own events and the other replicas') through
+      ``RoomFanout`` (it comes after ``AsyncPubSubManager`` in the MRO, before
+      ``AsyncManager``).
     """
 
     def __init__(self, *args: Any, liveness: Liveness = LIVENESS, **kwargs: Any) -> None:
@@ -179,7 +183,7 @@ class TaskhubRedisManager(socketio.AsyncRedisManager):
             yield message
 
 
-def socket_manager(settings: Settings, *, write_only: bool = False) -> socketio.AsyncRedisManager:
+def socket_manager(settings: Settings, *, write_only: bool = False) -> TaskhubRedisManager:
     """The Socket.IO client manager that fans events out across processes through Redis."""
     return TaskhubRedisManager(
         settings.redis_url,

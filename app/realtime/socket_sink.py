@@ -11,6 +11,7 @@ import socketio
 
 from taskhub.realtime.event_payloads import event_payload
 from taskhub.realtime.redis_clients import TaskhubRedisManager
+from taskhub.realtime.room_fanout import RoomFanoutManager
 from taskhub.rules.events import Event, TaskAvailable
 
 NAMESPACE = "/"
@@ -33,9 +34,8 @@ class SocketSink:
         manager = getattr(emitter, "manager", emitter)
         # A server whose rooms all live in this process (no Redis manager: one replica)
         # knows when nobody would receive an event: it is then neither built nor encoded.
-        self._local: socketio.AsyncManager | None = (
-            manager if type(manager) is socketio.AsyncManager else None
-        )
+        local = type(manager) in (socketio.AsyncManager, RoomFanoutManager)
+        self._local: socketio.AsyncManager | None = manager if local else None
         # Taskhub's Redis manager publishes in the background: an emit never waits for
         # Redis, and what is still waiting is sent at shutdown.
         self._fanout = manager if isinstance(manager, TaskhubRedisManager) else None

@@ -39,11 +39,13 @@ from engineio.async_socket import AsyncSocket
 from engineio.base_socket import BaseSocket
 from socketio import packet as sio_packet
 from socketio.async_pubsub_manager import AsyncPubSubManager
+from socketio.base_manager import BaseManager
 
 from taskhub.main import TaskhubApp
 from taskhub.observability.request_id import Message, Receive, Scope, Send
 from taskhub.realtime import socket_json
 from taskhub.realtime.redis_clients import TaskhubRedisManager, redis_options
+from taskhub.realtime.room_fanout import RoomFanout, RoomFanoutManager
 from taskhub.transport.sockets.admission import (
     BINARY_REFUSED,
     EIO_SID_KEY,
@@ -203,6 +205,47 @@ INTERNALS = [
         "relies on after closing a websocket through environ['asgi.send']",
     ),
     Internal(
+        socketio.AsyncManager,
+        "emit",
+        "(self, event, data, namespace, room=None, skip_sid=None, callback=None, to=None, "
+        "**kwargs)",
+        "python-socketio",
+        "RoomFanout (app/realtime/room_fanout.py) overrides it, called as the server and "
+        "AsyncPubSubManager call it, and hands it what it does not deliver itself",
+    ),
+    Internal(
+        BaseManager,
+        "get_participants",
+        "(self, namespace, room)",
+        "python-socketio",
+        "RoomFanout._put_directly iterates the (sid, eio_sid) of a room, a list of rooms or "
+        "(None) the namespace, as AsyncManager.emit does",
+    ),
+    Internal(
+        AsyncPubSubManager,
+        "_handle_emit",
+        "(self, message)",
+        "python-socketio",
+        "TaskhubRedisManager delivers every event in this process (its own and other "
+        "replicas') through it: its super().emit is RoomFanout.emit (the MRO)",
+    ),
+    Internal(
+        socketio.AsyncServer,
+        "_send_eio_packet",
+        "(self, eio_sid, eio_pkt)",
+        "python-socketio",
+        "RoomFanout sends through it (as AsyncManager.emit does) to each recipient it leaves "
+        "to the library: a session gone, closed, late with its pings, or of another queue",
+    ),
+    Internal(
+        AsyncSocket,
+        "check_ping_timeout",
+        "(self)",
+        "python-engineio",
+        "RoomFanout reads the test it makes (last_ping older than server.ping_timeout) and "
+        "leaves such a session to send, which closes it",
+    ),
+    Internal(
         asgi_driver.WebSocket,
         "wait",
         "(self)",
@@ -227,6 +270,7 @@ def test_a_private_method_relied_on_is_there_as_it_was(internal: Internal) -> No
 # override (the entries above); any other private name of theirs must be new to the library.
 SUBCLASSES = [
     (TaskhubRedisManager, {"_publish", "_redis_listen_with_retries"}),
+    (RoomFanout, set()),
     (TaskhubApp, set()),
 ]
 
@@ -325,6 +369,54 @@ async def test_an_emit_reaches_another_manager_through_a_real_redis(tmp_path: Pa
             for manager in (sender, receiver):
                 if manager.redis is not None:
                     await manager.redis.aclose()
+
+
+async def test_room_fanout_queues_the_packet_the_library_s_emit_sends_each_recipient() -> None:
+    """``RoomFanout`` (app/realtime/room_fanout.py) builds a room event's Engine.IO packet as
+    ``AsyncManager.emit`` does (``sio.packet_class``, encoded once), which sends that one
+    packet to every recipient through ``_send_eio_packet``; it reads the server's
+    ``eio.sockets``, ``ping_timeout`` and ``logger`` and each session's ``queue``,
+    ``closed`` and ``last_ping``; a session whose pings are late is closed by ``send``
+    (``check_ping_timeout``), nothing queued (not even its CLOSE: the same check refuses
+    it)."""
+    manager = RoomFanoutManager()
+    sio = socketio.AsyncServer(async_mode="asgi", json=socket_json, client_manager=manager)
+    sio.eio.create_queue = manager.direct_queue = bounded_packet_queue(sio.eio, 1000)
+    sessions = {}
+    for eio_sid in ("a", "b"):
+        sessions[eio_sid] = sio.eio.sockets[eio_sid] = AsyncSocket(sio.eio, eio_sid)
+        sid = await manager.pre_connect(eio_sid, "/")
+        await manager.connect(sid, "/")
+        await manager.enter_room(sid, "/", "room:lab")
+    sent: list[tuple[str, Any]] = []
+
+    async def send_eio_packet(eio_sid: str, packet: Any) -> None:
+        sent.append((eio_sid, packet))
+
+    sio._send_eio_packet = send_eio_packet
+    await socketio.AsyncManager.emit(manager, "task_log", {"n": 1}, "/", room="room:lab")
+    text = '2["task_log",{"n":1}]'
+    assert sorted(sid for sid, _ in sent) == ["a", "b"] and sent[0][1] is sent[1][1], (
+        f"{installed(SOCKETIO)}: AsyncManager.emit now sends a room event as {sent}, not one "
+        "packet to each recipient through _send_eio_packet: re-read it before RoomFanout "
+        "stands in for it."
+    )
+    assert (sent[0][1].packet_type, sent[0][1].data) == (eio_packet.MESSAGE, text)
+    assert isinstance(sio.eio.ping_timeout, int | float) and sio.eio.logger is not None
+    await manager.emit("task_log", {"n": 1}, "/", room="room:lab")
+    assert len(sent) == 2, "RoomFanout left an open session to the library's path"
+    for session in sessions.values():
+        assert session.closed is False and isinstance(session.last_ping, float)
+        assert session.queue.qsize() == 1
+        queued = session.queue.get_nowait()
+        assert (queued.packet_type, queued.data) == (eio_packet.MESSAGE, text)
+    late = sessions["b"]
+    late.last_ping = late.last_ping - sio.eio.ping_timeout - 1
+    await late.send(eio_packet.Packet(eio_packet.MESSAGE, text))
+    assert late.closed and late.queue.qsize() == 0, (
+        f"{installed(ENGINEIO)}: a session whose last_ping is older than ping_timeout is no "
+        "longer closed by send (check_ping_timeout): RoomFanout leaves such sessions to it."
+    )
 
 
 # -- the socket admission's and PacketQueue's internals, run ------------------------------
