@@ -606,11 +606,12 @@ async def workers_sigkill(ctx: Context) -> None:
     """SIGKILL two of the SDK worker processes mid-task; two new ones a second later."""
     workers = ctx.hub.workers
     assert workers is not None
-    victims = await _busy_workers(workers, 2)
-    busy = _busy_pids(workers)
+    mid_task = await _stopped_mid_task(workers, 2)
+    others = [p for p in workers.live() if p not in mid_task]
+    victims = (mid_task + others)[:2]
     for process in victims:
         os.killpg(process.pid, signal.SIGKILL)
-    ctx.notes["killed_mid_task"] = sum(1 for p in victims if p.pid in busy)
+    ctx.notes["killed_mid_task"] = len(mid_task)
     for process in victims:
         await asyncio.to_thread(process.wait, 10)
     await asyncio.sleep(1.0)
@@ -627,8 +628,12 @@ async def worker_sigstop(ctx: Context) -> None:
     its answers by status, all 409 when the fence holds)."""
     workers = ctx.hub.workers
     assert workers is not None
-    (victim,) = await _busy_workers(workers, 1)
-    os.killpg(victim.pid, signal.SIGSTOP)
+    stopped = await _stopped_mid_task(workers, 1)
+    if stopped:
+        (victim,) = stopped
+    else:  # none was caught mid-task: stop one anyway (``stopped_mid_task`` says so)
+        victim = workers.live()[0]
+        os.killpg(victim.pid, signal.SIGSTOP)
     stale = _in_flight(workers, victim.pid)
     ctx.notes["stopped_mid_task"] = bool(stale)
     await asyncio.sleep(WORKER_TIMEOUT_S * 2 + 1.0)
@@ -655,22 +660,29 @@ def _in_flight(workers: WorkerProcesses, pid: int) -> list[tuple[str, str | None
     ]
 
 
-def _busy_pids(workers: WorkerProcesses) -> set[int]:
-    return {p.pid for p in workers.busy()}
-
-
-async def _busy_workers(
+async def _stopped_mid_task(
     workers: WorkerProcesses, count: int, within: float = 10.0
 ) -> list[subprocess.Popen[bytes]]:
-    """``count`` live workers, those running a task at this moment first (waiting up to
-    ``within`` seconds for enough of them to be busy)."""
+    """Up to ``count`` workers SIGSTOPped while an execution of theirs is in flight, by
+    their ledgers read once they are stopped (a stopped process writes nothing more, so a
+    task cannot end between the look and the fault, however slow the machine). A worker
+    found idle once stopped is let go again; fewer than ``count`` if no more were caught
+    within ``within`` seconds."""
     deadline = time.monotonic() + within
-    while True:
-        busy = workers.busy()
-        if len(busy) >= count or time.monotonic() > deadline:
-            others = [p for p in workers.live() if p not in busy]
-            return (busy + others)[:count]
+    stopped: list[subprocess.Popen[bytes]] = []
+    while len(stopped) < count and time.monotonic() < deadline:
+        for process in workers.busy():
+            if process in stopped:
+                continue
+            os.killpg(process.pid, signal.SIGSTOP)
+            if _in_flight(workers, process.pid):
+                stopped.append(process)
+                if len(stopped) == count:
+                    break
+            else:
+                os.killpg(process.pid, signal.SIGCONT)
         await asyncio.sleep(0.01)
+    return stopped
 
 
 @dataclass(frozen=True)
