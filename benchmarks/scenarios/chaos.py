@@ -606,7 +606,7 @@ async def workers_sigkill(ctx: Context) -> None:
     """SIGKILL two of the SDK worker processes mid-task; two new ones a second later."""
     workers = ctx.hub.workers
     assert workers is not None
-    mid_task = await _stopped_mid_task(workers, 2)
+    mid_task = await _stopped_mid_task(workers, 2, ctx.sizes.task_seconds)
     others = [p for p in workers.live() if p not in mid_task]
     victims = (mid_task + others)[:2]
     for process in victims:
@@ -628,7 +628,7 @@ async def worker_sigstop(ctx: Context) -> None:
     its answers by status, all 409 when the fence holds)."""
     workers = ctx.hub.workers
     assert workers is not None
-    stopped = await _stopped_mid_task(workers, 1)
+    stopped = await _stopped_mid_task(workers, 1, ctx.sizes.task_seconds)
     if stopped:
         (victim,) = stopped
     else:  # none was caught mid-task: stop one anyway (``stopped_mid_task`` says so)
@@ -661,13 +661,14 @@ def _in_flight(workers: WorkerProcesses, pid: int) -> list[tuple[str, str | None
 
 
 async def _stopped_mid_task(
-    workers: WorkerProcesses, count: int, within: float = 10.0
+    workers: WorkerProcesses, count: int, task_seconds: float, within: float = 10.0
 ) -> list[subprocess.Popen[bytes]]:
-    """Up to ``count`` workers SIGSTOPped while an execution of theirs is in flight, by
-    their ledgers read once they are stopped (a stopped process writes nothing more, so a
-    task cannot end between the look and the fault, however slow the machine). A worker
-    found idle once stopped is let go again; fewer than ``count`` if no more were caught
-    within ``within`` seconds."""
+    """Up to ``count`` workers SIGSTOPped in the middle of a run: by their ledgers, read
+    once they are stopped (a stopped process writes nothing more), an execution of theirs
+    began less than ``task_seconds`` (its sleep) before the stop, so its job is still
+    sleeping and no end report has left. (An execution begun longer ago may have ended at
+    the hub with its ledger line not yet written.) A worker not caught so is let go again;
+    fewer than ``count`` if no more were caught within ``within`` seconds."""
     deadline = time.monotonic() + within
     stopped: list[subprocess.Popen[bytes]] = []
     while len(stopped) < count and time.monotonic() < deadline:
@@ -675,14 +676,24 @@ async def _stopped_mid_task(
             if process in stopped:
                 continue
             os.killpg(process.pid, signal.SIGSTOP)
-            if _in_flight(workers, process.pid):
+            began = time.time() - 0.8 * task_seconds
+            if any(t > began for t in _run_starts(workers, process.pid)):
                 stopped.append(process)
                 if len(stopped) == count:
                     break
             else:
                 os.killpg(process.pid, signal.SIGCONT)
-        await asyncio.sleep(0.01)
+        await asyncio.sleep(0.005)
     return stopped
+
+
+def _run_starts(workers: WorkerProcesses, pid: int) -> list[float]:
+    """When ``pid``'s executions in flight began (``time.time()``, by its ledger)."""
+    entries = [e for e in read_ledgers(workers.ledgers) if e["pid"] == pid]
+    ended = {(e["task"], e["attempt"]) for e in entries if e["kind"] == "end"}
+    return [
+        e["t"] for e in entries if e["kind"] == "run" and (e["task"], e["attempt"]) not in ended
+    ]
 
 
 @dataclass(frozen=True)
