@@ -11,7 +11,7 @@ import pytest
 from taskhub.sdk import AsyncClient, Client, InvalidTransition, TaskCancelled, Worker
 from tests.sdk.conftest import Hub
 from tests.sdk.extensions import OBSERVED_CANCEL, STARTED, AsyncSpin, Echo, Gate
-from tests.support.waiting import eventually
+from tests.support.waiting import eventually, eventually_sync
 
 # The heartbeat is far too slow to explain a cancel seen within seconds: only the event can.
 SLOW_HEARTBEAT = 15.0
@@ -19,9 +19,14 @@ SLOW_HEARTBEAT = 15.0
 
 def test_cancel_reaches_a_sync_run_through_the_event(hub: Hub, room: str, key: str) -> None:
     with (
-        Worker(hub.url, hub.user_token, [Gate, Echo], room=room, heartbeat_interval=SLOW_HEARTBEAT),
+        Worker(
+            hub.url, hub.user_token, [Gate, Echo], room=room, heartbeat_interval=SLOW_HEARTBEAT
+        ) as serving,
         Client(hub.url, hub.user_token) as client,
     ):
+        # The event can only reach a worker whose socket is in its rooms already (a slow
+        # machine may start the run by a poll before the socket is up).
+        eventually_sync(lambda: serving.listening, 10, "the worker's socket to join its rooms")
         handle = client.submit(Gate(key=key), room=room)
         assert STARTED[key].wait(10)
         cancelled_at = time.monotonic()
